@@ -1,0 +1,214 @@
+"""The ``lab`` command.
+
+lab                         open the TUI on profiles/demo.toml
+lab PROFILE.toml            open the TUI on a profile
+lab run PROFILE [--out DIR] run headless, print progress and the comparison
+lab report RUN_DIR [--format md|csv|json]
+lab plugins                 backends, drafters, their options, load errors
+lab doctor                  engines, tools and models, and how to fix what is missing
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from lab.events import Event, Finished, RunStarted, StatusChanged, Status
+
+DEFAULT_PROFILE = "profiles/demo.toml"
+
+
+def default_profile() -> Path:
+    """profiles/demo.toml in the working directory, else the one beside the
+    package (an editable or source checkout)."""
+    here = Path(DEFAULT_PROFILE)
+    if here.exists():
+        return here
+    return Path(__file__).resolve().parent.parent / DEFAULT_PROFILE
+
+
+class Progress:
+    """Headless progress: one line per status change and per finished cell."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.out.write(f"run {event.profile}: {len(event.arms)} arms x {len(event.prompts)} prompts x {event.rounds} rounds -> {event.run_dir}\n")
+        elif isinstance(event, StatusChanged):
+            c = event.cell
+            where = c.arm if c.round < 0 else f"{c.arm} {c.prompt} {'warmup' if c.round == 0 else 'r' + str(c.round)}"
+            if event.status in (Status.LOADING, Status.WARMUP, Status.RUNNING):
+                phase = f" {event.phase}" if event.phase else ""
+                self.out.write(f"  [{where}] {event.status.value}{phase}\n")
+            elif event.status != Status.OK and c.round < 0:
+                first = event.detail.splitlines()[0] if event.detail else ""
+                self.out.write(f"  [{where}] {event.status.value} {first}\n")
+        elif isinstance(event, Finished):
+            r = event.result
+            if r["status"] == "ok":
+                extra = ""
+                if r.get("acceptance_rate") is not None:
+                    extra = f", accept {r['acceptance_rate'] * 100:.0f}%, len {r['mean_accepted_len']:.2f}"
+                if r.get("speedup") is not None:
+                    extra += f", {r['speedup']:.2f}x"
+                self.out.write(f"  [{r['arm']} {r['prompt']} r{r['round']}] {r['n_tokens']} tokens, {r['tok_per_s']:.1f} tok/s{extra}\n")
+            else:
+                first = str(r.get("detail") or "").splitlines()[:1]
+                self.out.write(f"  [{r['arm']} {r['prompt']} r{r['round']}] {r['status']} {first[0] if first else ''}\n")
+        self.out.flush()
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    from lab.report import summarize
+
+    head = ["arm", "prompt", "tok/s", "speedup", "accept", "len", "cost/yield", "identical", "verdict"]
+    lines = [head]
+    for s in summarize(rows):
+        cost = "" if s["step_cost_tokens"] is None else f"{s['step_cost_tokens']:.2f}/{s['max_yield']}"
+        lines.append([
+            s["arm"], s["prompt"],
+            f"{s['tok_per_s']:.1f}" if s["tok_per_s"] is not None else s["status"],
+            f"{s['speedup']:.2f}x" if s["speedup"] is not None else "",
+            f"{s['acceptance_rate'] * 100:.0f}%" if s["acceptance_rate"] is not None else "",
+            f"{s['mean_accepted_len']:.2f}" if s["mean_accepted_len"] is not None else "",
+            cost,
+            "" if s["identical_to_baseline"] is None else ("yes" if s["identical_to_baseline"] else f"no@{s['first_divergence_char']}"),
+            s["verdict"],
+        ])
+    widths = [max(len(str(row[i])) for row in lines) for i in range(len(head) - 1)]
+    out = []
+    for row in lines:
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)) + "  " + str(row[-1]))
+    return "\n".join(out)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from lab.plugins import load_registry
+    from lab.profiles import ProfileError, load_profile
+    from lab.runner import Runner
+    from lab.store import RunStore
+
+    registry = load_registry()
+    try:
+        profile = load_profile(args.profile, registry)
+    except ProfileError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 2
+    store = RunStore(profile, args.out)
+    listeners = [] if args.quiet else [Progress(sys.stderr)]
+    runner = Runner(profile, registry, store, listeners)
+    try:
+        results = runner.run()
+    except KeyboardInterrupt:
+        print(f"\nlab: interrupted; what was measured is in {store.path}", file=sys.stderr)
+        return 130
+    print(_table(results))
+    print(f"\nsaved: {store.path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from lab.report import render
+    from lab.store import load_run
+
+    try:
+        data = load_run(args.run_dir)
+        if args.compare:
+            from lab.analysis.compare import render_compare  # type: ignore[import-not-found]
+
+            text = render_compare(data, load_run(args.compare), args.format)
+        else:
+            text = render(data, args.format)
+    except (OSError, ValueError) as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from lab.plugins import load_registry
+
+    registry = load_registry()
+    print("backends:")
+    for name, cls in sorted(registry.backends.items()):
+        print(f"  {name}  [stack {cls.stack}{', runs drafters' if cls.accepts_drafters else ''}]  {cls.description}")
+        for opt in cls.options:
+            print(f"      {opt.describe()}")
+    print("drafters:")
+    for name, cls in sorted(registry.drafters.items()):
+        stacks = "any stack" if cls.stacks is None else ", ".join(sorted(cls.stacks))
+        print(f"  {name}  [{stacks}]  {cls.description}")
+        for opt in cls.options:
+            print(f"      {opt.describe()}")
+    if registry.errors:
+        print("load errors:")
+        for err in registry.errors:
+            print(f"  {err.entry_point} ({err.group}): {err.error}")
+    return 1 if registry.errors and args.strict else 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from lab.doctor import run_checks
+
+    ok = True
+    for check in run_checks():
+        mark = "ok " if check.ok else "-- "
+        print(f"{mark} {check.name}: {check.detail}")
+        if not check.ok:
+            ok = False if check.required else ok
+            if check.fix:
+                print(f"      fix: {check.fix}")
+    return 0 if ok else 1
+
+
+def cmd_tui(profile: str | None) -> int:
+    try:
+        from lab.tui.app import run_app
+    except ImportError as exc:
+        print(f"lab: the TUI is not available ({exc}); use `lab run PROFILE`", file=sys.stderr)
+        return 2
+    return run_app(profile or str(default_profile()))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lab", description="speclab: a terminal lab for speculative decoding")
+    sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("run", help="run a profile headless and save a run directory")
+    p.add_argument("profile")
+    p.add_argument("--out", help="parent directory of the run directory (default: runs/)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("report", help="render a saved run")
+    p.add_argument("run_dir")
+    p.add_argument("--format", choices=("md", "csv", "json"), default="md")
+    p.add_argument("--compare", metavar="RUN_B", help="show what changed from RUN_DIR to RUN_B")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("plugins", help="list backends, drafters and plugin load errors")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a plugin failed to load")
+    p.set_defaults(func=cmd_plugins)
+    p = sub.add_parser("doctor", help="check engines, tools and models")
+    p.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    commands = {"run", "report", "plugins", "doctor", "probe", "-h", "--help"}
+    if not args_list or (args_list[0] not in commands and not args_list[0].startswith("-")):
+        if args_list and not os.path.exists(args_list[0]):
+            print(f"lab: no such profile or command: {args_list[0]}", file=sys.stderr)
+            return 2
+        return cmd_tui(args_list[0] if args_list else None)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The one event model that flows engine -> runner -> (store, TUI, CLI).
+
+Every event names the cell it belongs to (arm, prompt, round) so that a
+consumer can route it without any other state. Events are frozen: a consumer
+may keep them, share them between threads and replay them later.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Union
+
+
+class Status(str, Enum):
+    """Status of an arm or of one arm x prompt x round cell."""
+
+    PENDING = "pending"
+    LOADING = "loading"
+    WARMUP = "warmup"
+    RUNNING = "running"
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+    CRASHED = "crashed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+
+FINAL_STATUSES = frozenset({Status.OK, Status.OOM, Status.ERROR, Status.CRASHED, Status.CANCELLED})
+
+
+def now() -> float:
+    """Monotonic clock shared by all events (seconds)."""
+    return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Where an event belongs: one arm, one prompt, one round (0 = warmup)."""
+
+    arm: str
+    prompt: str
+    round: int
+
+    @property
+    def is_warmup(self) -> bool:
+        return self.round == 0
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """Tokens that landed in the output.
+
+    ``from_draft`` is true when these tokens were drafted and accepted by the
+    target; false for tokens the target produced itself (baseline tokens and the
+    correction/bonus token of every speculative step).
+    """
+
+    cell: Cell
+    text: str
+    ids: tuple[int, ...]
+    from_draft: bool
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One speculative step: draft a block, verify it in one target pass.
+
+    ``landed`` is the number of tokens the step added to the output
+    (accepted + 1, less when the token budget ran out). Seconds are measured
+    after the engine synchronized; ``measured`` says which of draft_s/verify_s
+    are clocks and which are derived by the backend.
+    """
+
+    cell: Cell
+    index: int
+    drafted: int
+    accepted: int
+    landed: int
+    draft_s: float | None
+    verify_s: float | None
+    step_s: float
+    measured: str = "draft,verify,step"
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """A live memory reading. ``engine_bytes`` is what the engine reports of its
+    own buffers (weights, KV, compute) where it tells; ``device_bytes`` is
+    accelerator memory where it can be read."""
+
+    arm: str
+    rss_bytes: int
+    engine_bytes: int | None = None
+    device_bytes: int | None = None
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class StatusChanged:
+    """An arm (cell.prompt == "" and cell.round == -1 for the whole arm) or a
+    cell changed status. ``phase`` names what is happening while loading
+    ("loading target", "preparing draft model", ...); ``detail`` carries the
+    error text or the engine's log excerpt for failures."""
+
+    cell: Cell
+    status: Status
+    phase: str = ""
+    detail: str = ""
+    progress: float | None = None
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A cell finished: its full result row (see lab.results.RESULT_KEYS)."""
+
+    cell: Cell
+    result: dict[str, object]
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    profile: str
+    run_dir: str
+    arms: tuple[str, ...]
+    prompts: tuple[str, ...]
+    rounds: int
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    run_dir: str
+    cancelled: bool = False
+    t: float = field(default_factory=now)
+
+
+Event = Union[
+    TokenEvent, StepEvent, MemorySample, StatusChanged, Finished, RunStarted, RunFinished
+]
+Emit = Callable[[Event], None]
+
+
+def arm_cell(arm: str) -> Cell:
+    """The cell that stands for a whole arm (load, close, arm-level failures)."""
+    return Cell(arm=arm, prompt="", round=-1)

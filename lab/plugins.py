@@ -1,0 +1,141 @@
+"""Finding, loading and listing plugins.
+
+Entry points are loaded one at a time; a plugin that fails to import or to
+register becomes a listed load error instead of taking the lab down. Set
+``LAB_PLUGINS_STRICT=1`` to make load errors fatal while writing a plugin, and
+``LAB_BLOCK_PLUGINS=name,name`` to skip entry points by name.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Iterable
+
+import pluggy
+
+from lab import hookspecs
+from lab.api import Backend, Drafter
+
+GROUPS = ("lab.backends", "lab.drafters")
+
+
+class PluginLoadError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class LoadError:
+    entry_point: str
+    group: str
+    error: str
+    traceback: str = ""
+
+
+@dataclass
+class Registry:
+    """Backends and drafters by name, plus what failed to load."""
+
+    backends: dict[str, type[Backend]] = field(default_factory=dict)
+    drafters: dict[str, type[Drafter]] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    errors: list[LoadError] = field(default_factory=list)
+
+    def backend(self, name: str) -> type[Backend]:
+        try:
+            return self.backends[name]
+        except KeyError:
+            raise KeyError(self._unknown("backend", name, self.backends)) from None
+
+    def drafter(self, name: str) -> type[Drafter]:
+        try:
+            return self.drafters[name]
+        except KeyError:
+            raise KeyError(self._unknown("drafter", name, self.drafters)) from None
+
+    def _unknown(self, kind: str, name: str, known: Iterable[str]) -> str:
+        msg = f"unknown {kind} {name!r}; installed: {', '.join(sorted(known)) or 'none'}"
+        failed = [e.entry_point for e in self.errors]
+        if failed:
+            msg += f" (failed to load: {', '.join(failed)}; see `lab plugins`)"
+        return msg
+
+
+def _strict() -> bool:
+    return os.environ.get("LAB_PLUGINS_STRICT", "") not in ("", "0")
+
+
+def _blocked() -> set[str]:
+    raw = os.environ.get("LAB_BLOCK_PLUGINS", "")
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
+    """Load every entry point in GROUPS, then ``extra_plugins`` (objects with
+    hookimpls, used by tests), and collect what they register."""
+    pm = pluggy.PluginManager("lab")
+    pm.add_hookspecs(hookspecs)
+    registry = Registry()
+    blocked = _blocked()
+
+    def fail(ep_name: str, group: str, exc: BaseException) -> None:
+        err = LoadError(ep_name, group, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        if _strict():
+            raise PluginLoadError(f"plugin {ep_name!r} ({group}) failed: {err.error}") from exc
+        registry.errors.append(err)
+
+    def register_all(plugin: object, label: str, group: str) -> None:
+        def add_backend(cls: type[Backend]) -> None:
+            _check(cls, Backend, registry.backends, label)
+            registry.backends[cls.name] = cls
+            registry.origins[f"backend:{cls.name}"] = label
+
+        def add_drafter(cls: type[Drafter]) -> None:
+            _check(cls, Drafter, registry.drafters, label)
+            registry.drafters[cls.name] = cls
+            registry.origins[f"drafter:{cls.name}"] = label
+
+        # Call this plugin's own hookimpls only, so that an error is charged
+        # to the plugin that raised it.
+        name = pm.register(plugin, name=label)
+        try:
+            for impl in pm.hook.lab_register_backends.get_hookimpls():
+                if impl.plugin_name == name:
+                    impl.function(register=add_backend)
+            for impl in pm.hook.lab_register_drafters.get_hookimpls():
+                if impl.plugin_name == name:
+                    impl.function(register=add_drafter)
+        except Exception as exc:  # noqa: BLE001 - a plugin's failure is data
+            fail(label, group, exc)
+
+    seen: set[str] = set()
+    for group in GROUPS:
+        for ep in _entry_points(group):
+            if ep.name in blocked or ep.value in seen:
+                continue
+            seen.add(ep.value)
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # noqa: BLE001
+                fail(ep.name, group, exc)
+                continue
+            register_all(plugin, ep.name, group)
+    for i, plugin in enumerate(extra_plugins):
+        register_all(plugin, getattr(plugin, "__name__", f"extra-{i}"), "extra")
+    return registry
+
+
+def _entry_points(group: str) -> list[EntryPoint]:
+    return sorted(entry_points(group=group), key=lambda ep: ep.name)
+
+
+def _check(cls: type, base: type, known: dict[str, type], label: str) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{label} registered {cls!r}, which is not a {base.__name__}")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{label} registered {cls.__name__} without a name")
+    if name in known and known[name] is not cls:
+        raise ValueError(f"{base.__name__.lower()} name {name!r} is already registered")

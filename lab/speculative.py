@@ -1,0 +1,241 @@
+"""The lab's own decode loops, shared by every backend that runs drafter
+plugins (llama.cpp in process, MLX).
+
+A backend adapts its engine to :class:`Target`; the loops here do the rest:
+prompt processing, baseline decoding, and speculative steps (draft k tokens,
+verify ``[last] + draft`` in one target pass with logits for every row,
+accept the longest matching prefix for greedy decoding or rejection-sample
+against the draft's probabilities, roll the target back, emit events).
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from lab.api import Cancelled, Drafter, Generation, GenerationRequest
+from lab.events import Emit, StepEvent, TokenEvent, now
+
+
+class Target(Protocol):
+    """What the loops need from a target engine. Every method returns only
+    after the engine finished the work (synchronized), so clocks are honest."""
+
+    n_past: int
+    n_ctx: int
+    n_vocab: int
+
+    def reset(self) -> None:
+        """Forget all context (KV cache and any recurrent state)."""
+
+    def decode(self, ids: Sequence[int], all_logits: bool) -> None:
+        """Append ids at n_past; keep logits for the last row or every row."""
+
+    def pick(self, row: int) -> int:
+        """Sample a token from a row's logits with the configured sampling
+        (greedy, or temperature with the engine's seeded draw)."""
+
+    def probs(self, row: int) -> np.ndarray:
+        """The sampling distribution of a row (temperature applied, EOG
+        masked when ignoring EOS)."""
+
+    def truncate(self, n_keep: int) -> None:
+        """Drop context at positions >= n_keep."""
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for."""
+
+
+@dataclass
+class LoopStats:
+    """Totals a loop keeps beside the events, for cross-checks and the
+    overhead benchmark."""
+
+    steps: int = 0
+    plain_tokens: int = 0
+    empty_drafts: int = 0
+    empty_draft_s: float = 0.0
+    engine_s: float = 0.0
+    draft_s: float = 0.0
+    loop_s: float = 0.0
+    extras: dict[str, float] = field(default_factory=dict)
+
+    def overhead_s(self) -> float:
+        """Time in the loop spent neither in the engine nor in the drafter."""
+        return self.loop_s - self.engine_s - self.draft_s - self.empty_draft_s
+
+
+class _Output:
+    """Collects output ids, decodes text incrementally, emits token events."""
+
+    def __init__(self, target: Target, req: GenerationRequest, emit: Emit) -> None:
+        self.target = target
+        self.req = req
+        self.emit = emit
+        self.ids: list[int] = []
+        self.parts: list[str] = []
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def land(self, ids: Sequence[int], from_draft: bool) -> None:
+        if not ids:
+            return
+        self.ids.extend(ids)
+        text = self._utf8.decode(b"".join(self.target.piece(t) for t in ids))
+        self.parts.append(text)
+        self.emit(TokenEvent(self.req.cell, text, tuple(ids), from_draft))
+
+    def text(self) -> str:
+        return "".join(self.parts) + self._utf8.decode(b"", final=True)
+
+
+def _check_room(target: Target, need: int) -> None:
+    if target.n_past + need > target.n_ctx:
+        raise RuntimeError(
+            f"context full: {target.n_past} + {need} tokens exceeds n_ctx {target.n_ctx}; raise [run] n_ctx"
+        )
+
+
+def generate(
+    target: Target,
+    prompt_ids: Sequence[int],
+    req: GenerationRequest,
+    emit: Emit,
+    cancelled: Callable[[], bool],
+    drafter: Drafter | None = None,
+    stats: LoopStats | None = None,
+) -> Generation:
+    """Run one cell: baseline when ``drafter`` is None, else speculative with
+    up to ``req.n_max`` drafted tokens per step."""
+    stats = stats if stats is not None else LoopStats()
+    out = _Output(target, req, emit)
+    rng = np.random.default_rng(req.seed)
+
+    t0 = now()
+    target.reset()
+    _check_room(target, len(prompt_ids) + 1)
+    if drafter is not None:
+        drafter.begin(prompt_ids, req.cell)
+    target.decode(prompt_ids, all_logits=False)
+    pending = target.pick(-1)
+    t_prompt = now()
+    out.land([pending], from_draft=False)
+    context = list(prompt_ids) + [pending]
+
+    n_max = req.n_max or 0
+    while len(out.ids) < req.max_tokens:
+        if cancelled():
+            raise Cancelled()
+        t_a = now()
+        remaining = req.max_tokens - len(out.ids)
+        k = min(n_max, remaining - 1, target.n_ctx - target.n_past - 1) if drafter is not None else 0
+        drafted: tuple[int, ...] = ()
+        draft_probs = None
+        if k > 0:
+            assert drafter is not None
+            d = drafter.draft(context, k)
+            drafted = tuple(int(t) for t in d.tokens[:k])
+            draft_probs = d.probs
+        t_b = now()
+        if not drafted:
+            if drafter is not None and k > 0:
+                stats.empty_drafts += 1
+                stats.empty_draft_s += t_b - t_a
+            _check_room(target, 1)
+            target.decode([pending], all_logits=False)
+            t_e = now()
+            stats.engine_s += t_e - t_b
+            pending = target.pick(-1)
+            stats.plain_tokens += 1
+            out.land([pending], from_draft=False)
+            context.append(pending)
+            stats.loop_s += now() - t_a
+            continue
+
+        base = target.n_past
+        target.decode([pending, *drafted], all_logits=True)
+        t_c = now()
+        if req.temperature <= 0:
+            accepted, correction = _accept_greedy(target, drafted)
+        else:
+            accepted, correction = _accept_sampled(target, drafted, draft_probs, rng)
+        target.truncate(base + 1 + accepted)
+        t_d = now()
+
+        landed = list(drafted[:accepted]) + [correction]
+        out.land(landed[:-1], from_draft=True)
+        out.land(landed[-1:], from_draft=False)
+        context.extend(landed)
+        pending = correction
+        stats.steps += 1
+        stats.engine_s += t_c - t_b
+        stats.draft_s += t_b - t_a
+        emit(
+            StepEvent(
+                req.cell, stats.steps, drafted=len(drafted), accepted=accepted, landed=len(landed),
+                draft_s=t_b - t_a, verify_s=t_d - t_b, step_s=t_d - t_a,
+            )
+        )
+        stats.loop_s += now() - t_a
+    t_end = now()
+    return Generation(
+        text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),
+        prompt_s=t_prompt - t0, gen_s=t_end - t_prompt,
+        engine_report={
+            "plain_tokens": stats.plain_tokens,
+            "empty_drafts": stats.empty_drafts,
+            "empty_draft_s": stats.empty_draft_s,
+            "loop_overhead_s": stats.overhead_s(),
+        },
+    )
+
+
+def _accept_greedy(target: Target, drafted: Sequence[int]) -> tuple[int, int]:
+    for i, tok in enumerate(drafted):
+        y = target.pick(i)
+        if y != tok:
+            return i, y
+    return len(drafted), target.pick(len(drafted))
+
+
+def _accept_sampled(
+    target: Target, drafted: Sequence[int], draft_probs: Sequence[np.ndarray] | None, rng: np.random.Generator
+) -> tuple[int, int]:
+    """Speculative sampling: accept token x with probability min(1, p(x)/q(x));
+    on rejection draw from max(p - q, 0) renormalised. A drafter without
+    probabilities proposes with certainty (q one-hot), so acceptance is p(x)
+    and the residual is p with x removed. The output distribution equals the
+    target's either way."""
+    for i, tok in enumerate(drafted):
+        p = target.probs(i)
+        if draft_probs is not None:
+            q = np.asarray(draft_probs[i], dtype=np.float64)
+            qx = float(q[tok])
+        else:
+            q = None
+            qx = 1.0
+        px = float(p[tok])
+        if qx > 0 and rng.random() < min(1.0, px / qx):
+            continue
+        if q is None:
+            residual = p.astype(np.float64).copy()
+            residual[tok] = 0.0
+        else:
+            residual = np.maximum(p.astype(np.float64) - q, 0.0)
+        total = residual.sum()
+        if total <= 0:
+            return i, int(rng.choice(len(p), p=p / p.sum()))
+        return i, int(rng.choice(len(residual), p=residual / total))
+    p = target.probs(len(drafted)).astype(np.float64)
+    return len(drafted), int(rng.choice(len(p), p=p / p.sum()))
+
+
+def softmax(logits: np.ndarray, temperature: float, masked: Sequence[int] = ()) -> np.ndarray:
+    x = logits.astype(np.float64) / max(temperature, 1e-6)
+    if len(masked):
+        x[list(masked)] = -np.inf
+    x -= x.max()
+    e = np.exp(x)
+    return e / e.sum()

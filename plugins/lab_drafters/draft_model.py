@@ -1,0 +1,56 @@
+"""Draft with a smaller model that shares the target's vocabulary.
+
+The engine that runs the draft model is the target's stack: a GGUF through
+llama.cpp for llama.cpp targets, an MLX model for MLX targets. Each stack's
+plugin provides the implementation; this class picks it."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from lab.api import Draft, Drafter, DrafterContext, Option
+from lab.events import Cell
+
+
+class DraftModelDrafter(Drafter):
+    name = "draft-model"
+    description = "a smaller model with the target's vocabulary drafts greedily (own context, rollback)"
+    options = (
+        Option("model", str, None, "draft model: a path, embedded:..., or tiny:...", required=True),
+        Option("n_ctx", int, 0, "draft context size (0: the run's n_ctx)"),
+        Option("threads", int, 0, "draft threads (0: the run's threads)"),
+    )
+    stacks = frozenset({"llamacpp", "mlx"})
+
+    def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
+        super().__init__(options, ctx)
+        self._impl: Drafter | None = None
+
+    def load(self) -> None:
+        if self.ctx.stack == "llamacpp":
+            from lab_llamacpp.draft_model import LlamaDraftModel
+
+            self._impl = LlamaDraftModel(self.opts, self.ctx)
+        elif self.ctx.stack == "mlx":
+            from lab_mlx.draft_model import MlxDraftModel  # type: ignore[import-not-found]
+
+            self._impl = MlxDraftModel(self.opts, self.ctx)
+        else:
+            raise ValueError(f"draft-model has no engine for stack {self.ctx.stack!r}")
+        self._impl.load()
+
+    def begin(self, prompt_ids: Sequence[int], cell: Cell) -> None:
+        assert self._impl is not None
+        self._impl.begin(prompt_ids, cell)
+
+    def draft(self, context: Sequence[int], k: int) -> Draft:
+        assert self._impl is not None
+        return self._impl.draft(context, k)
+
+    def close(self) -> None:
+        if self._impl is not None:
+            self._impl.close()
+            self._impl = None
+
+    def memory_bytes(self) -> int | None:
+        return self._impl.memory_bytes() if self._impl is not None else None

@@ -1,0 +1,146 @@
+"""The ``llamacpp`` backend: baseline decoding and the lab's speculative loop
+for drafter plugins, on llama.cpp in this process."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from lab import models
+from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, Option
+from lab.events import Emit, StatusChanged, Status, arm_cell
+from lab.speculative import LoopStats, generate, softmax
+
+if TYPE_CHECKING:
+    from lab.api import Drafter
+    from lab.profiles import Arm
+
+    from lab_llamacpp.engine import Context, Model
+
+
+class LlamaTarget:
+    """Adapts a llama.cpp context to lab.speculative.Target."""
+
+    def __init__(self, ctx: Context, temperature: float, ignore_eos: bool) -> None:
+        self.ctx = ctx
+        self.model = ctx.model
+        self.n_ctx = ctx.n_ctx
+        self.n_vocab = ctx.model.n_vocab
+        self.temperature = temperature
+        self.masked = ctx.model.eog_ids if ignore_eos else []
+
+    @property
+    def n_past(self) -> int:
+        return self.ctx.n_past
+
+    def reset(self) -> None:
+        self.ctx.reset()
+
+    def decode(self, ids: Sequence[int], all_logits: bool) -> None:
+        self.ctx.decode(ids, "all" if all_logits else "last")
+
+    def pick(self, row: int) -> int:
+        return self.ctx.sample(row)
+
+    def probs(self, row: int) -> np.ndarray:
+        return softmax(self.ctx.logits(row), self.temperature, self.masked)
+
+    def truncate(self, n_keep: int) -> None:
+        self.ctx.truncate(n_keep)
+
+    def piece(self, token: int) -> bytes:
+        return self.model.piece(token)
+
+
+class LlamaCppBackend(Backend):
+    name = "llamacpp"
+    stack = "llamacpp"
+    description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
+    accepts_drafters = True
+    options = (
+        Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)"),
+        Option("n_batch", int, 512, "logical batch size for prompt processing (-b)"),
+        Option("extra_bufts", bool, True, "let llama.cpp repack weights for faster CPU kernels (--no-repack turns it off)"),
+    )
+
+    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
+        super().__init__(arm, ctx)
+        self.model: Model | None = None
+        self.context: Context | None = None
+        self.drafter: Drafter | None = None
+        self.stats = LoopStats()
+
+    def load(self, emit: Emit) -> None:
+        from lab_llamacpp import engine
+
+        if self.arm.model is None:
+            raise ValueError(f"arm {self.arm.name}: the llamacpp backend needs model = ...")
+        cell = arm_cell(self.arm.name)
+        emit(StatusChanged(cell, Status.LOADING, phase="resolving model"))
+        path = models.resolve(self.arm.model)
+        emit(StatusChanged(cell, Status.LOADING, phase="loading target", progress=0.3))
+        opts = self.arm.options
+        self.model = engine.Model(str(path), n_gpu_layers=int(opts.get("n_gpu_layers", 0)), extra_bufts=bool(opts.get("extra_bufts", True)))
+        threads = self.ctx.run.threads or engine.default_threads()
+        emit(StatusChanged(cell, Status.LOADING, phase="creating context", progress=0.7))
+        try:
+            self.context = engine.Context(self.model, self.ctx.run.n_ctx, int(opts.get("n_batch", 512)), threads)
+        except engine.LlamaError as exc:
+            raise EngineOOM(str(exc)) from exc
+
+    def attach_drafter(self, drafter: Drafter) -> None:
+        self.drafter = drafter
+
+    def tokenize(self, text: str) -> list[int]:
+        assert self.model is not None
+        return self.model.tokenize(text)
+
+    def vocab_size(self) -> int:
+        assert self.model is not None
+        return self.model.n_vocab
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        assert self.model is not None
+        if request.chat_template:
+            text = self.model.chat_prompt(request.prompt, request.system)
+            # The template already holds BOS where the model wants one.
+            return self.model.tokenize(text, add_special=False, parse_special=True)
+        return self.model.tokenize(request.prompt, add_special=True, parse_special=False)
+
+    def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        from lab_llamacpp import engine
+
+        assert self.context is not None
+        self.context.set_sampling(engine.Sampling(request.temperature, request.seed, request.ignore_eos))
+        target = LlamaTarget(self.context, request.temperature, request.ignore_eos)
+        ids = self.prompt_ids(request)
+        try:
+            gen = generate(target, ids, request, emit, cancelled, self.drafter, self.stats)
+        except engine.LlamaError as exc:
+            if "KV cache full" in str(exc):
+                raise EngineOOM(str(exc)) from exc
+            raise
+        gen.engine_bytes = self.engine_bytes()
+        return gen
+
+    def engine_bytes(self) -> int | None:
+        if self.model is None:
+            return None
+        total = self.model.size_bytes
+        if self.context is not None:
+            total += self.context.state_bytes()
+        if self.drafter is not None:
+            total += self.drafter.memory_bytes() or 0
+        return total
+
+    def close(self) -> None:
+        if self.context is not None:
+            self.context.close()
+            self.context = None
+        if self.model is not None:
+            self.model.close()
+            self.model = None
+
+    def report(self) -> dict[str, Any]:
+        return {"loop_overhead_s": self.stats.overhead_s(), "steps": self.stats.steps}

@@ -1,0 +1,261 @@
+"""A thin layer over llama-cpp-python's low-level (ctypes) API.
+
+The high-level ``Llama`` generate loop costs ~11x the engine's own speed on a
+small model; here every decode is one ``llama_decode`` on a batch we fill in
+place, greedy picks use the C-side sampler, and rolled-back draft rows leave
+the KV cache through the memory API.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import llama_cpp as ll
+import numpy as np
+
+_init_lock = threading.Lock()
+_initialized = False
+_log_callback: Any = None
+
+
+def init_backend(verbose: bool = False) -> None:
+    """Initialise llama.cpp once per process and route its log away unless
+    verbose (it writes to stderr, which would tear through a TUI)."""
+    global _initialized, _log_callback
+    with _init_lock:
+        if _initialized:
+            return
+        if not verbose:
+            @ll.llama_log_callback  # type: ignore[misc]
+            def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+                return None
+
+            _log_callback = _quiet
+            ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        ll.llama_backend_init()
+        _initialized = True
+
+
+def default_threads() -> int:
+    # llama-bench and llama-server default to the number of physical cores;
+    # os.cpu_count() counts logical ones. Use the affinity set when present.
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS
+        n = os.cpu_count() or 1
+    return max(1, n)
+
+
+class LlamaError(RuntimeError):
+    pass
+
+
+class Model:
+    def __init__(self, path: str, n_gpu_layers: int = 0, extra_bufts: bool = True) -> None:
+        init_backend(verbose=os.environ.get("LAB_LLAMA_VERBOSE") == "1")
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        # Extra buffer types repack weights for faster CPU kernels, as
+        # llama-bench and llama-server do by default.
+        params.use_extra_bufts = extra_bufts and os.environ.get("LAB_NO_EXTRA_BUFTS") != "1"
+        self.path = path
+        self.ptr = ll.llama_model_load_from_file(path.encode(), params)
+        if not self.ptr:
+            raise LlamaError(f"llama.cpp could not load {path}")
+        self.vocab = ll.llama_model_get_vocab(self.ptr)
+        self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
+        self.eog_ids = [t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t)]
+        self._pieces: dict[int, bytes] = {}
+
+    @property
+    def size_bytes(self) -> int:
+        return int(ll.llama_model_size(self.ptr))
+
+    def close(self) -> None:
+        if self.ptr:
+            ll.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        raw = text.encode("utf-8")
+        cap = len(raw) + 16
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+        out = buf.raw[:n]
+        self._pieces[token] = out
+        return out
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        """Apply the model's own chat template (from GGUF metadata)."""
+        tmpl = ll.llama_model_chat_template(self.ptr, None)
+        if not tmpl:
+            raise LlamaError(f"{self.path} has no chat template; set chat_template = false")
+        msgs = ([("system", system)] if system else []) + [("user", user)]
+        keep = [(r.encode(), c.encode()) for r, c in msgs]
+        arr = (ll.llama_chat_message * len(keep))()
+        for i, (role, content) in enumerate(keep):
+            arr[i].role = role
+            arr[i].content = content
+        cap = sum(len(c) for _, c in keep) * 2 + 512
+        buf = ctypes.create_string_buffer(cap)
+        n = ll.llama_chat_apply_template(tmpl, arr, len(keep), True, buf, cap)
+        if n > cap:
+            buf = ctypes.create_string_buffer(n)
+            n = ll.llama_chat_apply_template(tmpl, arr, len(keep), True, buf, n)
+        if n < 0:
+            raise LlamaError("llama_chat_apply_template failed")
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
+
+class Batch:
+    """A reusable llama_batch for one sequence."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = ll.llama_batch_init(capacity, 0, 1)
+
+    def fill(self, tokens: Sequence[int], start_pos: int, logits: str = "last") -> None:
+        n = len(tokens)
+        if n > self.capacity:
+            raise LlamaError(f"batch of {n} exceeds capacity {self.capacity}")
+        b = self.raw
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = start_pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = logits == "all" or (i == n - 1)
+        b.n_tokens = n
+
+    def close(self) -> None:
+        ll.llama_batch_free(self.raw)
+
+
+@dataclass
+class Sampling:
+    temperature: float
+    seed: int
+    ignore_eos: bool
+
+
+class Context:
+    """One llama context: decode, sample, roll back."""
+
+    def __init__(self, model: Model, n_ctx: int, n_batch: int, threads: int) -> None:
+        self.model = model
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = min(n_batch, 512)
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.no_perf = True
+        self.ptr = ll.llama_init_from_model(model.ptr, params)
+        if not self.ptr:
+            raise LlamaError("llama_init_from_model failed (out of memory?)")
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.mem = ll.llama_get_memory(self.ptr)
+        self.batch = Batch(n_batch)
+        self.n_past = 0
+        self._sampler: Any = None
+        self._bias: Any = None
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            ll.llama_sampler_free(self._sampler)
+            self._sampler = None
+        if self.ptr:
+            self.batch.close()
+            ll.llama_free(self.ptr)
+            self.ptr = None
+
+    def reset(self) -> None:
+        ll.llama_memory_clear(self.mem, True)
+        self.n_past = 0
+
+    def set_sampling(self, s: Sampling) -> None:
+        """C-side sampler chain: EOG suppressed when ignoring EOS, then greedy
+        or temperature + seeded draw."""
+        if self._sampler is not None:
+            ll.llama_sampler_free(self._sampler)
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        if s.ignore_eos and self.model.eog_ids:
+            n = len(self.model.eog_ids)
+            bias = (ll.llama_logit_bias * n)()
+            for i, tok in enumerate(self.model.eog_ids):
+                bias[i].token = tok
+                bias[i].bias = -float("inf")
+            self._bias = bias  # the sampler copies it, keep it anyway
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(self.model.n_vocab, n, bias))
+        if s.temperature <= 0:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+        else:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(s.temperature))
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(s.seed & 0xFFFFFFFF))
+        self._sampler = chain
+
+    def decode(self, tokens: Sequence[int], logits: str = "last") -> None:
+        """Decode tokens at n_past (in n_batch chunks), then synchronize so the
+        caller's clock is honest."""
+        pos = self.n_past
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            last_chunk = start + self.n_batch >= len(tokens)
+            self.batch.fill(chunk, pos, logits if last_chunk else "none")
+            rc = ll.llama_decode(self.ptr, self.batch.raw)
+            if rc != 0:
+                raise LlamaError(f"llama_decode returned {rc} at position {pos}" + (" (KV cache full)" if rc == 1 else ""))
+            pos += len(chunk)
+        ll.llama_synchronize(self.ptr)
+        self.n_past = pos
+
+    def sample(self, row: int) -> int:
+        """Sample from the logits of batch row ``row`` (-1: the last) with the
+        C-side chain."""
+        return int(ll.llama_sampler_sample(self._sampler, self.ptr, row))
+
+    def logits(self, row: int) -> np.ndarray:
+        ptr = ll.llama_get_logits_ith(self.ptr, row)
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+
+    def truncate(self, n_keep: int) -> None:
+        """Drop every KV entry at position >= n_keep."""
+        if n_keep < self.n_past:
+            if not ll.llama_memory_seq_rm(self.mem, 0, n_keep, -1):
+                raise LlamaError("llama_memory_seq_rm refused a partial removal")
+            self.n_past = n_keep
+
+    def state_bytes(self) -> int:
+        return int(ll.llama_state_get_size(self.ptr))
+
+
+def quantize(src: str, dst: str, ftype_name: str = "Q4_0", threads: int = 0) -> None:
+    """Requantize a GGUF with llama.cpp's quantize API."""
+    init_backend()
+    params = ll.llama_model_quantize_default_params()
+    params.ftype = getattr(ll, f"LLAMA_FTYPE_MOSTLY_{ftype_name}")
+    params.allow_requantize = True
+    params.nthread = threads or default_threads()
+    rc = ll.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
+    if rc != 0:
+        raise LlamaError(f"llama_model_quantize({src} -> {ftype_name}) returned {rc}")

@@ -1,0 +1,21 @@
+"""GGUF models derived from the embedded SmolLM2 with llama.cpp's own tools,
+registered through the ``lab.models`` entry-point group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+
+def _smollm2_q4_0(out: Path) -> None:
+    from lab.models import embedded_smollm2
+
+    from lab_llamacpp.engine import quantize
+
+    quantize(str(embedded_smollm2()), str(out), "Q4_0")
+
+
+def register(register_model: Callable[..., None]) -> None:
+    # A cheaper draft for the embedded target: the same weights requantized
+    # from Q4_1 to Q4_0 with llama.cpp's quantize API (same vocabulary).
+    register_model("embedded:smollm2-q4_0", _smollm2_q4_0, "SmolLM2-135M-Instruct.Q4_0.gguf", "1")
