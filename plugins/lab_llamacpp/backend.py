@@ -144,3 +144,31 @@ class LlamaCppBackend(Backend):
 
     def report(self) -> dict[str, Any]:
         return {"loop_overhead_s": self.stats.overhead_s(), "steps": self.stats.steps}
+
+    # -- verify cost (lab probe) ----------------------------------------------
+    probe_methods = ("decode", "batched-bench")
+
+    def probe_needs_load(self, method: str) -> bool:
+        return method == "decode"
+
+    def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
+        from lab_llamacpp import probe
+
+        method = method or self.probe_methods[0]
+        if method == "decode":
+            if self.context is None:
+                raise RuntimeError("load() the backend before measuring by decode")
+            self._probe_notes = {"prefix_tokens": probe.PREFIX_TOKENS, "inner_passes": probe.INNER_PASSES}
+            return probe.decode_pass_seconds(self.context, widths)
+        if method == "batched-bench":
+            if self.arm.model is None:
+                raise ValueError("the probe needs a model")
+            seconds, notes = probe.batched_bench_seconds(
+                str(models.resolve(self.arm.model)), widths, self.ctx.run.threads or probe.default_threads()
+            )
+            self._probe_notes = notes
+            return seconds
+        raise ValueError(f"unknown probe method {method!r}; use {', '.join(self.probe_methods)}")
+
+    def probe_notes(self) -> dict[str, Any]:
+        return dict(getattr(self, "_probe_notes", {}))

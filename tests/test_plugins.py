@@ -1,0 +1,137 @@
+"""Plugins load through real entry points; a broken one is listed, not fatal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lab.plugins import PluginLoadError, load_registry
+
+
+def _install_fake_dist(root: Path, name: str, entry_points: str, modules: dict[str, str]) -> None:
+    """A minimal installed distribution on sys.path: importlib.metadata finds
+    its entry points exactly as it finds a pip-installed plugin's."""
+    dist = root / f"{name}-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    for mod, src in modules.items():
+        (root / f"{mod}.py").write_text(textwrap.dedent(src))
+
+
+GOOD_PLUGIN = '''
+    from lab.api import Draft, Drafter, Option
+    from lab.hookspecs import hookimpl
+
+    class RepeatLast(Drafter):
+        name = "repeat-last"
+        description = "proposes the last token k times"
+        options = (Option("times", int, 1, "unused"),)
+
+        def draft(self, context, k):
+            return Draft(tuple([context[-1]] * k))
+
+    @hookimpl
+    def lab_register_drafters(register):
+        register(RepeatLast)
+'''
+
+
+@pytest.fixture
+def plugin_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_builtins_load_without_errors() -> None:
+    reg = load_registry()
+    assert "llamacpp" in reg.backends
+    assert {"ngram", "oracle", "draft-model"} <= set(reg.drafters)
+    assert not [e for e in reg.errors if e.entry_point in ("llamacpp", "builtin")]
+
+
+def test_broken_entry_point_is_listed_and_others_load(plugin_path: Path) -> None:
+    _install_fake_dist(
+        plugin_path, "lab_thirdparty",
+        """
+        [lab.drafters]
+        broken = lab_broken_plugin
+        missing = lab_no_such_module
+        raising = lab_raising_plugin
+        good = lab_good_plugin
+        """,
+        {
+            "lab_broken_plugin": "import definitely_not_installed_module\n",
+            "lab_raising_plugin": '''
+                from lab.hookspecs import hookimpl
+
+                @hookimpl
+                def lab_register_drafters(register):
+                    raise RuntimeError("plugin bug")
+            ''',
+            "lab_good_plugin": GOOD_PLUGIN,
+        },
+    )
+    reg = load_registry()
+    failed = {e.entry_point: e.error for e in reg.errors}
+    assert "ModuleNotFoundError" in failed["broken"]
+    assert "ModuleNotFoundError" in failed["missing"]
+    assert "plugin bug" in failed["raising"]
+    assert "repeat-last" in reg.drafters
+    assert {"ngram", "oracle", "draft-model"} <= set(reg.drafters)
+    assert "llamacpp" in reg.backends
+    with pytest.raises(KeyError, match="failed to load: .*broken"):
+        reg.drafter("nope")
+
+
+def test_strict_mode_makes_load_errors_fatal(plugin_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_fake_dist(plugin_path, "lab_bad", "[lab.drafters]\nbad = lab_bad_plugin\n", {"lab_bad_plugin": "raise ImportError('nope')\n"})
+    monkeypatch.setenv("LAB_PLUGINS_STRICT", "1")
+    with pytest.raises(PluginLoadError, match="bad"):
+        load_registry()
+
+
+def test_blocked_plugins_are_skipped(plugin_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_fake_dist(plugin_path, "lab_good", "[lab.drafters]\ngood = lab_good_plugin2\n", {"lab_good_plugin2": GOOD_PLUGIN})
+    monkeypatch.setenv("LAB_BLOCK_PLUGINS", "good")
+    assert "repeat-last" not in load_registry().drafters
+
+
+def test_duplicate_names_are_a_load_error(plugin_path: Path) -> None:
+    _install_fake_dist(
+        plugin_path, "lab_dup", "[lab.drafters]\ndup = lab_dup_plugin\n",
+        {"lab_dup_plugin": '''
+            from lab.api import Draft, Drafter
+            from lab.hookspecs import hookimpl
+
+            class Ngram2(Drafter):
+                name = "ngram"
+
+                def draft(self, context, k):
+                    return Draft(())
+
+            @hookimpl
+            def lab_register_drafters(register):
+                register(Ngram2)
+        '''},
+    )
+    reg = load_registry()
+    assert any(e.entry_point == "dup" and "already registered" in e.error for e in reg.errors)
+    assert reg.drafters["ngram"].__module__ == "lab_drafters.ngram"
+
+
+def test_lab_plugins_lists_load_errors(plugin_path: Path) -> None:
+    _install_fake_dist(plugin_path, "lab_broken2", "[lab.backends]\nbroken2 = lab_broken2_mod\n", {"lab_broken2_mod": "1/0\n"})
+    env_path = f"{plugin_path}"
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from lab.cli import main; sys.exit(main(['plugins']))"],
+        capture_output=True, text=True, env={**__import__('os').environ, "PYTHONPATH": env_path},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "load errors:" in out.stdout
+    assert "broken2" in out.stdout and "ZeroDivisionError" in out.stdout
+    assert "ngram" in out.stdout and "llamacpp" in out.stdout

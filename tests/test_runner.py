@@ -1,0 +1,194 @@
+"""Runner behaviour with a scripted backend: failures are results, the other
+arms go on, and everything measured is already on disk."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from lab.api import Backend, EngineCrashed, EngineOOM, Generation, GenerationRequest
+from lab.events import Emit, Event, Finished, StatusChanged, StepEvent, TokenEvent
+from lab.hookspecs import hookimpl
+from lab.plugins import load_registry
+from lab.profiles import parse_profile
+from lab.runner import RunControl, Runner
+from lab.store import RunStore, load_run, load_steps
+
+
+class ScriptedBackend(Backend):
+    """Emits a fixed token stream; speculative arms land 3 tokens per step.
+    ``options.fail`` picks a failure: load, oom, crash, error (at round 1 of
+    the second prompt)."""
+
+    name = "scripted"
+    stack = "scripted"
+    from lab.api import Option
+
+    options = (Option("fail", str, "", "failure to inject", choices=("", "load", "oom", "crash", "error", "hang")),
+               Option("spec", bool, False, "draft with a built-in scripted drafter"))
+
+    @classmethod
+    def is_speculative(cls, arm_options, drafter) -> bool:
+        return bool(arm_options.get("spec"))
+
+    def load(self, emit: Emit) -> None:
+        if self.arm.options.get("fail") == "load":
+            raise EngineOOM("failed to allocate buffer", log_excerpt="ggml: out of memory")
+
+    def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        fail = self.arm.options.get("fail")
+        if request.cell.prompt == "second" and request.cell.round == 1:
+            if fail == "oom":
+                raise EngineOOM("Compute error", log_excerpt="ggml_metal: out of memory")
+            if fail == "crash":
+                raise EngineCrashed("server exited with -9")
+            if fail == "error":
+                raise RuntimeError("bug in backend")
+        ids: list[int] = []
+        i = 0
+        while len(ids) < request.max_tokens:
+            if cancelled():
+                from lab.api import Cancelled
+
+                raise Cancelled()
+            if fail == "hang":
+                threading.Event().wait(0.01)
+            if self.arm.options.get("spec"):
+                n = min(3, request.max_tokens - len(ids))
+                emit(TokenEvent(request.cell, "ab"[: n - 1], tuple(range(i, i + n - 1)), True))
+                emit(TokenEvent(request.cell, "c", (i + n - 1,), False))
+                emit(StepEvent(request.cell, i, drafted=4, accepted=n - 1, landed=n, draft_s=0.001, verify_s=0.002, step_s=0.003))
+                ids.extend(range(i, i + n))
+                i += n
+            else:
+                emit(TokenEvent(request.cell, "x", (i,), False))
+                ids.append(i)
+                i += 1
+        text = "".join(chr(97 + t % 26) for t in ids)
+        return Generation(text=text, ids=ids, prompt_tokens=5, prompt_s=0.01, gen_s=0.1 if not self.arm.options.get("spec") else 0.05)
+
+    def close(self) -> None:
+        ScriptedBackend.closed.append(self.arm.name)
+
+    closed: list[str] = []
+
+
+class Plugin:
+    @staticmethod
+    @hookimpl
+    def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
+        register(ScriptedBackend)
+
+
+def profile_text(arms: list[tuple[str, dict[str, Any]]], rounds: int = 2, warmup: int = 1) -> str:
+    out = [f"[run]\nmax_tokens = 12\nrounds = {rounds}\nwarmup = {warmup}\n",
+           '[[prompts]]\nname = "first"\ntext = "a"\n', '[[prompts]]\nname = "second"\ntext = "b"\n']
+    for name, opts in arms:
+        inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
+        out.append(f'[[arms]]\nname = "{name}"\nbackend = "scripted"\nn_max = 3\noptions = {{ {inline} }}\n')
+    return "\n".join(out)
+
+
+def make_runner(tmp_path: Path, text: str, listeners: list[Callable[[Event], None]] = (), control: RunControl | None = None):
+    registry = load_registry(extra_plugins=[Plugin])
+    profile = parse_profile(text, "scripted.toml", registry)
+    store = RunStore(profile, tmp_path)
+    return Runner(profile, registry, store, list(listeners), control), store
+
+
+def test_failures_are_results_and_the_other_arms_go_on(tmp_path: Path) -> None:
+    ScriptedBackend.closed.clear()
+    text = profile_text([
+        ("base", {}), ("oom", {"spec": True, "fail": "oom"}), ("crash", {"spec": True, "fail": "crash"}),
+        ("bug", {"spec": True, "fail": "error"}), ("noload", {"spec": True, "fail": "load"}), ("fine", {"spec": True}),
+    ])
+    runner, store = make_runner(tmp_path, text)
+    results = runner.run()
+    by = {(r["arm"], r["prompt"], r["round"]): r for r in results}
+    assert len(results) == 6 * 2 * 2
+    assert by[("oom", "second", 1)]["status"] == "oom"
+    assert "out of memory" in by[("oom", "second", 1)]["detail"]
+    assert by[("oom", "second", 2)]["status"] == "ok"  # the engine survived an OOM
+    assert by[("crash", "second", 1)]["status"] == "crashed"
+    assert by[("crash", "second", 2)]["status"] == "crashed"  # nothing runs on a dead engine
+    assert by[("crash", "first", 1)]["status"] == "ok"
+    assert by[("bug", "second", 1)]["status"] == "error" and "bug in backend" in by[("bug", "second", 1)]["detail"]
+    assert all(by[("noload", p, r)]["status"] == "oom" for p in ("first", "second") for r in (1, 2))
+    assert all(by[("fine", p, r)]["status"] == "ok" for p in ("first", "second") for r in (1, 2))
+    assert by[("oom", "second", 1)]["verdict"].startswith("failed: oom")
+    # Every backend that was created was closed, failed ones included.
+    assert sorted(ScriptedBackend.closed) == sorted(["base", "oom", "crash", "bug", "noload", "fine"])
+    # On disk: all rows, and the steps of every arm that ran.
+    saved = load_run(store.path)
+    assert len(saved["results"]) == len(results)
+    steps = load_steps(store.path)
+    assert {s["arm"] for s in steps} == {"oom", "crash", "bug", "fine"}
+    assert not [s for s in steps if s["round"] == 0]  # warmup not recorded
+    report = (store.path / "report.md").read_text()
+    for arm, status in (("oom", "oom"), ("crash", "crashed"), ("bug", "error"), ("noload", "oom")):
+        assert any(arm in line and status in line for line in report.splitlines()), (arm, status)
+
+
+def test_metrics_follow_from_steps(tmp_path: Path) -> None:
+    runner, _ = make_runner(tmp_path, profile_text([("base", {}), ("spec", {"spec": True})], rounds=1, warmup=0))
+    results = runner.run()
+    spec = next(r for r in results if r["arm"] == "spec" and r["prompt"] == "first")
+    assert spec["steps"] == 4 and spec["drafted"] == 16 and spec["accepted"] == 8
+    assert spec["acceptance_rate"] == pytest.approx(0.5)
+    assert spec["mean_accepted_len"] == pytest.approx(3.0)
+    assert spec["speedup"] == pytest.approx(2.0)  # 12/0.05 vs 12/0.1
+    assert spec["step_cost_tokens"] == pytest.approx(0.003 * 120)
+    assert spec["max_yield"] == 4
+    assert spec["identical_to_baseline"] is True
+    assert spec["verdict"].startswith("pays")
+
+
+def test_results_are_on_disk_while_the_run_goes(tmp_path: Path) -> None:
+    seen: list[int] = []
+    store_box: list[RunStore] = []
+
+    def listen(event: Event) -> None:
+        if isinstance(event, Finished) and store_box:
+            seen.append(len(load_run(store_box[0].path)["results"]))
+
+    runner, store = make_runner(tmp_path, profile_text([("base", {}), ("spec", {"spec": True})]), [listen])
+    store_box.append(store)
+    runner.run()
+    assert seen == list(range(1, 9))
+
+
+def test_cancel_marks_the_rest_cancelled(tmp_path: Path) -> None:
+    control = RunControl()
+
+    def listen(event: Event) -> None:
+        if isinstance(event, Finished) and event.result["arm"] == "base" and event.result["prompt"] == "second":
+            control.cancel()
+
+    text = profile_text([("base", {}), ("spec", {"spec": True, "fail": "hang"})])
+    runner, store = make_runner(tmp_path, text, [listen], control)
+    results = runner.run()
+    statuses = {(r["arm"], r["prompt"], r["round"]): r["status"] for r in results}
+    assert len(results) == 8
+    assert [s for k, s in statuses.items() if k[0] == "spec"] == ["cancelled"] * 4
+    assert load_run(store.path)["cancelled"] is True
+
+
+def test_skip_arm_goes_to_the_next(tmp_path: Path) -> None:
+    control = RunControl()
+    events: list[Event] = []
+
+    def listen(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, TokenEvent) and event.cell.arm == "slow" and event.cell.round == 1:
+            control.skip_arm()
+
+    text = profile_text([("base", {}), ("slow", {"spec": True, "fail": "hang"}), ("after", {"spec": True})])
+    runner, _ = make_runner(tmp_path, text, [listen], control)
+    results = runner.run()
+    assert {r["status"] for r in results if r["arm"] == "slow"} == {"cancelled"}
+    assert {r["status"] for r in results if r["arm"] == "after"} == {"ok"}
+    assert any(isinstance(e, StatusChanged) and e.cell.arm == "after" for e in events)
