@@ -1,0 +1,125 @@
+"""How close the lab's in-process llama.cpp loop runs to the engine itself.
+
+In one run, same model, same threads, alternating so that machine noise hits
+both sides alike:
+  1. lab baseline tok/s (generation phase) / llama-bench tg tok/s. Goal >= 0.95.
+  2. the speculative loop's per-step Python overhead in microseconds: time in
+     the loop that is neither engine decode nor drafting, per step (oracle
+     drafter, so every step is a full n_max block).
+
+    python benchmarks/decode_overhead.py [--repeats 5] [--tokens 128] [--model embedded:smollm2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from lab import models
+from lab.plugins import load_registry
+from lab.profiles import parse_profile
+from lab.runner import Runner
+
+
+def llama_bench_path() -> Path:
+    from lab.doctor import llama_server_binary
+
+    server = llama_server_binary()
+    if not server:
+        sys.exit("llama-server/llama-bench not found: pip install -e '.[llamacpp]'")
+    bench = Path(server).with_name("llama-bench")
+    if not bench.exists():
+        sys.exit(f"llama-bench not found beside {server}")
+    return bench
+
+
+def llama_bench_tg(bench: Path, model: Path, tokens: int, threads: int) -> float:
+    out = subprocess.run(
+        [str(bench), "-m", str(model), "-p", "0", "-n", str(tokens), "-t", str(threads), "-r", "1", "-o", "json"],
+        capture_output=True, text=True, check=True,
+    )
+    rows = json.loads(out.stdout)
+    return float(rows[0]["avg_ts"])
+
+
+PROFILE = """
+[run]
+max_tokens = {tokens}
+rounds = 1
+warmup = 1
+threads = {threads}
+n_ctx = 2048
+chat_template = false
+
+[[prompts]]
+name = "p"
+text = "The"
+
+[[arms]]
+name = "base"
+backend = "llamacpp"
+model = "{model}"
+
+[[arms]]
+name = "oracle"
+backend = "llamacpp"
+model = "{model}"
+drafter = "oracle"
+n_max = 4
+"""
+
+
+def lab_run(model: str, tokens: int, threads: int) -> tuple[float, float]:
+    registry = load_registry()
+    profile = parse_profile(PROFILE.format(tokens=tokens, threads=threads, model=model), "bench.toml", registry)
+    rows = Runner(profile, registry).run()
+    base = next(r for r in rows if r["arm"] == "base")
+    oracle = next(r for r in rows if r["arm"] == "oracle")
+    if base["status"] != "ok" or oracle["status"] != "ok":
+        sys.exit(f"lab run failed: {base['detail']} {oracle['detail']}")
+    overhead_us = oracle["engine_report"]["loop_overhead_s"] / max(oracle["steps"], 1) * 1e6
+    return base["tok_per_s"], overhead_us
+
+
+def spread(xs: list[float]) -> str:
+    return f"min {min(xs):.2f} / median {statistics.median(xs):.2f} / max {max(xs):.2f}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--model", default="embedded:smollm2")
+    ap.add_argument("--threads", type=int, default=0, help="0: as many as the CPUs this process may use")
+    args = ap.parse_args()
+    threads = args.threads or len(os.sched_getaffinity(0))
+    model_path = models.resolve(args.model)
+    bench = llama_bench_path()
+    lab_tps: list[float] = []
+    bench_tps: list[float] = []
+    overhead: list[float] = []
+    ratios: list[float] = []
+    for i in range(args.repeats):
+        b = llama_bench_tg(bench, model_path, args.tokens, threads)
+        t, o = lab_run(args.model, args.tokens, threads)
+        bench_tps.append(b)
+        lab_tps.append(t)
+        overhead.append(o)
+        ratios.append(t / b)
+        print(f"repeat {i + 1}: llama-bench tg{args.tokens} {b:.1f} tok/s, lab baseline {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step", flush=True)
+    print()
+    print(f"model {args.model} ({model_path.name}), {threads} threads, {args.tokens} tokens, {args.repeats} repeats")
+    print(f"llama-bench tg tok/s:      {spread(bench_tps)}")
+    print(f"lab baseline tok/s:        {spread(lab_tps)}")
+    print(f"lab / llama-bench ratio:   {spread(ratios)}   (goal >= 0.95)")
+    print(f"speculative loop overhead: {spread(overhead)} us per step (n_max 4, oracle drafter)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
