@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 
 class Status(str, Enum):
@@ -123,7 +123,7 @@ class Finished:
     """A cell finished: its full result row (see lab.results.RESULT_KEYS)."""
 
     cell: Cell
-    result: dict[str, object]
+    result: dict[str, Any]
     t: float = field(default_factory=now)
 
 

@@ -224,7 +224,8 @@ class _Reader:
 
 
 def _tname(value: Any) -> str:
-    return {dict: "table", list: "array", str: "string"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {dict: "table", list: "array", str: "string"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _closest(word: str, options: Iterable[str]) -> str | None:

@@ -91,7 +91,7 @@ def build_result(
         "steps": n_steps,
         "drafted": drafted,
         "accepted": accepted,
-        "acceptance_rate": accepted / drafted if drafted else None,
+        "acceptance_rate": accepted / drafted if drafted and accepted is not None else None,
         "mean_accepted_len": landed / n_steps if n_steps else None,
         "step_s": step_s if ok else None,
         "draft_s": _mean(draft_vals) if ok and draft_vals else None,

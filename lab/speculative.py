@@ -24,7 +24,10 @@ class Target(Protocol):
     """What the loops need from a target engine. Every method returns only
     after the engine finished the work (synchronized), so clocks are honest."""
 
-    n_past: int
+    @property
+    def n_past(self) -> int:
+        """Tokens of context the engine holds."""
+
     n_ctx: int
     n_vocab: int
 

@@ -148,7 +148,7 @@ def load_steps(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if p.is_dir():
         p = p / "steps.jsonl"
-    out = []
+    out: list[dict[str, Any]] = []
     if not p.exists():
         return out
     for line in p.read_text(encoding="utf-8").splitlines():

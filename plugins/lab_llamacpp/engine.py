@@ -203,7 +203,7 @@ class Context:
             n = len(self.model.eog_ids)
             bias = (ll.llama_logit_bias * n)()
             for i, tok in enumerate(self.model.eog_ids):
-                bias[i].token = tok
+                bias[i].token = tok  # type: ignore[assignment]
                 bias[i].bias = -float("inf")
             self._bias = bias  # the sampler copies it, keep it anyway
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(self.model.n_vocab, n, bias))

@@ -9,7 +9,6 @@ from typing import Callable
 
 def _smollm2_q4_0(out: Path) -> None:
     from lab.models import embedded_smollm2
-
     from lab_llamacpp.engine import quantize
 
     quantize(str(embedded_smollm2()), str(out), "Q4_0")
