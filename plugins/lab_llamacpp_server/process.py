@@ -1,0 +1,201 @@
+"""One llama-server process: start, wait until it serves, read its log live,
+stop it by its own pid on every path.
+
+The server is started directly (no shell, no wrapper), so the pid we hold is
+the server's: SIGINT reaches it, not a ``time`` or ``sh`` in between (the
+write-ups lost a server to exactly that). On Linux the child also asks the
+kernel to kill it when the thread that started it dies, which covers a crash
+of the lab itself; an atexit hook stops whatever is still running when the
+interpreter exits normally or on an unhandled exception.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from typing import IO, Callable, Sequence
+
+GRACE_S = 5.0
+
+_live: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1. The server binds it
+    right after; a lost race shows up as a failed start with the log."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child_setup(address_space: int | None) -> Callable[[], None]:
+    def setup() -> None:  # pragma: no cover - runs in the child
+        # PR_SET_PDEATHSIG = 1: the kernel sends SIGKILL when the starting
+        # thread exits, so a lab killed with -9 leaves no server behind.
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+        except Exception:  # noqa: BLE001 - best effort; atexit and close() still apply
+            pass
+        if address_space is not None:
+            # Allocations past the cap fail at once (NULL, bad_alloc) instead
+            # of succeeding lazily and waking the kernel's OOM killer later.
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    return setup
+
+
+class ServerExited(RuntimeError):
+    def __init__(self, returncode: int | None, excerpt: str) -> None:
+        super().__init__(f"llama-server exited (code {returncode})")
+        self.returncode = returncode
+        self.excerpt = excerpt
+
+
+class ServerProcess:
+    """A running llama-server. ``on_line`` is called from the reader thread
+    for every log line (already written to ``log_path``)."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: str,
+        env: dict[str, str] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        tail_lines: int = 400,
+        address_space_limit: int | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
+        self.on_line = on_line
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._log: IO[str] | None = None
+        self._lock = threading.Lock()
+        self.started_at = 0.0
+        self.address_space_limit = address_space_limit
+
+    # -- life cycle -----------------------------------------------------------
+    def start(self) -> None:
+        os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
+        self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")
+        self._log.write("$ " + " ".join(self.argv) + "\n")
+        self._log.flush()
+        preexec = _child_setup(self.address_space_limit) if sys.platform.startswith("linux") else None
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            preexec_fn=preexec,  # noqa: PLW1509 - only prctl, async-signal safe enough
+            # Own process group: a Ctrl-C in the terminal reaches the lab,
+            # which then stops the server itself, in order.
+            start_new_session=True,
+        )
+        self.started_at = time.monotonic()
+        _live.add(self)
+        self._reader = threading.Thread(target=self._read, name=f"llama-server-{self.proc.pid}", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with self._lock:
+                self.tail.append(line)
+                if self._log is not None and not self._log.closed:
+                    self._log.write(line + "\n")
+                    self._log.flush()
+            if self.on_line is not None:
+                try:
+                    self.on_line(line)
+                except Exception:  # noqa: BLE001 - a parser bug must not stop the log
+                    pass
+
+    def excerpt(self, n: int = 40, match: Callable[[str], bool] | None = None) -> str:
+        """The last n log lines, or the last n that match."""
+        with self._lock:
+            lines = list(self.tail)
+        if match is not None:
+            picked = [ln for ln in lines if match(ln)]
+            lines = picked or lines
+        return "\n".join(lines[-n:])
+
+    def wait_log_quiet(self, timeout: float = 1.0) -> None:
+        """Wait until the reader has caught up: no new line for 50 ms."""
+        deadline = time.monotonic() + timeout
+        last = -1
+        while time.monotonic() < deadline:
+            with self._lock:
+                n = len(self.tail) + (hash(self.tail[-1]) if self.tail else 0)
+            if n == last:
+                return
+            last = n
+            time.sleep(0.05)
+
+    def stop(self, grace: float = GRACE_S) -> int | None:
+        """SIGINT to the server's own pid, SIGKILL after ``grace`` seconds.
+        Safe to call more than once and from any path."""
+        proc = self.proc
+        if proc is None:
+            return None
+        try:
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+                try:
+                    proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    try:
+                        os.kill(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.wait(timeout=10)
+        finally:
+            if self._reader is not None:
+                self._reader.join(timeout=2)
+            with self._lock:
+                if self._log is not None and not self._log.closed:
+                    self._log.write(f"# lab: server pid {proc.pid} stopped, exit code {proc.returncode}\n")
+                    self._log.close()
+            _live.discard(self)
+        return proc.returncode
+
+
+def stop_all() -> None:
+    """Stop every server this process started and still holds."""
+    for server in list(_live):
+        try:
+            server.stop(grace=2.0)
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+atexit.register(stop_all)

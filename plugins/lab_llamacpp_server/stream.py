@@ -1,0 +1,145 @@
+"""Token stream of one /completion request, and what it says about steps.
+
+With ``timings_per_token`` every streamed chunk carries the slot's running
+counters: ``predicted_n`` (tokens generated so far), ``draft_n`` (tokens
+drafted so far) and ``draft_n_accepted``. The server raises ``draft_n`` when
+it drafts and ``draft_n_accepted`` right after verifying, before it sends the
+step's tokens, so the first chunk of a step shows both jumps. That is enough
+to group tokens into steps live and to mark the accepted ones as drafted,
+with no race against the log.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+
+@dataclass
+class Chunk:
+    """One streamed chunk: its text, the ids it carried (the server holds a
+    token back while a UTF-8 character is incomplete, so a chunk can stand for
+    more tokens than it names), and the counters after it."""
+
+    text: str
+    ids: list[int]
+    n_tokens: int
+    predicted_n: int
+    draft_n: int
+    draft_n_accepted: int
+    t: float  # client clock on arrival (lab.events.now)
+    server_ms: float | None = None  # the server's generation clock: ms since its first token
+    final: bool = False
+    timings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StreamStep:
+    """A speculative step as seen in the stream."""
+
+    drafted: int
+    accepted: int
+    landed: int = 0
+    first_t: float = 0.0  # arrival of its first chunk
+    last_t: float = 0.0
+    prev_t: float = 0.0  # arrival of the chunk before it (end of the previous work)
+    first_server_ms: float | None = None  # the same two instants on the server's clock
+    prev_server_ms: float | None = None
+    after_step: bool = False  # the work before it was a step, not plain tokens
+
+
+class StepTracker:
+    """Groups chunks into plain tokens and steps from the counters."""
+
+    def __init__(self, start_t: float) -> None:
+        self.draft_n = 0
+        self.accepted_n = 0
+        self.predicted_n = 0
+        self.steps: list[StreamStep] = []
+        self._left_drafted = 0  # accepted drafted tokens of the current step not yet seen
+        self._in_step = False
+        self._last_t = start_t
+        self._last_server_ms: float | None = None
+        self._last_was_step = False
+        self.plain_tokens = 0
+
+    def feed(self, chunk: Chunk) -> bool:
+        """Account for a chunk; True when all its tokens were drafted."""
+        if chunk.draft_n > self.draft_n:
+            step = StreamStep(
+                drafted=chunk.draft_n - self.draft_n,
+                accepted=chunk.draft_n_accepted - self.accepted_n,
+                first_t=chunk.t, prev_t=self._last_t, after_step=self._last_was_step,
+                first_server_ms=chunk.server_ms, prev_server_ms=self._last_server_ms,
+            )
+            self.steps.append(step)
+            self.draft_n = chunk.draft_n
+            self.accepted_n = chunk.draft_n_accepted
+            self._left_drafted = step.accepted
+            self._in_step = True
+            # a step of accepted A lands A drafted tokens and then one of the target's own
+            self._step_left = step.accepted + 1
+        n = max(chunk.n_tokens, 0)
+        drafted_here = 0
+        for _ in range(n):
+            if self._in_step and self._step_left > 0:
+                step = self.steps[-1]
+                step.landed += 1
+                step.last_t = chunk.t
+                if self._left_drafted > 0:
+                    self._left_drafted -= 1
+                    drafted_here += 1
+                self._step_left -= 1
+                if self._step_left == 0:
+                    self._in_step = False
+                    self._last_was_step = True
+            else:
+                self.plain_tokens += 1
+                self._last_was_step = False
+        self.predicted_n = max(self.predicted_n, chunk.predicted_n)
+        if n:
+            self._last_t = chunk.t
+            self._last_server_ms = chunk.server_ms
+        return n > 0 and drafted_here == n
+
+
+def parse_sse_lines(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """JSON objects of an SSE stream (``data: {...}`` lines)."""
+    for line in lines:
+        if not line:
+            continue
+        if line.startswith("data:"):
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                return
+            try:
+                obj = json.loads(payload)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+        elif line.startswith("error:"):
+            try:
+                yield {"error": json.loads(line[6:].strip())}
+            except json.JSONDecodeError:
+                yield {"error": {"message": line[6:].strip()}}
+
+
+def chunk_from(obj: dict[str, Any], prev_predicted: int, t: float) -> Chunk:
+    timings = obj.get("timings") or {}
+    ids = [int(x) for x in obj.get("tokens") or []]
+    predicted = int(timings.get("predicted_n", prev_predicted + len(ids)))
+    n = predicted - prev_predicted if timings else len(ids)
+    return Chunk(
+        text=str(obj.get("content", "")),
+        ids=ids,
+        n_tokens=n,
+        predicted_n=predicted,
+        draft_n=int(timings.get("draft_n", 0)),
+        draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
+        t=t,
+        server_ms=float(timings["predicted_ms"]) if "predicted_ms" in timings else None,
+        final=bool(obj.get("stop", False)),
+        timings=dict(timings),
+    )

@@ -1,0 +1,222 @@
+"""Tiny GGUF models for llama-server's speculative routes, written here with
+the ``gguf`` package: random weights, fixed seeds, a few MB each.
+
+- ``tiny:llama``: a 2-layer llama-architecture target.
+- ``tiny:llama-dflash``: a 1-layer DFlash draft for it (reads the target's
+  layer inputs 0 and 1, shares its embeddings and LM head).
+- ``tiny:glm4moe-mtp``: a 2-layer GLM-4.5-style MoE target with one NextN
+  (MTP) block appended, the layout llama.cpp runs with ``--spec-type
+  draft-mtp`` (no recurrent layers, so no checkpoint replay).
+
+All three carry SmolLM2's tokenizer and chat template, copied from the
+embedded model, so they share its vocabulary (drafts must) and prompts read
+as text. Random weights give arbitrary acceptance: they test the mechanics
+and the counting, not drafting quality.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+N_EMBD = 64
+N_HEAD = 4
+N_HEAD_KV = 2
+HEAD_DIM = N_EMBD // N_HEAD
+N_FF = 128
+N_CTX_TRAIN = 4096
+
+
+@dataclass(frozen=True)
+class _Tokenizer:
+    fields: list[tuple[str, Any, Any]]  # (key, value, gguf value type or (ARRAY, sub type))
+    n_vocab: int
+
+
+def _smollm2_tokenizer() -> _Tokenizer:
+    import gguf
+
+    from lab.models import embedded_smollm2
+
+    reader = gguf.GGUFReader(str(embedded_smollm2()))
+    fields: list[tuple[str, Any, Any]] = []
+    n_vocab = 0
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        value = field.contents()
+        types = list(field.types)
+        if key == "tokenizer.ggml.tokens":
+            n_vocab = len(value)
+        fields.append((key, value, types))
+    if n_vocab == 0:
+        raise RuntimeError("the embedded model has no token list")
+    return _Tokenizer(fields, n_vocab)
+
+
+def _writer(out: Path, arch: str, tok: _Tokenizer) -> Any:
+    import gguf
+
+    w = gguf.GGUFWriter(str(out), arch)
+    w.add_name(f"speclab {arch} (tiny, random weights)")
+    for key, value, types in tok.fields:
+        main = types[0]
+        if main == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(key, value, main, sub_type=types[1])
+        else:
+            w.add_key_value(key, value, main)
+    return w
+
+
+def _common_kv(w: Any, arch: str, n_layer_all: int, n_ff: int, tok: _Tokenizer) -> None:
+    w.add_uint32(f"{arch}.block_count", n_layer_all)
+    w.add_uint32(f"{arch}.context_length", N_CTX_TRAIN)
+    w.add_uint32(f"{arch}.embedding_length", N_EMBD)
+    w.add_uint32(f"{arch}.feed_forward_length", n_ff)
+    w.add_uint32(f"{arch}.attention.head_count", N_HEAD)
+    w.add_uint32(f"{arch}.attention.head_count_kv", N_HEAD_KV)
+    w.add_uint32(f"{arch}.rope.dimension_count", HEAD_DIM)
+    w.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_uint32(f"{arch}.vocab_size", tok.n_vocab)
+    w.add_uint32("general.file_type", 1)  # mostly F16
+
+
+class _Weights:
+    """Seeded weights. Shapes are numpy order: (rows = out, cols = in),
+    i.e. ggml's ne reversed."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def mat(self, *shape: int, scale: float = 1.0) -> np.ndarray:
+        fan_in = shape[-1]
+        return (self.rng.standard_normal(shape) * (scale / np.sqrt(fan_in))).astype(np.float16)
+
+    def embd(self, n_vocab: int) -> np.ndarray:
+        # Unit-scale embeddings tied to the LM head make logits peaked, so
+        # greedy picks are far from ties and reproducible across batch shapes.
+        return self.rng.standard_normal((n_vocab, N_EMBD)).astype(np.float16)
+
+    @staticmethod
+    def norm(n: int = N_EMBD) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+
+def _attn(w: Any, W: _Weights, i: int, qk_norm: bool = False) -> None:
+    w.add_tensor(f"blk.{i}.attn_norm.weight", W.norm())
+    w.add_tensor(f"blk.{i}.attn_q.weight", W.mat(N_HEAD * HEAD_DIM, N_EMBD))
+    w.add_tensor(f"blk.{i}.attn_k.weight", W.mat(N_HEAD_KV * HEAD_DIM, N_EMBD))
+    w.add_tensor(f"blk.{i}.attn_v.weight", W.mat(N_HEAD_KV * HEAD_DIM, N_EMBD))
+    w.add_tensor(f"blk.{i}.attn_output.weight", W.mat(N_EMBD, N_HEAD * HEAD_DIM, scale=4.0))
+    if qk_norm:
+        w.add_tensor(f"blk.{i}.attn_q_norm.weight", W.norm(HEAD_DIM))
+        w.add_tensor(f"blk.{i}.attn_k_norm.weight", W.norm(HEAD_DIM))
+
+
+def _dense_ffn(w: Any, W: _Weights, i: int, norm_name: str = "ffn_norm") -> None:
+    w.add_tensor(f"blk.{i}.{norm_name}.weight", W.norm())
+    w.add_tensor(f"blk.{i}.ffn_gate.weight", W.mat(N_FF, N_EMBD))
+    w.add_tensor(f"blk.{i}.ffn_up.weight", W.mat(N_FF, N_EMBD))
+    w.add_tensor(f"blk.{i}.ffn_down.weight", W.mat(N_EMBD, N_FF, scale=4.0))
+
+
+def _finish(w: Any) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+LLAMA_LAYERS = 2
+
+
+def build_llama(out: Path) -> None:
+    tok = _smollm2_tokenizer()
+    w = _writer(out, "llama", tok)
+    _common_kv(w, "llama", LLAMA_LAYERS, N_FF, tok)
+    W = _Weights(1234)
+    w.add_tensor("token_embd.weight", W.embd(tok.n_vocab))
+    w.add_tensor("output_norm.weight", W.norm())
+    for i in range(LLAMA_LAYERS):
+        _attn(w, W, i)
+        _dense_ffn(w, W, i)
+    _finish(w)
+
+
+DFLASH_BLOCK = 16  # drafts up to block - 1 = 15 tokens: covers n-max 3, 7, 12
+
+
+def build_llama_dflash(out: Path) -> None:
+    tok = _smollm2_tokenizer()
+    w = _writer(out, "dflash", tok)
+    _common_kv(w, "dflash", 1, N_FF, tok)
+    target_layers = list(range(LLAMA_LAYERS))
+    w.add_array("dflash.target_layers", target_layers)
+    w.add_uint32("dflash.block_size", DFLASH_BLOCK)
+    # The mask token fills the block's undecided positions; any id of the
+    # shared vocabulary works for random weights: use <|endoftext|>.
+    w.add_uint32("tokenizer.ggml.mask_token_id", 0)
+    W = _Weights(4321)
+    w.add_tensor("fc.weight", W.mat(N_EMBD, N_EMBD * len(target_layers)))
+    w.add_tensor("enc.output_norm.weight", W.norm())
+    w.add_tensor("output_norm.weight", W.norm())
+    _attn(w, W, 0, qk_norm=True)
+    _dense_ffn(w, W, 0)
+    _finish(w)
+
+
+GLM_TRUNK = 2
+GLM_EXPERTS = 4
+GLM_EXPERTS_USED = 2
+GLM_FF_EXP = 32
+
+
+def _moe_ffn(w: Any, W: _Weights, i: int) -> None:
+    w.add_tensor(f"blk.{i}.post_attention_norm.weight", W.norm())
+    w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", W.mat(GLM_EXPERTS, N_EMBD).astype(np.float32))
+    w.add_tensor(f"blk.{i}.exp_probs_b.bias", np.zeros(GLM_EXPERTS, dtype=np.float32))
+    w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", W.mat(GLM_EXPERTS, GLM_FF_EXP, N_EMBD))
+    w.add_tensor(f"blk.{i}.ffn_up_exps.weight", W.mat(GLM_EXPERTS, GLM_FF_EXP, N_EMBD))
+    w.add_tensor(f"blk.{i}.ffn_down_exps.weight", W.mat(GLM_EXPERTS, N_EMBD, GLM_FF_EXP, scale=4.0))
+    w.add_tensor(f"blk.{i}.ffn_gate_shexp.weight", W.mat(GLM_FF_EXP, N_EMBD))
+    w.add_tensor(f"blk.{i}.ffn_up_shexp.weight", W.mat(GLM_FF_EXP, N_EMBD))
+    w.add_tensor(f"blk.{i}.ffn_down_shexp.weight", W.mat(N_EMBD, GLM_FF_EXP, scale=4.0))
+
+
+def build_glm4moe_mtp(out: Path) -> None:
+    tok = _smollm2_tokenizer()
+    arch = "glm4moe"
+    w = _writer(out, arch, tok)
+    n_all = GLM_TRUNK + 1
+    _common_kv(w, arch, n_all, N_FF, tok)
+    w.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    w.add_uint32(f"{arch}.leading_dense_block_count", 1)
+    w.add_uint32(f"{arch}.expert_feed_forward_length", GLM_FF_EXP)
+    w.add_uint32(f"{arch}.expert_count", GLM_EXPERTS)
+    w.add_uint32(f"{arch}.expert_used_count", GLM_EXPERTS_USED)
+    w.add_uint32(f"{arch}.expert_shared_count", 1)
+    w.add_float32(f"{arch}.expert_weights_scale", 1.0)
+    w.add_bool(f"{arch}.expert_weights_norm", True)
+    w.add_uint32(f"{arch}.expert_gating_func", 2)  # sigmoid, as GLM-4.5
+    W = _Weights(2468)
+    w.add_tensor("token_embd.weight", W.embd(tok.n_vocab))
+    w.add_tensor("output_norm.weight", W.norm())
+    for i in range(n_all):
+        _attn(w, W, i)
+        if i == 0:
+            w.add_tensor(f"blk.{i}.post_attention_norm.weight", W.norm())
+            w.add_tensor(f"blk.{i}.ffn_gate.weight", W.mat(N_FF, N_EMBD))
+            w.add_tensor(f"blk.{i}.ffn_up.weight", W.mat(N_FF, N_EMBD))
+            w.add_tensor(f"blk.{i}.ffn_down.weight", W.mat(N_EMBD, N_FF, scale=4.0))
+        else:
+            _moe_ffn(w, W, i)
+    nextn = GLM_TRUNK
+    w.add_tensor(f"blk.{nextn}.nextn.eh_proj.weight", W.mat(N_EMBD, 2 * N_EMBD))
+    w.add_tensor(f"blk.{nextn}.nextn.enorm.weight", W.norm())
+    w.add_tensor(f"blk.{nextn}.nextn.hnorm.weight", W.norm())
+    w.add_tensor(f"blk.{nextn}.nextn.shared_head_norm.weight", W.norm())
+    _finish(w)
