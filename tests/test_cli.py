@@ -104,11 +104,13 @@ def test_doctor_and_plugins(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
-    (tmp_path / "p.toml").write_text(PROFILE.format(max_tokens=400, rounds=3))
+    # Long enough that the run is still going when the first row lands, short
+    # enough that a loaded machine gets there.
+    (tmp_path / "p.toml").write_text(PROFILE.format(max_tokens=96, rounds=3))
     proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "run", "p.toml", "--out", "runs"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 240
+        deadline = time.time() + 400
         results = None
         while time.time() < deadline:
             found = list((tmp_path / "runs").glob("*/results.json"))
