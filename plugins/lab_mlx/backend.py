@@ -1,0 +1,189 @@
+"""The ``mlx`` backend: autoregressive baseline and the lab's speculative
+loop (lab.speculative) for any drafter plugin, over an MLX target."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+
+from lab import models
+from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, Option
+from lab.events import Emit, Status, StatusChanged, arm_cell
+from lab.speculative import LoopStats, generate
+
+if TYPE_CHECKING:
+    from lab.api import Drafter
+    from lab.profiles import Arm
+    from lab_mlx.engine import EngineThread
+    from lab_mlx.loader import LoadedModel
+    from lab_mlx.target import MlxTarget
+
+
+_OOM_MARKERS = ("malloc", "out of memory", "unable to allocate", "insufficient memory")
+
+
+class MlxSession(Backend):
+    """What both MLX backends share: one engine thread that owns every MLX
+    call, loading, wired limit, memory figures."""
+
+    stack = "mlx"
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("enable_thinking", bool, True, "passed to the chat template (Qwen3-style thinking switch; the write-ups turned it off)"),
+    )
+
+    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
+        super().__init__(arm, ctx)
+        self.engine: EngineThread | None = None
+        self.loaded: LoadedModel | None = None
+        self._old_wired: int | None = None
+        self.stats = LoopStats()
+
+    def load(self, emit: Emit) -> None:
+        from lab_mlx.engine import EngineThread, open_session
+
+        if self.arm.model is None:
+            raise ValueError(f"arm {self.arm.name}: the {self.name} backend needs model = ...")
+        cell = arm_cell(self.arm.name)
+        emit(StatusChanged(cell, Status.LOADING, phase="resolving model"))
+        path = models.resolve(self.arm.model)
+        emit(StatusChanged(cell, Status.LOADING, phase="loading target", progress=0.3))
+        self.engine = EngineThread(self.arm.name)
+        open_session(self.engine)
+        self.call(lambda: self._load_on_engine(path, emit))
+
+    def _load_on_engine(self, path: Any, emit: Emit) -> None:
+        from lab_mlx.engine import set_wired_limit
+        from lab_mlx.loader import load_target
+
+        self._old_wired = set_wired_limit()
+        self.loaded = load_target(path)
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        assert self.engine is not None, "load() first"
+        try:
+            return self.engine.call(fn)
+        except (RuntimeError, MemoryError) as exc:
+            # MLX reports allocation failures as RuntimeError ("[metal::malloc]
+            # ...", "out of memory"): those are results (status oom), not bugs.
+            text = str(exc)
+            if isinstance(exc, MemoryError) or any(k in text.lower() for k in _OOM_MARKERS):
+                raise EngineOOM(text or type(exc).__name__) from exc
+            raise
+
+    def vocab_size(self) -> int:
+        assert self.loaded is not None
+        return self.loaded.vocab.n_vocab
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        assert self.loaded is not None
+        # Only a non-default switch goes to the template: most templates
+        # ignore unknown variables, but some reject them.
+        kwargs = {} if self.arm.options.get("enable_thinking", True) else {"enable_thinking": False}
+        return self.loaded.vocab.prompt_ids(request.prompt, request.system, request.chat_template, **kwargs)
+
+    def _finish(self, gen: Generation, target: MlxTarget) -> Generation:
+        from lab_mlx.engine import memory
+
+        mem = memory()
+        gen.engine_bytes = mem["mlx_active_bytes"]
+        gen.engine_report.update(mem)
+        gen.engine_report["rollback_forwards"] = target.rollback_forwards
+        return gen
+
+    def engine_bytes(self) -> int | None:
+        if self.engine is None or self.loaded is None:
+            return None
+        from lab_mlx.engine import memory
+
+        return self.call(lambda: memory()["mlx_active_bytes"])
+
+    def close(self) -> None:
+        if self.engine is None:
+            return
+        from lab_mlx.engine import close_session, restore_wired_limit
+
+        def release() -> None:
+            import mlx.core as mx
+
+            self.loaded = None
+            self._release()
+            restore_wired_limit(self._old_wired)
+            mx.clear_cache()
+
+        try:
+            self.engine.call(release)
+        finally:
+            close_session(self.engine)
+            self.engine.close()
+            self.engine = None
+
+    def _release(self) -> None:
+        """Drop backend-specific engine objects (on the engine thread)."""
+
+    def report(self) -> dict[str, Any]:
+        return {"loop_overhead_s": self.stats.overhead_s(), "steps": self.stats.steps}
+
+    # Verify cost (``lab probe``): one target pass over w tokens, timed.
+    probe_methods: ClassVar[tuple[str, ...]] = ("decode",)
+
+    def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
+        if method not in (None, "decode"):
+            raise ValueError(f"unknown probe method {method!r}; use decode")
+        if self.loaded is None:
+            raise RuntimeError("load() the backend before measuring by decode")
+        loaded = self.loaded
+
+        def run() -> list[float]:
+            from lab_mlx.probe import decode_pass_seconds
+            from lab_mlx.target import MlxTarget
+
+            return decode_pass_seconds(MlxTarget(loaded.model, loaded.vocab, self.ctx.run.n_ctx), widths)
+
+        return list(self.call(run))
+
+    def probe_notes(self) -> dict[str, Any]:
+        from lab_mlx.probe import INNER_PASSES, PREFIX_TOKENS
+
+        return {"prefix_tokens": PREFIX_TOKENS, "inner_passes": INNER_PASSES, "device": self.call(_device_name)}
+
+
+def _device_name() -> str:
+    import mlx.core as mx
+
+    return str(mx.default_device())
+
+
+class MlxBackend(MlxSession):
+    name = "mlx"
+    description = "MLX (mlx-lm models, or GGUF Q4_0/Q4_1/Q8_0 through mx.load); runs drafter plugins"
+    accepts_drafters = True
+
+    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
+        super().__init__(arm, ctx)
+        self.drafter: Drafter | None = None
+        self.target: MlxTarget | None = None
+
+    def attach_drafter(self, drafter: Drafter) -> None:
+        self.drafter = drafter
+
+    def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        return self.call(lambda: self._generate(request, emit, cancelled))
+
+    def _generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        from lab_mlx.target import MlxTarget
+
+        assert self.loaded is not None
+        if self.target is None:
+            self.target = MlxTarget(self.loaded.model, self.loaded.vocab, self.ctx.run.n_ctx)
+        target = self.target
+        target.set_sampling(request.temperature, request.seed, request.ignore_eos)
+        ids = self.prompt_ids(request)
+        if self.drafter is None and request.temperature <= 0:
+            from lab_mlx.baseline import generate_greedy_pipelined
+
+            gen = generate_greedy_pipelined(target, ids, request, emit, cancelled)
+        else:
+            gen = generate(target, ids, request, emit, cancelled, self.drafter, self.stats)
+        return self._finish(gen, target)
+
+    def _release(self) -> None:
+        self.target = None
