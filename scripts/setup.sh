@@ -53,4 +53,12 @@ case ",$EXTRAS," in
     $PIP install --quiet -e ".[$EXTRAS]"
     ;;
 esac
+# The MLX DFlash tests compare with z-lab's reference implementation. Its
+# exact pins (tqdm, datasets, requests) fight ours and its MLX module needs
+# none of them, so it goes in without its dependencies, for tests only.
+case ",$EXTRAS," in
+  *,test,*)
+    case ",$EXTRAS," in *,mlx,*|*,all,*) $PIP install --quiet --no-deps dflash==0.1.0 ;; esac
+    ;;
+esac
 echo "speclab is set up in $VENV (extras: $EXTRAS)"
