@@ -71,7 +71,7 @@ class LoopStats:
         return self.loop_s - self.engine_s - self.draft_s - self.empty_draft_s
 
 
-class _Output:
+class OutputStream:
     """Collects output ids, decodes text incrementally, emits token events."""
 
     def __init__(self, target: Target, req: GenerationRequest, emit: Emit) -> None:
@@ -94,7 +94,7 @@ class _Output:
         return "".join(self.parts) + self._utf8.decode(b"", final=True)
 
 
-def _check_room(target: Target, need: int) -> None:
+def check_room(target: Target, need: int) -> None:
     if target.n_past + need > target.n_ctx:
         raise RuntimeError(
             f"context full: {target.n_past} + {need} tokens exceeds n_ctx {target.n_ctx}; raise [run] n_ctx"
@@ -113,12 +113,12 @@ def generate(
     """Run one cell: baseline when ``drafter`` is None, else speculative with
     up to ``req.n_max`` drafted tokens per step."""
     stats = stats if stats is not None else LoopStats()
-    out = _Output(target, req, emit)
+    out = OutputStream(target, req, emit)
     rng = np.random.default_rng(req.seed)
 
     t0 = now()
     target.reset()
-    _check_room(target, len(prompt_ids) + 1)
+    check_room(target, len(prompt_ids) + 1)
     if drafter is not None:
         drafter.begin(prompt_ids, req.cell)
     target.decode(prompt_ids, all_logits=False)
@@ -146,7 +146,7 @@ def generate(
             if drafter is not None and k > 0:
                 stats.empty_drafts += 1
                 stats.empty_draft_s += t_b - t_a
-            _check_room(target, 1)
+            check_room(target, 1)
             target.decode([pending], all_logits=False)
             t_e = now()
             stats.engine_s += t_e - t_b
@@ -161,9 +161,9 @@ def generate(
         target.decode([pending, *drafted], all_logits=True)
         t_c = now()
         if req.temperature <= 0:
-            accepted, correction = _accept_greedy(target, drafted)
+            accepted, correction = accept_greedy(target, drafted)
         else:
-            accepted, correction = _accept_sampled(target, drafted, draft_probs, rng)
+            accepted, correction = accept_sampled(target, drafted, draft_probs, rng)
         target.truncate(base + 1 + accepted)
         t_d = now()
 
@@ -195,7 +195,7 @@ def generate(
     )
 
 
-def _accept_greedy(target: Target, drafted: Sequence[int]) -> tuple[int, int]:
+def accept_greedy(target: Target, drafted: Sequence[int]) -> tuple[int, int]:
     for i, tok in enumerate(drafted):
         y = target.pick(i)
         if y != tok:
@@ -203,7 +203,7 @@ def _accept_greedy(target: Target, drafted: Sequence[int]) -> tuple[int, int]:
     return len(drafted), target.pick(len(drafted))
 
 
-def _accept_sampled(
+def accept_sampled(
     target: Target, drafted: Sequence[int], draft_probs: Sequence[np.ndarray] | None, rng: np.random.Generator
 ) -> tuple[int, int]:
     """Speculative sampling: accept token x with probability min(1, p(x)/q(x));

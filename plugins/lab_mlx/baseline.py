@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 from lab.api import Cancelled, Generation, GenerationRequest
 from lab.events import Emit, now
-from lab.speculative import _check_room, _Output
+from lab.speculative import OutputStream, check_room
 from lab_mlx.target import MlxTarget
 
 
@@ -26,10 +26,10 @@ def generate_greedy_pipelined(
 ) -> Generation:
     import mlx.core as mx
 
-    out = _Output(target, req, emit)
+    out = OutputStream(target, req, emit)
     t0 = now()
     target.reset()
-    _check_room(target, len(prompt_ids) + req.max_tokens)
+    check_room(target, len(prompt_ids) + req.max_tokens)
     target.decode(prompt_ids, all_logits=False)
     first = target.pick(-1)
     t_prompt = now()

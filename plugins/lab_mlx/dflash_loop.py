@@ -16,7 +16,7 @@ import numpy as np
 
 from lab.api import Cancelled, Generation, GenerationRequest
 from lab.events import Emit, StepEvent, now
-from lab.speculative import LoopStats, _accept_greedy, _accept_sampled, _check_room, _Output
+from lab.speculative import LoopStats, OutputStream, accept_greedy, accept_sampled, check_room
 from lab_mlx.dflash_model import DFlashDraft
 from lab_mlx.target import MlxTarget
 
@@ -108,13 +108,13 @@ def generate_dflash(
     runs as one graph (faster where graph building is a visible cost) and
     only step seconds are measured."""
     stats = stats if stats is not None else LoopStats()
-    out = _Output(target, req, emit)
+    out = OutputStream(target, req, emit)
     rng = np.random.default_rng(req.seed)
     proposer = DFlashProposer(draft, req.seed)
 
     t0 = now()
     target.reset()
-    _check_room(target, len(prompt_ids) + 1)
+    check_room(target, len(prompt_ids) + 1)
     target.decode(prompt_ids, all_logits=False)
     proposer.add_context(target.hidden)
     pending = target.pick(-1)
@@ -128,7 +128,7 @@ def generate_dflash(
         remaining = req.max_tokens - len(out.ids)
         k = min(block_size - 1, remaining - 1, target.n_ctx - target.n_past - 1)
         if k <= 0:
-            _check_room(target, 1)
+            check_room(target, 1)
             target.decode([pending], all_logits=False)
             proposer.add_context(target.hidden)
             stats.engine_s += now() - t_a
@@ -153,9 +153,9 @@ def generate_dflash(
             draft_probs = None
         t_c = now()
         if req.temperature <= 0:
-            accepted, correction = _accept_greedy(target, drafted)
+            accepted, correction = accept_greedy(target, drafted)
         else:
-            accepted, correction = _accept_sampled(target, drafted, draft_probs, rng)
+            accepted, correction = accept_sampled(target, drafted, draft_probs, rng)
         verify_hidden = target.hidden
         target.truncate(base + 1 + accepted)
         # The draft's next context: the verified rows of this pass.
