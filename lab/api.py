@@ -158,6 +158,27 @@ class Backend(ABC):
         """Arm-level figures the engine keeps (loop overhead, server totals)."""
         return {}
 
+    # Verification cost (``lab probe``). Optional: the ways this backend can
+    # measure it, the first being the default; empty when it cannot.
+    probe_methods: ClassVar[tuple[str, ...]] = ()
+
+    def probe_needs_load(self, method: str) -> bool:
+        """Whether ``method`` runs on the loaded engine (call ``load`` first)
+        or on its own (an external tool that loads the model itself)."""
+        return True
+
+    def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
+        """Seconds one target pass takes to verify w tokens of one sequence,
+        for each w in ``widths`` (which holds 1): one measurement per call,
+        warmed up, each figure the median of a few passes; the caller repeats
+        calls for a spread. See :mod:`lab.probe`."""
+        raise NotImplementedError(f"{self.name} cannot measure verify cost")
+
+    def probe_notes(self) -> dict[str, Any]:
+        """What the last measurement ran (a command, an external tool's raw
+        table), saved with the probe."""
+        return {}
+
 
 @dataclass(frozen=True)
 class Draft:

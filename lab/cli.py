@@ -3,7 +3,8 @@
 lab                         open the TUI on profiles/demo.toml
 lab PROFILE.toml            open the TUI on a profile
 lab run PROFILE [--out DIR] run headless, print progress and the comparison
-lab report RUN_DIR [--format md|csv|json]
+lab report RUN_DIR [--format md|csv|json] [--compare RUN_B] [--probe FILE]
+lab probe [--backend B] [--model M] [--widths 1-16] [--method decode|batched-bench] [--out FILE]
 lab plugins                 backends, drafters, their options, load errors
 lab doctor                  engines, tools and models, and how to fix what is missing
 """
@@ -58,8 +59,8 @@ class Progress:
                     extra += f", {r['speedup']:.2f}x"
                 self.out.write(f"  [{r['arm']} {r['prompt']} r{r['round']}] {r['n_tokens']} tokens, {r['tok_per_s']:.1f} tok/s{extra}\n")
             else:
-                first = str(r.get("detail") or "").splitlines()[:1]
-                self.out.write(f"  [{r['arm']} {r['prompt']} r{r['round']}] {r['status']} {first[0] if first else ''}\n")
+                lines = str(r.get("detail") or "").splitlines()[:1]
+                self.out.write(f"  [{r['arm']} {r['prompt']} r{r['round']}] {r['status']} {lines[0] if lines else ''}\n")
         self.out.flush()
 
 
@@ -113,21 +114,53 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from lab.report import render
+    from lab.probe import ProbeError
+    from lab.report import load_for_report, render
     from lab.store import load_run
 
     try:
-        data = load_run(args.run_dir)
+        data = load_for_report(args.run_dir, args.probe)
+        if args.bandwidth:
+            data["bandwidth_bytes_s"] = args.bandwidth * 1e9
         if args.compare:
             from lab.analysis.compare import render_compare  # type: ignore[import-not-found]
 
             text = render_compare(data, load_run(args.compare), args.format)
         else:
             text = render(data, args.format)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ProbeError) as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(text)
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Measure verify cost T(w), print the curve, save it as JSON."""
+    from lab import probe
+    from lab.api import EngineFailure
+    from lab.plugins import load_registry
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"  {msg}", file=sys.stderr, flush=True)
+
+    try:
+        widths = probe.parse_widths(args.widths)
+        result = probe.measure(
+            args.backend, args.model, widths, method=args.method, repeats=args.repeats,
+            threads=args.threads, registry=load_registry(), bandwidth=not args.no_bandwidth, progress=say,
+        )
+    except (probe.ProbeError, KeyError, OSError, RuntimeError, NotImplementedError, EngineFailure) as exc:
+        print(f"lab: probe failed: {exc}", file=sys.stderr)
+        return 2
+    print(result.render())
+    if result.bandwidth_bytes_s and result.model_bytes:
+        from lab.analysis.roofline import Roofline
+
+        print(Roofline(result.model_bytes, result.bandwidth_bytes_s, "measured read bandwidth").line())
+    if args.out:
+        print(f"saved: {probe.save(result, args.out)}")
     return 0
 
 
@@ -141,10 +174,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         for opt in cls.options:
             print(f"      {opt.describe()}")
     print("drafters:")
-    for name, cls in sorted(registry.drafters.items()):
-        stacks = "any stack" if cls.stacks is None else ", ".join(sorted(cls.stacks))
-        print(f"  {name}  [{stacks}]  {cls.description}")
-        for opt in cls.options:
+    for name, dcls in sorted(registry.drafters.items()):
+        stacks = "any stack" if dcls.stacks is None else ", ".join(sorted(dcls.stacks))
+        print(f"  {name}  [{stacks}]  {dcls.description}")
+        for opt in dcls.options:
             print(f"      {opt.describe()}")
     if registry.errors:
         print("load errors:")
@@ -188,7 +221,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--format", choices=("md", "csv", "json"), default="md")
     p.add_argument("--compare", metavar="RUN_B", help="show what changed from RUN_DIR to RUN_B")
+    p.add_argument("--probe", metavar="FILE", help="verify-cost probe for the prediction (default: RUN_DIR/probe.json)")
+    p.add_argument("--bandwidth", type=float, metavar="GBPS", help="device memory bandwidth for the roofline, GB/s")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("probe", help="measure verify cost T(w) of a backend and model")
+    p.add_argument("--backend", default="llamacpp")
+    p.add_argument("--model", default="embedded:smollm2")
+    p.add_argument("--widths", default="1-16", help="widths to verify, e.g. 1-16 or 1,2,4,8 (1 is always added)")
+    p.add_argument("--method", help="how to measure (llamacpp: decode, batched-bench); default: the backend's first")
+    p.add_argument("--repeats", type=int, default=3, help="measurements for min/median/max (default 3)")
+    p.add_argument("--threads", type=int, default=0, help="engine threads (default: the backend's)")
+    p.add_argument("--out", help="save the probe as JSON here (a file, or a run directory: RUN/probe.json)")
+    p.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth measurement")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_probe)
     p = sub.add_parser("plugins", help="list backends, drafters and plugin load errors")
     p.add_argument("--strict", action="store_true", help="exit 1 when a plugin failed to load")
     p.set_defaults(func=cmd_plugins)

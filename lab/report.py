@@ -1,14 +1,22 @@
-"""Reports of a saved run: Markdown shaped like the write-ups' tables, CSV of
-every row, JSON as saved."""
+"""Reports of a saved run: Markdown shaped like the write-ups' tables (ready
+to paste), CSV of every row, JSON as saved plus the analysis.
+
+``data`` is what :func:`lab.store.load_run` returns; :func:`load_for_report`
+adds the run's steps (per-position acceptance) and a probe (the prediction
+and the roofline) when there are any. Without them those sections say what
+is missing instead of guessing.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import statistics
-from typing import Any, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
+from lab.analysis import breakeven
+from lab.analysis import run as analysis
 from lab.results import RESULT_KEYS
 
 
@@ -22,59 +30,258 @@ def _fmt(value: Any, spec: str = ".2f", none: str = "—") -> str:
     return str(value)
 
 
+def _pct(value: float | None, spec: str = ".1f") -> str:
+    return "—" if value is None else f"{value * 100:{spec}}%"
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1000:.2f}"
+
+
 def _mib(value: Any) -> str:
     return "—" if not value else f"{value / 2**20:.0f} MiB"
 
 
-def _median(values: Iterable[Any]) -> float | None:
-    xs = [v for v in values if v is not None]
-    return statistics.median(xs) if xs else None
-
-
 def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per arm x prompt over its rounds: medians of the ok rounds,
-    the min-max of tok/s, and the verdict of the median round."""
-    order: list[tuple[str, str]] = []
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    """One row per arm x prompt over its rounds (see lab.analysis.run)."""
+    return analysis.summarize(results)
+
+
+def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dict[str, Any]:
+    """A run directory's results with its steps and probe attached: the
+    probe named here, else probe.json in the run directory, else the one the
+    profile names, else none."""
+    from lab import probe as probes
+    from lab.store import load_run, load_steps
+
+    data = load_run(run_dir)
+    p = Path(run_dir)
+    if p.is_dir():
+        data["steps"] = load_steps(p)
+    if probe is None:
+        # A profile may name a probe (``probe = "..."`` under [run]), relative
+        # to the profile's own directory.
+        named = (data["profile"].get("run") or {}).get("probe") or data["profile"].get("probe")
+        if named and p.is_dir() and not (p / probes.PROBE_FILE).exists():
+            where = Path(str(data["profile"].get("path") or ".")).parent
+            probe = where / str(named)
+    if probe is not None:
+        data["probe"] = probes.load(probe)
+    elif p.is_dir():
+        data["probe"] = probes.find(p)
+    return data
+
+
+def _probe(data: Mapping[str, Any]) -> Any:
+    from lab import probe as probes
+
+    value = data.get("probe")
+    if value is None or isinstance(value, probes.Probe):
+        return value
+    return probes.Probe.from_json(value)
+
+
+# -- Markdown -------------------------------------------------------------------
+
+def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Arms down, prompts across, every round's tok/s and the change against
+    the baseline: the write-ups' results table."""
+    prompts: list[str] = []
+    arms: list[str] = []
     for r in results:
-        key = (r["arm"], r["prompt"])
-        if key not in groups:
-            order.append(key)
-            groups[key] = []
-        groups[key].append(r)
-    out = []
-    for key in order:
-        rows = groups[key]
-        ok = [r for r in rows if r["status"] == "ok"]
-        statuses = sorted({r["status"] for r in rows})
-        first = rows[0]
-        tps = [r["tok_per_s"] for r in ok if r["tok_per_s"] is not None]
-        median_row = sorted(ok, key=lambda r: r["tok_per_s"] or 0)[len(ok) // 2] if ok else rows[0]
-        identical = [r["identical_to_baseline"] for r in ok if r["identical_to_baseline"] is not None]
-        divergences = [r["first_divergence_char"] for r in ok if r["first_divergence_char"] is not None]
-        out.append({
-            "arm": key[0], "prompt": key[1], "backend": first["backend"], "drafter": first["drafter"],
-            "status": "ok" if statuses == ["ok"] else "/".join(statuses),
-            "rounds": len(ok),
-            "tok_per_s": _median(tps), "tok_per_s_min": min(tps) if tps else None, "tok_per_s_max": max(tps) if tps else None,
-            "speedup": _median(r["speedup"] for r in ok),
-            "acceptance_rate": _median(r["acceptance_rate"] for r in ok),
-            "mean_accepted_len": _median(r["mean_accepted_len"] for r in ok),
-            "draft_s": _median(r["draft_s"] for r in ok),
-            "verify_s": _median(r["verify_s"] for r in ok),
-            "step_cost_tokens": _median(r["step_cost_tokens"] for r in ok),
-            "max_yield": first.get("max_yield"),
-            "peak_mem_bytes": max((r["peak_mem_bytes"] or 0 for r in rows), default=0) or None,
-            "identical_to_baseline": all(identical) if identical else None,
-            "first_divergence_char": min(divergences) if divergences else None,
-            "verdict": median_row["verdict"],
-        })
-    return out
+        if r["prompt"] not in prompts:
+            prompts.append(r["prompt"])
+        if r["arm"] not in arms:
+            arms.append(r["arm"])
+    by = {(s["arm"], s["prompt"]): s for s in summaries}
+    head = "| arm | " + " | ".join(prompts) + f" | acceptance ({' / '.join(prompts)}) | verdict |"
+    lines = [head, "|" + "---|" * (len(prompts) + 3)]
+    for arm in arms:
+        cells = []
+        kinds = []
+        for prompt in prompts:
+            s = by.get((arm, prompt))
+            rounds = sorted((r for r in results if r["arm"] == arm and r["prompt"] == prompt and int(r["round"]) >= 1),
+                            key=lambda r: r["round"])
+            if s is None or not rounds:
+                cells.append("—")
+                continue
+            if s["rounds"] == 0:
+                cells.append(s["status"])
+            else:
+                tps = " / ".join(f"{r['tok_per_s']:.2f}" if r["status"] == "ok" and r["tok_per_s"] else r["status"] for r in rounds)
+                if s["speedup"] is not None:
+                    tps += f" ({(s['speedup'] - 1) * 100:+.0f}%)"
+                cells.append(tps)
+            kinds.append((prompt, s["verdict_kind"]))
+        accept = " / ".join(_pct(by[(arm, p)]["acceptance_rate"]) if (arm, p) in by else "—" for p in prompts)
+        first = next((by[(arm, p)] for p in prompts if (arm, p) in by), None)
+        if first is not None and first["is_baseline"]:
+            accept, verdict = "—", "baseline"
+        elif len({k for _, k in kinds}) == 1:
+            verdict = kinds[0][1]
+        else:
+            verdict = "; ".join(f"{p}: {k}" for p, k in kinds)
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {accept} | {verdict} |")
+    return lines
+
+
+def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| arm | prompt | tok/s (min–max) | speedup [95% CI] | acceptance | mean len | draft ms | verify ms | "
+        "step cost / max yield | break-even len | peak mem | identical | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        tps = _fmt(s["tok_per_s"], ".1f")
+        if s["tok_per_s_min"] is not None and s["rounds"] > 1:
+            tps += f" ({s['tok_per_s_min']:.1f}–{s['tok_per_s_max']:.1f})"
+            if s["spread_too_wide"]:
+                tps += " ⚠"
+        speed = "—" if s["speedup"] is None else f"{s['speedup']:.2f}x"
+        if s["speedup_ci"]:
+            speed += f" [{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}]"
+        cost = "—" if s["step_cost_tokens"] is None else f"{s['step_cost_tokens']:.2f} / {_fmt(s['max_yield'], 'd')}"
+        ident = _fmt(s["identical_to_baseline"])
+        if s["first_divergence_char"] is not None:
+            ident += f" (char {s['first_divergence_char']})"
+        lines.append(
+            f"| {s['arm']} | {s['prompt']} | {tps if s['rounds'] else s['status']} | {speed} | "
+            f"{_pct(s['acceptance_rate'])} | {_fmt(s['mean_accepted_len'])} | {_ms(s['draft_s'])} | "
+            f"{_ms(s['verify_s'])} | {cost} | {_fmt(s['break_even_len'])} | {_mib(s['peak_mem_bytes'])} | "
+            f"{ident} | {s['verdict']} |"
+        )
+    return lines
+
+
+def _economics_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The write-ups' hand arithmetic, one line per speculative arm x prompt."""
+    lines = []
+    for s in summaries:
+        econ = breakeven.economics(s)
+        if s["is_baseline"] or econ is None:
+            continue
+        split = ""
+        if s["draft_s"] is not None and s["verify_s"] is not None:
+            split = f" (draft {s['draft_s'] * 1000:.2f} + verify {s['verify_s'] * 1000:.2f})"
+        need = econ.needed_acceptance
+        need_txt = "" if need is None else (
+            f", which needs {need * 100:.0f}% acceptance" if need <= 1 else ", more than any acceptance can give"
+        )
+        lines.append(
+            f"- **{s['arm']} / {s['prompt']}**: a step takes {econ.step_s * 1000:.2f} ms{split} while a baseline token "
+            f"takes {econ.baseline_token_s * 1000:.2f} ms, so a step costs {econ.cost_tokens:.2f} tokens and can land "
+            f"at most {_fmt(econ.max_yield, 'd')}; it landed {_fmt(econ.mean_accepted_len)}. Break-even is "
+            f"{econ.break_even_len:.2f} tokens per step{need_txt}. → {s['verdict_kind']}"
+        )
+    return lines
+
+
+def _position_lines(data: Mapping[str, Any]) -> list[str]:
+    steps = data.get("steps")
+    if steps is None:
+        return ["Per-position acceptance needs the run's steps.jsonl: render with `lab report RUN_DIR`."]
+    pos = analysis.positions(steps)
+    if not pos:
+        return ["No speculative steps were saved."]
+    width = max(len(p.reached) for p in pos.values())
+    head = "| arm | prompt | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " |"
+    lines = [head, "|---|---|" + "---|" * width]
+    for (arm, prompt), p in pos.items():
+        cells = []
+        for i in range(width):
+            if i < len(p.reached) and p.reached[i]:
+                cells.append(f"{p.accepted[i] / p.reached[i] * 100:.0f}% of {p.reached[i]}")
+            else:
+                cells.append("—")
+        lines.append(f"| {arm} | {prompt} | " + " | ".join(cells) + " |")
+    lines += ["", "Position i: drafts accepted at i over steps that reached i (every earlier position accepted)."]
+    return lines
+
+
+def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
+    if probe is None:
+        return [
+            "No verify-cost probe for this run, so no prediction. Measure one with "
+            "`lab probe --backend BACKEND --model MODEL --out RUN_DIR/probe.json`, or name one with "
+            "`lab report RUN_DIR --probe FILE`."
+        ]
+    steps = data.get("steps")
+    if steps is None:
+        return ["The prediction needs the run's steps.jsonl (acceptance per position): render with `lab report RUN_DIR`."]
+    preds = analysis.predictions(data["results"], steps, probe)
+    ratio = probe.batch_ratio()
+    lines = [
+        f"Probe: {probe.backend} / {probe.model} by {probe.method}, {len(probe.seconds)} repeats"
+        + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
+        + "; T(w) " + ", ".join(f"{w}: {probe.t_ratio(w):.2f}" for w in probe.widths if w in (1, 2, 4, 8, 16)) + ".",
+        "",
+    ]
+    if not preds:
+        return lines + ["No speculative arm with steps to predict."]
+    lines += [
+        "| arm | prompt | n_max | measured | predicted | best n_max | predicted there | curve (n_max: speedup) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in preds:
+        curve = ", ".join(
+            f"{c['n_max']}: {c['speedup']:.2f}" + ("*" if c["extrapolated"] else "")
+            for c in p["curve"] if c["n_max"] <= 8 or c["n_max"] == p["best_n_max"]
+        )
+        other = "" if p["probe_matches"] else " †"
+        lines.append(
+            f"| {p['arm']}{other} | {p['prompt']} | {_fmt(p['n_max'], 'd')} | "
+            f"{_fmt(p['measured'])}{'x' if p['measured'] is not None else ''} | "
+            f"{_fmt(p['predicted'])}{'x' if p['predicted'] is not None else ''} | {_fmt(p['best_n_max'], 'd')} | "
+            f"{_fmt(p['best_predicted'])}x | {curve} |"
+        )
+    lines += [
+        "",
+        "Predicted: expected tokens per step from the acceptance per position over a step's cost, "
+        "T(n_max + 1) plus the drafter's measured seconds per drafted token, in baseline tokens. "
+        "\\* marks n_max beyond the positions measured (the last position's acceptance carried on)."
+        + (" † the probe measured another backend or model than this arm runs." if any(not p["probe_matches"] for p in preds) else ""),
+    ]
+    return lines
+
+
+def _stats_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for s in summaries:
+        if s["is_baseline"]:
+            if s["spread_too_wide"]:
+                lines.append(f"- {s['arm']} / {s['prompt']}: baseline rounds spread {s['tok_per_s_spread'] * 100:.0f}% ⚠")
+            continue
+        if s["call"] is None or s["rounds"] == 0:
+            continue
+        ci = f" [{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}]" if s["speedup_ci"] else ""
+        gm = f"{s['speedup_geomean']:.2f}x" if s["speedup_geomean"] is not None else "—"
+        spread = ""
+        if s["tok_per_s_spread"] is not None and s["rounds"] > 1:
+            spread = f"; rounds spread {s['tok_per_s_spread'] * 100:.0f}%" + (" ⚠" if s["spread_too_wide"] else "")
+        lines.append(f"- {s['arm']} / {s['prompt']}: {gm}{ci} over {s['rounds']} paired rounds: {s['call']}{spread}")
+    lines += [
+        "",
+        "Speedups pair each round with its baseline's same prompt and round (warmup excluded); the interval is a "
+        "95% percentile bootstrap of their geometric mean. ⚠: tok/s spread over rounds above 10%.",
+    ]
+    return lines
+
+
+def _divergence_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    divs = analysis.divergences(results)
+    if not divs:
+        checked = any(r.get("identical_to_baseline") is not None for r in results)
+        return ["Every speculative output is identical to its baseline." if checked else "No outputs to compare."]
+    return [f"- {d['arm']} / {d['prompt']} r{d['round']}: {d['line']}" for d in divs]
 
 
 def render_markdown(data: Mapping[str, Any]) -> str:
     profile = data["profile"]
     run = profile.get("run", {})
+    results = data["results"]
+    summaries = summarize(results)
+    probe = _probe(data)
     lines = [f"# {profile['name']}", ""]
     if profile.get("description"):
         lines += [profile["description"], ""]
@@ -83,27 +290,26 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         f"{run.get('max_tokens')} tokens, {run.get('rounds')} rounds after {run.get('warmup')} warmup. "
         f"Started {data.get('started')}" + (" (cancelled)" if data.get("cancelled") else "") + ".",
         "",
-        "| arm | prompt | tok/s (min–max) | speedup | acceptance | mean len | draft ms | verify ms | step cost / max yield | peak mem | identical | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s in summarize(data["results"]):
-        tps = _fmt(s["tok_per_s"], ".1f")
-        if s["tok_per_s_min"] is not None and s["rounds"] > 1:
-            tps += f" ({s['tok_per_s_min']:.1f}–{s['tok_per_s_max']:.1f})"
-        cost = "—" if s["step_cost_tokens"] is None else f"{s['step_cost_tokens']:.2f} / {s['max_yield']}"
-        ident = _fmt(s["identical_to_baseline"])
-        if s["first_divergence_char"] is not None:
-            ident += f" (char {s['first_divergence_char']})"
+    lines += _writeup_table(results, summaries)
+    lines += ["", "## Detail", ""] + _detail_table(summaries)
+    econ = _economics_lines(summaries)
+    if econ:
+        lines += ["", "## Why: the step arithmetic", ""] + econ
+    lines += ["", "## Acceptance per draft position", ""] + _position_lines(data)
+    lines += ["", "## Prediction", ""] + _prediction_lines(data, probe)
+    lines += ["", "## Statistics", ""] + _stats_lines(summaries)
+    lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
+    roofs = analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
+    lines += ["", "## Roofline", ""]
+    if roofs:
+        lines += [f"- {arm}: {r.line()}" for arm, r in roofs]
+    else:
         lines.append(
-            f"| {s['arm']} | {s['prompt']} | {tps if s['status'] == 'ok' else s['status']} | "
-            f"{_fmt(s['speedup'], '.2f')}{'x' if s['speedup'] is not None else ''} | "
-            f"{_fmt(s['acceptance_rate'] * 100 if s['acceptance_rate'] is not None else None, '.1f')}{'%' if s['acceptance_rate'] is not None else ''} | "
-            f"{_fmt(s['mean_accepted_len'])} | "
-            f"{_fmt(s['draft_s'] * 1000 if s['draft_s'] is not None else None, '.2f')} | "
-            f"{_fmt(s['verify_s'] * 1000 if s['verify_s'] is not None else None, '.2f')} | "
-            f"{cost} | {_mib(s['peak_mem_bytes'])} | {ident} | {s['verdict']} |"
+            "No memory bandwidth known: `lab probe` measures it (saved with the probe), "
+            "or give one with `lab report RUN_DIR --bandwidth GBPS`."
         )
-    failures = [r for r in data["results"] if r["status"] != "ok" and r.get("detail")]
+    failures = [r for r in results if r["status"] != "ok" and r.get("detail")]
     if failures:
         lines += ["", "## Failures", ""]
         seen: set[tuple[str, str]] = set()
@@ -123,7 +329,12 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-CSV_KEYS = RESULT_KEYS + ("prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail")
+# -- CSV and JSON -----------------------------------------------------------------
+
+CSV_KEYS = RESULT_KEYS + (
+    "prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail",
+    "break_even_len", "needed_acceptance", "verdict_kind",
+)
 
 
 def render_csv(data: Mapping[str, Any]) -> str:
@@ -132,14 +343,45 @@ def render_csv(data: Mapping[str, Any]) -> str:
     writer.writeheader()
     for r in data["results"]:
         row = {k: r.get(k) for k in CSV_KEYS}
+        econ = breakeven.economics(r)
+        row["break_even_len"] = econ.break_even_len if econ else None
+        row["needed_acceptance"] = econ.needed_acceptance if econ else None
+        row["verdict_kind"] = breakeven.classify(r).kind
         if row.get("detail"):
             row["detail"] = str(row["detail"]).splitlines()[0]
         writer.writerow(row)
     return buf.getvalue()
 
 
+def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    results = data["results"]
+    probe = _probe(data)
+    steps = data.get("steps")
+    out: dict[str, Any] = {
+        "summaries": summarize(results),
+        "divergences": analysis.divergences(results),
+        "positions": None,
+        "predictions": None,
+        "probe": probe.to_json() if probe is not None else None,
+        "roofline": [
+            {"arm": arm, "model_bytes": r.model_bytes, "bandwidth_bytes_s": r.bandwidth_bytes_s,
+             "bound_tok_per_s": r.bound_tok_per_s, "fraction": r.fraction}
+            for arm, r in analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
+        ],
+    }
+    if steps is not None:
+        out["positions"] = [
+            {"arm": a, "prompt": p, "reached": list(v.reached), "accepted": list(v.accepted), "rates": list(v.rates)}
+            for (a, p), v in analysis.positions(steps).items()
+        ]
+        if probe is not None:
+            out["predictions"] = analysis.predictions(results, steps, probe)
+    return out
+
+
 def render_json(data: Mapping[str, Any]) -> str:
-    return json.dumps(data, indent=1, default=str) + "\n"
+    saved = {k: v for k, v in data.items() if k not in ("steps", "probe")}
+    return json.dumps({**saved, "analysis": analysis_json(data)}, indent=1, default=str) + "\n"
 
 
 def render(data: Mapping[str, Any], fmt: str) -> str:

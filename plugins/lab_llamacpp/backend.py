@@ -158,15 +158,17 @@ class LlamaCppBackend(Backend):
         if method == "decode":
             if self.context is None:
                 raise RuntimeError("load() the backend before measuring by decode")
-            self._probe_notes = {"prefix_tokens": probe.PREFIX_TOKENS, "inner_passes": probe.INNER_PASSES}
+            self._probe_notes = {
+                "prefix_tokens": probe.PREFIX_TOKENS, "inner_passes": probe.INNER_PASSES,
+                "threads": self.ctx.run.threads or probe.default_threads(),
+            }
             return probe.decode_pass_seconds(self.context, widths)
         if method == "batched-bench":
             if self.arm.model is None:
                 raise ValueError("the probe needs a model")
-            seconds, notes = probe.batched_bench_seconds(
-                str(models.resolve(self.arm.model)), widths, self.ctx.run.threads or probe.default_threads()
-            )
-            self._probe_notes = notes
+            threads = self.ctx.run.threads or probe.default_threads()
+            seconds, notes = probe.batched_bench_seconds(str(models.resolve(self.arm.model)), widths, threads)
+            self._probe_notes = {**notes, "threads": threads}
             return seconds
         raise ValueError(f"unknown probe method {method!r}; use {', '.join(self.probe_methods)}")
 

@@ -1,0 +1,69 @@
+"""Greedy equivalence: where a speculative output first leaves its
+baseline's, shown the way the write-ups quote it ("More critically,"
+becomes "Furthermore,") with a few words either side."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+CONTEXT_WORDS = 4
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    char: int
+    token: int | None  # index of the first differing token, when ids are known
+    before: str  # shared words just before the split
+    baseline: str  # the baseline's words from the split on
+    output: str  # this arm's words from the split on
+
+    def line(self) -> str:
+        where = f"char {self.char}" + (f", token {self.token}" if self.token is not None else "")
+        lead = f"…{self.before} " if self.before else ""
+        return f"{where}: {lead}[baseline: “{self.baseline}” | here: “{self.output}”]"
+
+
+def first_char(a: str, b: str) -> int | None:
+    if a == b:
+        return None
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def first_token(a: Sequence[int], b: Sequence[int]) -> int | None:
+    if list(a) == list(b):
+        return None
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _word_start(text: str, pos: int) -> int:
+    """Start of the word holding pos, so the split shows whole words."""
+    while pos > 0 and not text[pos - 1].isspace():
+        pos -= 1
+    return pos
+
+
+def divergence(
+    baseline: str, output: str, baseline_ids: Sequence[int] | None = None, output_ids: Sequence[int] | None = None,
+    words: int = CONTEXT_WORDS,
+) -> Divergence | None:
+    """None when the texts are identical."""
+    char = first_char(baseline, output)
+    if char is None:
+        return None
+    start = _word_start(baseline, char)
+    before = " ".join(_WORD.findall(baseline[:start])[-words:])
+    after_base = " ".join(_WORD.findall(baseline[start:])[:words])
+    after_out = " ".join(_WORD.findall(output[start:])[:words])
+    token = first_token(baseline_ids, output_ids) if baseline_ids is not None and output_ids is not None else None
+    return Divergence(char, token, before, after_base or "(end)", after_out or "(end)")

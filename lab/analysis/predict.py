@@ -1,0 +1,96 @@
+"""Predict before measuring: the speedup an arm should get at each n_max.
+
+From the probe's verify-cost curve T(w), the drafter's measured cost per
+drafted token and the acceptance per position, one step drafting n costs
+C(n) = T(n + 1) + n * draft cost per token (both in baseline tokens) and
+lands L(n) = 1 + sum_k prod_{i<=k} p_i tokens. Iterations where the drafter
+proposes nothing cost and land one plain token, in the share measured. So
+
+    speedup(n) = (q + (1 - q) L(n)) / (q + (1 - q) C(n)),  q = plain share.
+
+T(w) is relative to a one-row pass, taken as one baseline token: the model
+leaves out sampling and loop overhead, which is what the measured speedup
+beside it shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from lab.analysis.acceptance import PositionAcceptance
+from lab.probe import Probe
+
+
+@dataclass(frozen=True)
+class Prediction:
+    n_max: int
+    landed: float  # expected tokens per step
+    verify_cost: float  # T(n + 1), baseline tokens
+    draft_cost: float  # baseline tokens per step
+    speedup: float
+    extrapolated: int  # draft positions with no acceptance data
+
+    @property
+    def cost(self) -> float:
+        return self.verify_cost + self.draft_cost
+
+
+@dataclass(frozen=True)
+class ArmInputs:
+    """What the prediction needs from an arm's measured rows."""
+
+    baseline_token_s: float
+    draft_s_per_token: float
+    plain_share: float
+    n_max: int | None
+
+
+def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
+    """Pool the ok rounds of one arm x prompt; None without steps or a
+    baseline to price them."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("steps") and r.get("step_cost_tokens")]
+    if not ok:
+        return None
+    steps = sum(int(r["steps"]) for r in ok)
+    drafted = sum(int(r["drafted"] or 0) for r in ok)
+    draft_s = sum(float(r["draft_s"] or 0.0) * int(r["steps"]) for r in ok)
+    # A step's seconds over its cost in baseline tokens is the baseline's
+    # seconds per token for that round.
+    token_s = sum(float(r["step_s"]) / float(r["step_cost_tokens"]) for r in ok) / len(ok)
+    # The first token comes with the prompt, not from the loop.
+    plain = sum(max(0, int(r.get("plain_tokens") or 0) - 1) for r in ok)
+    return ArmInputs(
+        baseline_token_s=token_s,
+        draft_s_per_token=draft_s / drafted if drafted else 0.0,
+        plain_share=plain / (plain + steps) if plain + steps else 0.0,
+        n_max=ok[0].get("n_max"),
+    )
+
+
+def predict(
+    acceptance: PositionAcceptance, probe: Probe, inputs: ArmInputs, n_values: Sequence[int] | None = None,
+) -> list[Prediction]:
+    """Predictions for every n_max the probe covers (n + 1 <= widest width)."""
+    ns = list(n_values) if n_values is not None else list(range(1, max(probe.widths)))
+    draft_per_token = inputs.draft_s_per_token / inputs.baseline_token_s
+    q = inputs.plain_share
+    out = []
+    for n in ns:
+        t = probe.t_ratio(n + 1)
+        if t is None:
+            continue
+        landed, missing = acceptance.expected_landed(n)
+        draft_cost = n * draft_per_token
+        speedup = (q + (1 - q) * landed) / (q + (1 - q) * (t + draft_cost))
+        out.append(Prediction(n, landed, t, draft_cost, speedup, missing))
+    return out
+
+
+def best(predictions: Sequence[Prediction]) -> Prediction | None:
+    """The n_max with the highest predicted speedup, preferring the smaller
+    n_max when two are within 1% (less memory, less to lose when wrong)."""
+    if not predictions:
+        return None
+    top = max(p.speedup for p in predictions)
+    return min((p for p in predictions if p.speedup >= top * 0.99), key=lambda p: p.n_max)

