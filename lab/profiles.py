@@ -48,6 +48,8 @@ class RunSettings:
     n_ctx: int = 4096
     threads: int = 0
     memory_interval_s: float = 0.1
+    # A saved verify-cost probe (lab probe --out FILE) the analysis predicts from.
+    probe: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ _RUN_TYPES: dict[str, tuple[type, ...]] = {
     "n_ctx": (int,),
     "threads": (int,),
     "memory_interval_s": (float, int),
+    "probe": (str,),
 }
 
 

@@ -117,14 +117,16 @@ class RunStore:
         write_json_atomic(self.path / "results.json", data)
 
     def finish(self, cancelled: bool = False) -> None:
-        from lab.report import render_markdown
+        from lab.report import load_for_report, render_markdown
 
         self.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.meta["cancelled"] = cancelled
         self._write_results()
         if not self._steps.closed:
             self._steps.close()
-        data = load_run(self.path)
+        # With steps and any probe attached, so the saved report carries the
+        # per-position acceptance and the prediction too.
+        data = load_for_report(self.path)
         (self.path / "report.md").write_text(render_markdown(data), encoding="utf-8")
 
 
