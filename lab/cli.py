@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from lab.events import Event, Finished, RunStarted, StatusChanged, Status
+from lab.events import Event, Finished, RunStarted, Status, StatusChanged
 
 DEFAULT_PROFILE = "profiles/demo.toml"
 

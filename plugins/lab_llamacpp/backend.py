@@ -9,13 +9,12 @@ import numpy as np
 
 from lab import models
 from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, Option
-from lab.events import Emit, StatusChanged, Status, arm_cell
+from lab.events import Emit, Status, StatusChanged, arm_cell
 from lab.speculative import LoopStats, generate, softmax
 
 if TYPE_CHECKING:
     from lab.api import Drafter
     from lab.profiles import Arm
-
     from lab_llamacpp.engine import Context, Model
 
 
