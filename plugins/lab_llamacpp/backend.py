@@ -40,6 +40,8 @@ class LlamaTarget:
         self.ctx.decode(ids, "all" if all_logits else "last")
 
     def pick(self, row: int) -> int:
+        if self.temperature <= 0:
+            return self.ctx.argmax(row, self.masked)
         return self.ctx.sample(row)
 
     def probs(self, row: int) -> np.ndarray:

@@ -66,7 +66,7 @@ class LlamaDraftModel(Drafter):
                 tok = int(self.rng.choice(len(p), p=p))
                 probs.append(p)
             else:
-                tok = self.context.sample(-1)
+                tok = self.context.argmax(-1, self.model.eog_ids)
             tokens.append(tok)
             if i + 1 < k:
                 self.context.decode([tok], "last")
