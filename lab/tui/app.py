@@ -1,0 +1,299 @@
+"""The lab's Textual app: `lab` opens it on profiles/demo.toml, `lab
+PROFILE.toml` on another profile.
+
+The runner runs on a thread worker; its events reach the run screen only as
+messages (see bridge.py). Quitting cancels the run and waits for the runner
+to close every engine it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import traceback
+from pathlib import Path
+from typing import Iterable
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from lab.plugins import Registry, load_registry
+from lab.profiles import ProfileError, load_profile
+from lab.report import load_for_report, render
+from lab.store import load_run, load_steps
+from lab.tui.screens.error import ErrorScreen
+from lab.tui.screens.export import ExportScreen
+from lab.tui.screens.help import HelpScreen
+from lab.tui.screens.picker import Choice, PickerScreen
+from lab.tui.screens.plugins import PluginsScreen
+from lab.tui.screens.run import RunScreen
+from lab.tui.session import RunSession
+
+GIL_SWITCH_S = 0.0005
+
+
+class LabApp(App[int]):
+    CSS_PATH = "lab.tcss"
+    TITLE = "speclab"
+    SUB_TITLE = "speculative decoding lab"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("o", "open", "Open"),
+        Binding("f2", "plugins", "Plugins"),
+        Binding("f1,question_mark", "help", "Help"),
+    ]
+
+    def __init__(
+        self,
+        profile_path: str | None = None,
+        *,
+        registry: Registry | None = None,
+        runs_dir: str | Path = "runs",
+        profiles_dir: str | Path | None = None,
+        saved_run: str | Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.profile_path = profile_path
+        self._lab_registry = registry
+        self.runs_dir = Path(runs_dir)
+        if profiles_dir is None:
+            profiles_dir = Path(profile_path).parent if profile_path else Path("profiles")
+        self.profiles_dir = Path(profiles_dir)
+        self.saved_run = saved_run
+        self.sessions: list[RunSession] = []
+        self._errors: list[tuple[str, str]] = []
+        self._switch_interval = sys.getswitchinterval()
+
+    @property
+    def registry(self) -> Registry:
+        if self._lab_registry is None:
+            self._lab_registry = load_registry()
+        return self._lab_registry
+
+    def on_mount(self) -> None:
+        # Everything built so far (Textual, the DOM, plugins) lives as long
+        # as the app: move it out of the collector's way. Full collections
+        # that walked it showed up as 100 ms stalls of the event loop while
+        # lanes streamed.
+        self.call_after_refresh(gc.freeze)
+        # The engine thread gives up the GIL inside every decode call and
+        # must win it back from the UI thread afterwards; with the default
+        # 5 ms switch interval that wait showed up in the measured tok/s.
+        sys.setswitchinterval(min(self._switch_interval, GIL_SWITCH_S))
+        if self.saved_run is not None:
+            self.push_screen(PickerScreen(self.profiles_dir, self.runs_dir), self._picked)
+            self.open_saved(str(self.saved_run))
+            return
+        error = None
+        if self.profile_path is not None:
+            error = self.open_profile(self.profile_path, replace=False)
+            if error is None:
+                return
+        self.push_screen(PickerScreen(self.profiles_dir, self.runs_dir), self._picked)
+        if error:
+            self.show_error("profile error", error)
+
+    def on_unmount(self) -> None:
+        sys.setswitchinterval(self._switch_interval)
+        gc.unfreeze()
+
+    # -- opening ----------------------------------------------------------------
+    def open_profile(self, path: str, replace: bool = True) -> str | None:
+        """Show a profile's run screen; returns the profile error, if any."""
+        try:
+            profile = load_profile(path, self.registry)
+        except ProfileError as exc:
+            return str(exc)
+        screen = RunScreen.live(profile)
+        if replace:
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
+        return None
+
+    def open_saved(self, run_dir: str) -> bool:
+        try:
+            data = load_run(run_dir)
+            steps = load_steps(run_dir)
+            screen = RunScreen.from_saved(data, run_dir, steps)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.show_error("cannot open saved run", f"{run_dir}: {exc}")
+            return False
+        self.push_screen(screen)
+        return True
+
+    def _picked(self, choice: Choice | None) -> None:
+        if choice is None:
+            if not any(isinstance(s, RunScreen) for s in self.screen_stack):
+                self.exit(0)
+            return
+        kind, path = choice
+        if kind == "run":
+            self.open_saved(path)
+            return
+        if self.active_session() is not None:
+            self.show_error("a run is going", "Stop it (x) or let it finish before opening another profile.")
+            return
+        replace = isinstance(self.screen, RunScreen) and not self.screen.read_only
+        error = self.open_profile(path, replace=replace)
+        if error:
+            self.show_error("profile error", error)
+
+    def action_open(self) -> None:
+        if isinstance(self.screen, PickerScreen):
+            return
+        self.push_screen(PickerScreen(self.profiles_dir, self.runs_dir), self._picked)
+
+    def action_plugins(self) -> None:
+        if not isinstance(self.screen, PluginsScreen):
+            self.push_screen(PluginsScreen(self.registry))
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    # -- errors ------------------------------------------------------------------
+    def show_error(self, title: str, detail: str) -> None:
+        """One modal at a time; later failures wait their turn."""
+        self._errors.append((title, detail))
+        if not isinstance(self.screen, ErrorScreen):
+            self._next_error()
+
+    def _next_error(self, _: object = None) -> None:
+        if self._errors:
+            title, detail = self._errors.pop(0)
+            self.push_screen(ErrorScreen(title, detail), self._next_error)
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR and event.worker.group == "run":
+            err = event.worker.error
+            text = "".join(traceback.format_exception(err)) if isinstance(err, BaseException) else str(err)
+            self.show_error("the run stopped with an error", text)
+            screen = next((s for s in self.screen_stack if isinstance(s, RunScreen) and s.session
+                           and s.session.bridge is not None and not s.session.running), None)
+            if screen is not None:
+                screen.state = "failed"
+                screen._update_header()
+                screen.refresh_bindings()
+
+    # -- running -----------------------------------------------------------------
+    def active_session(self) -> RunSession | None:
+        return next((s for s in self.sessions if s.running), None)
+
+    def start_run(self, screen: RunScreen) -> bool:
+        if screen.profile is None:
+            return False
+        if self.active_session() is not None:
+            self.notify("another run is going; one engine at a time", severity="warning")
+            return False
+        if screen.session is not None:
+            screen.reset_for_run()
+        session = RunSession(screen.profile, self.registry, self.runs_dir, screen.post_message)
+        self.sessions = [s for s in self.sessions if s.running] + [session]
+        screen.session = session
+        session.start()
+        self._run_worker(session)
+        return True
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="run")
+    def _run_worker(self, session: RunSession) -> None:
+        session.run_blocking()
+
+    async def stop_runs(self, timeout: float = 30.0) -> None:
+        loop = asyncio.get_running_loop()
+        for session in self.sessions:
+            if session.running:
+                await loop.run_in_executor(None, session.stop, timeout)
+
+    def stop_runs_blocking(self, timeout: float = 30.0) -> None:
+        for session in self.sessions:
+            session.stop(timeout)
+
+    async def action_quit(self) -> None:
+        if self.active_session() is not None:
+            self.notify("stopping the run and closing its engine...")
+        await self.stop_runs()
+        self.exit(0)
+
+    # -- saving ------------------------------------------------------------------
+    def _comparison_data(self, screen: RunScreen) -> dict | None:
+        if screen.saved is not None:
+            return dict(screen.saved)
+        run_dir = screen.run_dir()
+        if run_dir is None:
+            self.notify("nothing to save yet: start the run (s) first", severity="warning")
+            return None
+        # Steps and probe attached, as the report `lab run` saves.
+        return load_for_report(run_dir)
+
+    def save_comparison(self, screen: RunScreen) -> Path | None:
+        """Write report.md and comparison.csv into the run directory (the
+        one `lab run` writes; results.json and steps.jsonl are written as
+        the run goes)."""
+        data = self._comparison_data(screen)
+        run_dir = screen.run_dir()
+        if data is None or run_dir is None:
+            return None
+        if screen.read_only:
+            self.notify(f"already saved: {run_dir}")
+            return run_dir
+        (run_dir / "report.md").write_text(render(data, "md"), encoding="utf-8")
+        (run_dir / "comparison.csv").write_text(render(data, "csv"), encoding="utf-8")
+        self.notify(f"saved: {run_dir}")
+        return run_dir
+
+    def export_comparison(self, screen: RunScreen) -> None:
+        data = self._comparison_data(screen)
+        run_dir = screen.run_dir()
+        if data is None or run_dir is None:
+            return
+
+        def done(choice: tuple[str, str] | None) -> None:
+            if choice is None:
+                return
+            fmt, path = choice
+            try:
+                out = Path(path).expanduser()
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(render(data, fmt), encoding="utf-8")
+            except (OSError, ValueError) as exc:
+                self.show_error("export failed", str(exc))
+                return
+            self.notify(f"exported {fmt}: {out}")
+
+        self.push_screen(ExportScreen(run_dir), done)
+
+    # -- command palette -----------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Open", "Open a profile or a saved run", self.action_open)
+        yield SystemCommand("Plugins", "Backends, drafters and plugin load errors", self.action_plugins)
+        yield SystemCommand("Help", "Keys and what the lanes show", self.action_help)
+        if isinstance(screen, RunScreen):
+            for title, help_text, action in (
+                ("Start run", "Run every arm of the profile", "start"),
+                ("Pause / resume", "Hold before the next cell", "pause"),
+                ("Cancel selected arm", "Stop the selected arm", "cancel_arm"),
+                ("Skip to next arm", "Stop the running arm and go on", "next_arm"),
+                ("Stop run", "Cancel every remaining cell", "stop"),
+                ("Save comparison", "Write report.md and comparison.csv into the run directory", "save"),
+                ("Export comparison", "Markdown, CSV or JSON to a path", "export"),
+            ):
+                if screen.check_action(action, ()):
+                    yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
+
+
+def run_app(profile_path: str) -> int:
+    """Entry point of `lab` / `lab PROFILE.toml`."""
+    app = LabApp(profile_path)
+    try:
+        code = app.run()
+    finally:
+        # Whatever ended the app, no engine outlives it.
+        app.stop_runs_blocking()
+    return int(code or 0)

@@ -1,0 +1,271 @@
+"""From runner events (runner thread) to Textual messages (UI thread).
+
+The runner calls :class:`EventBridge` for every event on its own thread. The
+bridge keeps token text and steps per cell and a small flusher thread posts
+them about 30 times a second, so the UI's message queue sees a handful of
+messages per frame however fast an engine streams. Every other event flushes
+what is pending first, so the UI never sees a cell finish before its text.
+
+Pausing holds the runner at the start of the next cell, before the backend's
+clocks start, so a pause never shows up in a measurement.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from textual.message import Message
+
+from lab.events import (
+    Cell,
+    Event,
+    Finished,
+    MemorySample,
+    RunFinished,
+    RunStarted,
+    Status,
+    StatusChanged,
+    StepEvent,
+    TokenEvent,
+)
+from lab.runner import RunControl
+from lab.tui.messages import (
+    ArmMetrics,
+    ArmMetricsUpdated,
+    ArmStatusChanged,
+    CellFinished,
+    PauseChanged,
+    RunBegan,
+    RunEnded,
+    TokensLanded,
+)
+
+FLUSH_HZ = 30.0
+
+
+@dataclass
+class _Live:
+    """What the bridge knows about one arm's current cell."""
+
+    arm: str
+    prompt: str = ""
+    round: int = -1
+    tokens: int = 0
+    first_t: float | None = None
+    first_tokens: int = 0
+    last_t: float | None = None
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    last_draft_ms: float | None = None
+    last_verify_ms: float | None = None
+    mem_bytes: int | None = None
+    peak_mem_bytes: int | None = None
+    segments: list[tuple[str, bool]] = field(default_factory=list)
+    pending_steps: list[StepEvent] = field(default_factory=list)
+    dirty: bool = False
+
+    def start_cell(self, prompt: str, round: int) -> None:
+        self.prompt, self.round = prompt, round
+        self.tokens = self.first_tokens = self.steps = self.drafted = self.accepted = 0
+        self.first_t = self.last_t = None
+        self.last_draft_ms = self.last_verify_ms = None
+        self.dirty = True
+
+    def tok_per_s(self) -> float | None:
+        # Rate over the tokens after the first batch: the first token lands
+        # at the end of prompt processing, which tok/s leaves out.
+        if self.first_t is None or self.last_t is None or self.last_t <= self.first_t:
+            return None
+        return (self.tokens - self.first_tokens) / (self.last_t - self.first_t)
+
+    def snapshot(self) -> ArmMetrics:
+        return ArmMetrics(
+            self.arm, self.prompt, self.round, self.tokens, self.tok_per_s(), self.steps,
+            self.drafted, self.accepted, self.last_draft_ms, self.last_verify_ms,
+            self.mem_bytes, self.peak_mem_bytes,
+        )
+
+
+class EventBridge:
+    """A runner listener that posts batched messages with ``post``.
+
+    ``post`` is a thread-safe callable such as ``widget.post_message``.
+    """
+
+    def __init__(self, post: Callable[[Message], object], control: RunControl, hz: float = FLUSH_HZ) -> None:
+        self.post = post
+        self.control = control
+        self.interval = 1.0 / hz
+        self._lock = threading.RLock()
+        self._live: dict[str, _Live] = {}
+        self._current: _Live | None = None
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self._resume = threading.Event()
+        self._resume.set()
+        self._skip: set[str] = set()
+        self.running_arm: str | None = None
+
+    # -- controls (UI thread) ----------------------------------------------
+    @property
+    def paused(self) -> bool:
+        return not self._resume.is_set()
+
+    def pause(self) -> None:
+        self._resume.clear()
+        self.post(PauseChanged(True, False))
+
+    def resume(self) -> None:
+        self._resume.set()
+        self.post(PauseChanged(False, False))
+
+    def cancel_arm(self, arm: str) -> None:
+        """Stop an arm: the running one at its next step, a pending one as
+        soon as it starts (its cells are recorded as cancelled)."""
+        with self._lock:
+            if arm == self.running_arm:
+                self.control.skip_arm()
+            else:
+                self._skip.add(arm)
+
+    def skip_arm(self) -> None:
+        self.control.skip_arm()
+
+    def cancel(self) -> None:
+        self.control.cancel()
+        self._resume.set()
+
+    # -- the listener (runner thread) ------------------------------------------
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TokenEvent):
+            with self._lock:
+                live = self._arm(event.cell.arm)
+                if live.first_t is None:
+                    live.first_t = event.t
+                    live.first_tokens = len(event.ids) + live.tokens
+                live.tokens += len(event.ids)
+                live.last_t = event.t
+                live.segments.append((event.text, event.from_draft))
+                live.dirty = True
+            return
+        if isinstance(event, StepEvent):
+            with self._lock:
+                live = self._arm(event.cell.arm)
+                live.steps += 1
+                live.drafted += event.drafted
+                live.accepted += event.accepted
+                live.last_draft_ms = None if event.draft_s is None else event.draft_s * 1000
+                live.last_verify_ms = None if event.verify_s is None else event.verify_s * 1000
+                live.pending_steps.append(event)
+                live.dirty = True
+            return
+        if isinstance(event, MemorySample):
+            with self._lock:
+                live = self._arm(event.arm)
+                live.mem_bytes = event.rss_bytes
+                live.peak_mem_bytes = max(live.peak_mem_bytes or 0, event.rss_bytes)
+                live.dirty = True
+            return
+        if isinstance(event, RunStarted):
+            self._start_flusher()
+            self.post(RunBegan(event.run_dir, event.arms, event.prompts, event.rounds))
+            return
+        if isinstance(event, StatusChanged):
+            self._on_status(event)
+            return
+        if isinstance(event, Finished):
+            with self._lock:
+                self._flush_locked()
+                self.post(CellFinished(event.cell, dict(event.result)))
+            return
+        if isinstance(event, RunFinished):
+            self._stop.set()
+            if self._flusher is not None and self._flusher is not threading.current_thread():
+                self._flusher.join(timeout=1)
+            with self._lock:
+                self._flush_locked()
+                self.running_arm = None
+                self.post(RunEnded(event.run_dir, event.cancelled))
+
+    def _on_status(self, event: StatusChanged) -> None:
+        cell = event.cell
+        if cell.round < 0 and event.status == Status.LOADING:
+            with self._lock:
+                self.running_arm = cell.arm
+                if cell.arm in self._skip:
+                    self._skip.discard(cell.arm)
+                    self.control.skip_arm()
+        if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
+            self._hold()
+            with self._lock:
+                self._arm(cell.arm).start_cell(cell.prompt, cell.round)
+        with self._lock:
+            self._flush_locked()
+            self.post(ArmStatusChanged(event))
+
+    def _hold(self) -> None:
+        if self._resume.is_set():
+            return
+        self.post(PauseChanged(True, True))
+        while not self._resume.wait(0.1):
+            if self.control.cancelled:
+                break
+        self.post(PauseChanged(self.paused, False))
+
+    # -- flushing ---------------------------------------------------------------
+    def _arm(self, arm: str) -> _Live:
+        live = self._live.get(arm)
+        if live is None:
+            live = self._live[arm] = _Live(arm)
+        return live
+
+    def _start_flusher(self) -> None:
+        self._stop.clear()
+        self._flusher = threading.Thread(target=self._flush_loop, name="lab-tui-flush", daemon=True)
+        self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        for live in self._live.values():
+            if not live.dirty:
+                continue
+            live.dirty = False
+            if live.segments or live.pending_steps:
+                rate = None
+                tps = live.tok_per_s()
+                if tps is not None and live.first_t is not None and live.last_t is not None:
+                    rate = (live.last_t - live.first_t, tps)
+                self.post(TokensLanded(
+                    Cell(live.arm, live.prompt, live.round), _merge(live.segments),
+                    tuple(live.pending_steps), rate,
+                ))
+                live.segments = []
+                live.pending_steps = []
+            self.post(ArmMetricsUpdated(live.snapshot()))
+
+
+def _merge(pieces: list[tuple[str, bool]]) -> tuple[tuple[str, bool], ...]:
+    """Join runs of pieces with the same origin (drafted or not)."""
+    out: list[tuple[str, bool]] = []
+    run: list[str] = []
+    flag = False
+    for text, from_draft in pieces:
+        if run and from_draft != flag:
+            out.append(("".join(run), flag))
+            run = []
+        flag = from_draft
+        run.append(text)
+    if run:
+        out.append(("".join(run), flag))
+    return tuple(out)

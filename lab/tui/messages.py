@@ -1,0 +1,94 @@
+"""Messages that carry runner events into the UI.
+
+They are posted from the runner's thread (post_message is thread-safe) by
+:class:`lab.tui.bridge.EventBridge`. Token deltas arrive batched (~30 Hz);
+metrics snapshots are replaceable so a busy pump keeps only the newest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from lab.events import Cell, StatusChanged, StepEvent
+
+
+@dataclass(frozen=True)
+class ArmMetrics:
+    """Live figures of one arm's current cell, read off event timestamps."""
+
+    arm: str
+    prompt: str
+    round: int
+    tokens: int
+    tok_per_s: float | None
+    steps: int
+    drafted: int
+    accepted: int
+    last_draft_ms: float | None
+    last_verify_ms: float | None
+    mem_bytes: int | None
+    peak_mem_bytes: int | None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_len(self) -> float | None:
+        # landed per step = accepted + 1 (the target's own token)
+        return (self.accepted + self.steps) / self.steps if self.steps else None
+
+
+@dataclass
+class RunBegan(Message, bubble=False):
+    run_dir: str
+    arms: tuple[str, ...]
+    prompts: tuple[str, ...]
+    rounds: int
+
+
+@dataclass
+class TokensLanded(Message, bubble=False):
+    """Text that landed in one cell since the last batch. ``segments`` pairs
+    text with whether it came from accepted drafts; ``steps`` are the
+    speculative steps of the batch; ``rate`` is (seconds since the cell's
+    first token, tok/s) at the end of the batch."""
+
+    cell: Cell
+    segments: tuple[tuple[str, bool], ...]
+    steps: tuple[StepEvent, ...]
+    rate: tuple[float, float] | None
+
+
+@dataclass
+class ArmMetricsUpdated(Message, bubble=False):
+    metrics: ArmMetrics
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ArmMetricsUpdated) and message.metrics.arm == self.metrics.arm
+
+
+@dataclass
+class ArmStatusChanged(Message, bubble=False):
+    event: StatusChanged
+
+
+@dataclass
+class CellFinished(Message, bubble=False):
+    cell: Cell
+    result: dict[str, Any]
+
+
+@dataclass
+class RunEnded(Message, bubble=False):
+    run_dir: str
+    cancelled: bool
+
+
+@dataclass
+class PauseChanged(Message, bubble=False):
+    paused: bool
+    holding: bool  # the runner is waiting at the gate right now

@@ -1,0 +1,84 @@
+"""Open a profile (profiles/*.toml) or a saved run (runs/*/results.json)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Label, OptionList
+from textual.widgets.option_list import Option
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+Choice = tuple[str, str]  # ("profile" | "run", path)
+
+
+def list_profiles(folder: Path) -> list[tuple[Path, str]]:
+    out = []
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            meta = tomllib.loads(path.read_text(encoding="utf-8")).get("profile", {})
+            desc = str(meta.get("description", "")) if isinstance(meta, dict) else ""
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            desc = f"(unreadable: {exc})"
+        out.append((path, desc))
+    return out
+
+
+def list_runs(folder: Path, limit: int = 20) -> list[tuple[Path, str]]:
+    runs = [p for p in folder.glob("*/results.json")] if folder.is_dir() else []
+    runs.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    out = []
+    for path in runs[:limit]:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            n = len(data.get("results", []))
+            state = "cancelled" if data.get("cancelled") else ("finished" if data.get("finished") else "unfinished")
+            desc = f"{data.get('profile', {}).get('name', '?')} · {n} results · {state}"
+        except (OSError, ValueError, AttributeError) as exc:
+            desc = f"(unreadable: {exc})"
+        out.append((path.parent, desc))
+    return out
+
+
+class PickerScreen(Screen[Choice | None]):
+    BINDINGS = [Binding("escape", "cancel", "Back")]
+
+    def __init__(self, profiles_dir: Path, runs_dir: Path) -> None:
+        super().__init__()
+        self.profiles_dir = profiles_dir
+        self.runs_dir = runs_dir
+        self.choices: dict[str, Choice] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Label(f"Open a profile ({self.profiles_dir}) or a saved run ({self.runs_dir}, read-only)", id="picker-title")
+        options: list[Option | None] = []
+        profiles = list_profiles(self.profiles_dir)
+        options.append(Option("[b]Profiles[/b]", disabled=True))
+        for i, (path, desc) in enumerate(profiles):
+            key = f"profile-{i}"
+            self.choices[key] = ("profile", str(path))
+            options.append(Option(f"  {path.name}  [dim]{desc}[/dim]", id=key))
+        options.append(None)
+        options.append(Option("[b]Recent runs[/b]", disabled=True))
+        for i, (path, desc) in enumerate(list_runs(self.runs_dir)):
+            key = f"run-{i}"
+            self.choices[key] = ("run", str(path))
+            options.append(Option(f"  {path.name}  [dim]{desc}[/dim]", id=key))
+        yield OptionList(*options, id="picker")
+        yield Footer()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id in self.choices:
+            self.dismiss(self.choices[event.option.id])
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,58 @@
+"""Installed backends and drafters, their options, and plugins that failed
+to load."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, Static
+
+from lab.plugins import Registry
+
+
+def _options(cls: type) -> str:
+    opts = getattr(cls, "options", ())
+    return ", ".join(o.name for o in opts) or "—"
+
+
+class PluginsScreen(Screen[None]):
+    BINDINGS = [Binding("escape,f2", "app.pop_screen", "Back")]
+
+    def __init__(self, registry: Registry) -> None:
+        super().__init__()
+        self.registry = registry
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="plugins"):
+            yield Label("Backends", classes="section")
+            yield DataTable(id="backends", cursor_type="row")
+            yield Label("Drafters", classes="section")
+            yield DataTable(id="drafters", cursor_type="row")
+            yield Label("Load errors", classes="section")
+            if self.registry.errors:
+                for err in self.registry.errors:
+                    last = err.traceback.strip().splitlines()[-3:] if err.traceback else []
+                    yield Static(
+                        f"{err.entry_point} ({err.group}): {err.error}" + ("\n" + "\n".join(last) if last else ""),
+                        classes="load-error", markup=False,
+                    )
+            else:
+                yield Static("none", classes="no-errors")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        reg = self.registry
+        backends = self.query_one("#backends", DataTable)
+        backends.add_columns("name", "stack", "drafters", "from", "options", "description")
+        for name, cls in sorted(reg.backends.items()):
+            backends.add_row(name, cls.stack, "yes" if cls.accepts_drafters else "no",
+                             reg.origins.get(f"backend:{name}", ""), _options(cls), cls.description, key=name)
+        drafters = self.query_one("#drafters", DataTable)
+        drafters.add_columns("name", "stacks", "from", "options", "description")
+        for name, dcls in sorted(reg.drafters.items()):
+            stacks = "any" if dcls.stacks is None else ", ".join(sorted(dcls.stacks))
+            drafters.add_row(name, stacks, reg.origins.get(f"drafter:{name}", ""), _options(dcls),
+                             dcls.description, key=name)

@@ -1,0 +1,371 @@
+"""The run screen: lanes side by side, the comparison filling in, plots.
+
+Live, it renders the messages a RunSession's bridge posts; read-only, it
+shows a saved run directory (its results, texts and steps)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, HorizontalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from lab.events import Status
+from lab.profiles import Arm, Profile
+from lab.tui.messages import (
+    ArmMetricsUpdated,
+    ArmStatusChanged,
+    CellFinished,
+    PauseChanged,
+    RunBegan,
+    RunEnded,
+    TokensLanded,
+)
+from lab.tui.series import ArmSeries, series_from_saved
+from lab.tui.widgets.comparison import ComparisonTable
+from lab.tui.widgets.lane import ArmLane, lane_id
+from lab.tui.widgets.plots import ArmPlots
+
+if TYPE_CHECKING:
+    from lab.tui.app import LabApp
+    from lab.tui.session import RunSession
+
+FAILURES = ("oom", "crashed", "error")
+LANE_MIN = 36
+
+
+class RunHeader(Static):
+    """Profile, current arm, prompt and round, run state, run directory."""
+
+
+class LaneGroup(Horizontal):
+    """The lanes of one sweep (one profile entry expanded into several arms)."""
+
+
+def arms_from_saved(data: Mapping[str, Any]) -> list[Arm]:
+    names = {f.name for f in fields(Arm)}
+    return [Arm(**{k: v for k, v in a.items() if k in names}) for a in data["profile"].get("arms", [])]
+
+
+class RunScreen(Screen[None]):
+    BINDINGS = [
+        Binding("s", "start", "Start"),
+        Binding("p", "pause", "Pause"),
+        Binding("c", "cancel_arm", "Cancel arm"),
+        Binding("n", "next_arm", "Skip arm"),
+        Binding("x", "stop", "Stop run"),
+        Binding("w", "save", "Save"),
+        Binding("e", "export", "Export"),
+        Binding("left", "select(-1)", "Prev lane", show=False),
+        Binding("right", "select(1)", "Next lane", show=False),
+        Binding("a", "select(1)", "Plot arm", show=False),
+        Binding("escape", "close", "Back", show=False),
+    ]
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        arms: Sequence[Arm],
+        prompts: Sequence[str],
+        rounds: int,
+        profile: Profile | None = None,
+        saved: Mapping[str, Any] | None = None,
+        saved_dir: str | None = None,
+        saved_steps: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        super().__init__()
+        self.profile_name = name
+        self.arms = list(arms)
+        self.prompts = list(prompts)
+        self.rounds = rounds
+        self.profile = profile
+        self.saved = saved
+        self.saved_dir = saved_dir
+        self.saved_steps = list(saved_steps)
+        self.read_only = saved is not None
+        self.session: RunSession | None = None
+        self.series: dict[str, ArmSeries] = {
+            a.name: ArmSeries(a.name, (a.n_max + 1) if a.n_max and not a.is_baseline else None) for a in self.arms
+        }
+        self.selected = 0
+        self.state = "saved" if self.read_only else "ready"
+        self.current = ""
+        self.paused = False
+        self._plots_dirty = True
+        self._failures_shown: set[str] = set()
+
+    @classmethod
+    def live(cls, profile: Profile) -> RunScreen:
+        return cls(name=profile.name, arms=profile.arms, prompts=[p.name for p in profile.prompts],
+                   rounds=profile.run.rounds, profile=profile)
+
+    @classmethod
+    def from_saved(cls, data: Mapping[str, Any], run_dir: str, steps: Sequence[Mapping[str, Any]]) -> RunScreen:
+        prof = data["profile"]
+        return cls(name=prof["name"], arms=arms_from_saved(data), prompts=[p["name"] for p in prof.get("prompts", [])],
+                   rounds=int(prof.get("run", {}).get("rounds", 1)), saved=data, saved_dir=run_dir, saved_steps=steps)
+
+    @property
+    def lab(self) -> LabApp:
+        return self.app  # type: ignore[return-value]
+
+    # -- layout ----------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield RunHeader(self._header_text())
+        with HorizontalScroll(id="lanes"):
+            groups: dict[str, list[Arm]] = {}
+            for arm in self.arms:
+                groups.setdefault(arm.group, []).append(arm)
+            for group, arms in groups.items():
+                if len(arms) > 1:
+                    with LaneGroup(classes="lane-group") as box:
+                        box.border_title = f"sweep {group}"
+                        for arm in arms:
+                            yield ArmLane(arm)
+                else:
+                    yield ArmLane(arms[0])
+        with TabbedContent(id="bottom"):
+            with TabPane("Comparison", id="tab-comparison"):
+                yield ComparisonTable(id="comparison")
+            with TabPane("Plots", id="tab-plots"):
+                yield ArmPlots(id="plots")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(ComparisonTable)
+        table.set_cells([a.name for a in self.arms], self.prompts)
+        self._size_lanes()
+        self._select(0)
+        self.set_interval(0.25, self._redraw_plots)
+        if self.saved is not None:
+            self._show_saved()
+
+    def _show_saved(self) -> None:
+        assert self.saved is not None
+        results = list(self.saved["results"])
+        self.query_one(ComparisonTable).set_results(results)
+        for arm in self.arms:
+            rows = [r for r in results if r["arm"] == arm.name]
+            if not rows:
+                continue
+            ok = [r for r in rows if r["status"] == "ok"]
+            self.lane(arm.name).show_saved((ok or rows)[-1])
+        self.series.update(series_from_saved(self.saved["profile"].get("arms", []), results, self.saved_steps))
+        self._plots_dirty = True
+
+    def on_resize(self) -> None:
+        self._size_lanes()
+
+    def _size_lanes(self) -> None:
+        """Lanes share the width equally, never narrower than LANE_MIN;
+        beyond that the row scrolls sideways."""
+        if not self.arms:
+            return
+        groups = len({a.group for a in self.arms if sum(b.group == a.group for b in self.arms) > 1})
+        room = self.size.width - 2 * groups - 1
+        width = max(LANE_MIN, room // len(self.arms))
+        for arm in self.arms:
+            self.lane(arm.name).styles.width = width
+
+    def lane(self, arm: str) -> ArmLane:
+        return self.query_one(f"#{lane_id(arm)}", ArmLane)
+
+    def _header_text(self) -> str:
+        state = self.state + (" · paused" if self.paused else "")
+        where = f"  [b]{self.current}[/b]" if self.current else ""
+        run_dir = self.session.run_dir if self.session is not None else self.saved_dir
+        out = f"  [dim]→ {run_dir}[/dim]" if run_dir else ""
+        ro = " [reverse] read-only [/reverse]" if self.read_only else ""
+        return (
+            f"[b]{self.profile_name}[/b]{ro}  {len(self.arms)} arms × {len(self.prompts)} prompts × "
+            f"{self.rounds} rounds  · {state}{where}{out}"
+        )
+
+    def _update_header(self) -> None:
+        self.query_one(RunHeader).update(self._header_text(), layout=False)
+
+    # -- live messages -----------------------------------------------------------
+    def on_run_began(self, message: RunBegan) -> None:
+        self.state = "running"
+        self._update_header()
+
+    def on_tokens_landed(self, message: TokensLanded) -> None:
+        cell = message.cell
+        self.lane(cell.arm).add_text(message.segments)
+        series = self.series.get(cell.arm)
+        if series is not None and not cell.is_warmup:
+            series.add_steps(message.steps)
+            if message.rate is not None:
+                series.add_rate((cell.prompt, cell.round), message.rate)
+            self._plots_dirty = True
+
+    def on_arm_metrics_updated(self, message: ArmMetricsUpdated) -> None:
+        self.lane(message.metrics.arm).set_metrics(message.metrics)
+
+    def on_arm_status_changed(self, message: ArmStatusChanged) -> None:
+        event = message.event
+        self.lane(event.cell.arm).set_status(event)
+        cell = event.cell
+        if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
+            rnd = "warmup" if cell.round == 0 else f"round {cell.round}/{self.rounds}"
+            self.current = f"{cell.arm} · {cell.prompt} · {rnd}"
+        elif cell.round < 0 and event.status == Status.LOADING:
+            self.current = f"{cell.arm} · {event.phase or 'loading'}"
+        self._update_header()
+
+    def on_cell_finished(self, message: CellFinished) -> None:
+        row = message.result
+        self.query_one(ComparisonTable).add_result(row)
+        self.lane(row["arm"]).apply_result(row)
+        if row["status"] in FAILURES and row["arm"] not in self._failures_shown:
+            self._failures_shown.add(row["arm"])
+            self.lab.show_error(f"{row['arm']}: {row['status']}", str(row.get("detail") or "(no detail)"))
+        self._plots_dirty = True
+
+    def on_pause_changed(self, message: PauseChanged) -> None:
+        self.paused = message.paused
+        if message.holding:
+            self.current = "paused before the next cell"
+        self._update_header()
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        self.state = "cancelled" if message.cancelled else "done"
+        self.current = ""
+        self.paused = False
+        self._update_header()
+        self.refresh_bindings()
+
+    # -- plots -----------------------------------------------------------------
+    def _base_tok_per_s(self, arm: Arm) -> float | None:
+        if arm.baseline is None:
+            return None
+        table = self.query_one(ComparisonTable)
+        tps = [r["tok_per_s"] for r in table.results
+               if r["arm"] == arm.baseline and r["status"] == "ok" and r.get("tok_per_s")]
+        return statistics.median(tps) if tps else None
+
+    def _redraw_plots(self, force: bool = False) -> None:
+        if not (self._plots_dirty or force):
+            return
+        if self.query_one(TabbedContent).active != "tab-plots" and not force:
+            return
+        self._plots_dirty = False
+        arm = self.arms[self.selected] if self.arms else None
+        self.query_one(ArmPlots).draw(
+            arm.name if arm else None, self.series.get(arm.name) if arm else None,
+            self._base_tok_per_s(arm) if arm else None,
+        )
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self) -> None:
+        self._redraw_plots(force=True)
+
+    # -- actions ---------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        live_only = {"start", "pause", "cancel_arm", "next_arm", "stop"}
+        if action in live_only and self.read_only:
+            return False
+        running = self.session is not None and self.session.running
+        if action == "start":
+            return not running
+        if action in ("pause", "cancel_arm", "next_arm", "stop"):
+            return True if running else None
+        if action == "close":
+            return len(self.app.screen_stack) > 2
+        return True
+
+    def action_start(self) -> None:
+        if self.profile is None or self.read_only:
+            return
+        if self.session is not None and self.session.running:
+            return
+        if not self.lab.start_run(self):
+            return
+        self.state = "starting"
+        self._failures_shown.clear()
+        self._update_header()
+        self.refresh_bindings()
+
+    def reset_for_run(self) -> None:
+        """A new run of the same profile starts from empty lanes and table."""
+        self.query_one(ComparisonTable).set_cells([a.name for a in self.arms], self.prompts)
+        for arm in self.arms:
+            self.series[arm.name] = ArmSeries(arm.name, (arm.n_max + 1) if arm.n_max and not arm.is_baseline else None)
+            lane = self.lane(arm.name)
+            lane.text.clear()
+            lane.metrics = lane.final = None
+        self._plots_dirty = True
+
+    def action_pause(self) -> None:
+        if self.session is None or not self.session.running:
+            return
+        bridge = self.session.bridge
+        if bridge.paused:
+            bridge.resume()
+            self.notify("resumed")
+        else:
+            bridge.pause()
+            self.notify("pausing before the next cell (a cell in progress finishes first)")
+
+    def action_cancel_arm(self) -> None:
+        if self.session is None or not self.session.running:
+            return
+        arm = self.arms[self.selected].name
+        self.session.bridge.cancel_arm(arm)
+        self.notify(f"cancelling {arm}")
+
+    def action_next_arm(self) -> None:
+        if self.session is None or not self.session.running:
+            return
+        self.session.bridge.skip_arm()
+        self.notify("skipping to the next arm")
+
+    def action_stop(self) -> None:
+        if self.session is None or not self.session.running:
+            return
+        self.session.bridge.cancel()
+        self.notify("stopping the run")
+
+    def action_select(self, delta: int) -> None:
+        if self.arms:
+            self._select((self.selected + delta) % len(self.arms))
+
+    def _select(self, index: int) -> None:
+        for i, arm in enumerate(self.arms):
+            self.lane(arm.name).set_class(i == index, "-selected")
+        self.selected = index
+        if self.arms:
+            self.query_one("#lanes", HorizontalScroll).scroll_to_widget(self.lane(self.arms[index].name), animate=False)
+        self._plots_dirty = True
+        self._redraw_plots()
+
+    def on_click(self, event: Any) -> None:
+        widget = event.widget
+        while widget is not None and not isinstance(widget, ArmLane):
+            widget = widget.parent
+        if isinstance(widget, ArmLane):
+            self._select(self.arms.index(widget.arm))
+
+    def run_dir(self) -> Path | None:
+        if self.session is not None and self.session.run_dir is not None:
+            return self.session.run_dir
+        return Path(self.saved_dir) if self.saved_dir else None
+
+    def action_save(self) -> None:
+        self.lab.save_comparison(self)
+
+    def action_export(self) -> None:
+        self.lab.export_comparison(self)
+
+    def action_close(self) -> None:
+        if len(self.app.screen_stack) > 2:
+            self.dismiss()

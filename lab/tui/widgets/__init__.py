@@ -1,0 +1,1 @@
+"""Widgets of the lab, each named for what it shows."""

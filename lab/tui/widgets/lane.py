@@ -1,0 +1,178 @@
+"""ArmLane: one arm of the run, side by side with the others."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import ProgressBar, Static
+
+from lab.events import Status, StatusChanged
+from lab.profiles import Arm
+from lab.tui.messages import ArmMetrics
+from lab.tui.widgets.fmt import mib, num, pct
+from lab.tui.widgets.stream_text import StreamText
+
+
+def lane_id(arm: str) -> str:
+    return "lane-" + arm.replace(".", "_")
+
+
+def describe_arm(arm: Arm) -> str:
+    parts = [arm.backend]
+    if arm.drafter:
+        parts.append(f"{arm.drafter} n_max {arm.n_max}")
+    elif not arm.is_baseline:
+        parts.append(f"speculative n_max {arm.n_max}" if arm.n_max else "speculative")
+    else:
+        parts.append("baseline")
+    return " · ".join(parts)
+
+
+class ArmTitle(Static):
+    """The arm's name and what it runs."""
+
+
+class StatusBadge(Static):
+    """The arm's status word and loading phase."""
+
+
+class LaneNote(Static):
+    """Why an arm failed: the first line of the engine's message."""
+
+
+class LaneMetrics(Static):
+    """tok/s, acceptance, mean accepted length, step timings, memory."""
+
+
+class ArmLane(Vertical):
+    """Title, status (with a progress bar while loading), the streaming text,
+    and the live figures of the arm's current cell."""
+
+    def __init__(self, arm: Arm) -> None:
+        super().__init__(id=lane_id(arm.name), classes="lane")
+        self.arm = arm
+        self.status = Status.PENDING
+        self.phase = ""
+        self.detail = ""
+        self.cell_label = ""
+        self.metrics: ArmMetrics | None = None
+        self.final: dict[str, Any] | None = None
+        self.speculative = not arm.is_baseline
+
+    def compose(self) -> ComposeResult:
+        yield ArmTitle(f"[b]{self.arm.name}[/b]\n[dim]{describe_arm(self.arm)}[/dim]")
+        with Horizontal(classes="status-row"):
+            yield StatusBadge(self._status_text(), classes="status pending")
+            yield ProgressBar(total=1.0, show_eta=False, show_percentage=False, classes="load-progress")
+        yield LaneNote("", markup=False)
+        yield StreamText()
+        yield LaneMetrics(self._metrics_text())
+
+    def on_mount(self) -> None:
+        self.query_one(ProgressBar).display = False
+        self.query_one(LaneNote).display = False
+
+    def _show_note(self) -> None:
+        note = self.query_one(LaneNote)
+        failed = self.status in (Status.OOM, Status.CRASHED, Status.ERROR) and bool(self.detail)
+        note.display = failed
+        if failed:
+            note.update(self.detail.strip().splitlines()[0])
+
+    @property
+    def text(self) -> StreamText:
+        return self.query_one(StreamText)
+
+    # -- updates -------------------------------------------------------------
+    def set_status(self, event: StatusChanged) -> None:
+        cell = event.cell
+        if cell.round >= 0:
+            if event.status in (Status.RUNNING, Status.WARMUP):
+                self.text.clear()
+                self.metrics = None
+                self.final = None
+                self.cell_label = f"{cell.prompt} {'warmup' if cell.round == 0 else 'r' + str(cell.round)}"
+                self.status = event.status
+                self.phase = ""
+        else:
+            self.status = event.status
+            self.phase = event.phase
+            if event.detail:
+                self.detail = event.detail
+        bar = self.query_one(ProgressBar)
+        if self.status == Status.LOADING:
+            bar.display = True
+            bar.update(total=1.0 if event.progress is not None else None, progress=event.progress or 0.0)
+        else:
+            bar.display = False
+        badge = self.query_one(StatusBadge)
+        badge.set_classes(f"status {self.status.value}")
+        badge.update(self._status_text())
+        self.set_class(self.status.is_final, "-done")
+        self._show_note()
+        self.query_one(LaneMetrics).update(self._metrics_text())
+
+    def add_text(self, segments: tuple[tuple[str, bool], ...] | list[tuple[str, bool]]) -> None:
+        self.text.append(segments)
+
+    def set_metrics(self, metrics: ArmMetrics) -> None:
+        self.metrics = metrics
+        # fixed height: no layout needed for new figures
+        self.query_one(LaneMetrics).update(self._metrics_text(), layout=False)
+
+    def apply_result(self, row: dict[str, Any]) -> None:
+        """A cell finished: show its measured figures instead of live ones."""
+        self.final = row
+        if row.get("status") in ("oom", "crashed", "error") and row.get("detail"):
+            self.detail = str(row["detail"])
+            self._show_note()
+        self.query_one(LaneMetrics).update(self._metrics_text())
+
+    def show_saved(self, row: dict[str, Any]) -> None:
+        """Read-only view of a saved cell: its text, status and figures."""
+        self.text.clear()
+        self.text.append([(str(row.get("text") or ""), False)])
+        self.cell_label = f"{row['prompt']} r{row['round']}"
+        self.status = Status(row["status"])
+        self.detail = str(row.get("detail") or "")
+        badge = self.query_one(StatusBadge)
+        badge.set_classes(f"status {self.status.value}")
+        badge.update(self._status_text())
+        self._show_note()
+        self.apply_result(row)
+
+    # -- text -------------------------------------------------------------------
+    def _status_text(self) -> str:
+        word = self.status.value
+        extra = f" · {self.phase}" if self.phase and self.status == Status.LOADING else ""
+        where = f"  [dim]{self.cell_label}[/dim]" if self.cell_label else ""
+        return f"{word}{extra}{where}"
+
+    def _metrics_text(self) -> str:
+        m, r = self.metrics, self.final
+        mem = m.mem_bytes if m else None
+        peak = m.peak_mem_bytes if m else None
+        if r is not None and r.get("status") == "ok":
+            tps = r.get("tok_per_s")
+            acc, length = r.get("acceptance_rate"), r.get("mean_accepted_len")
+            draft_ms = r["draft_s"] * 1000 if r.get("draft_s") is not None else None
+            verify_ms = r["verify_s"] * 1000 if r.get("verify_s") is not None else None
+            peak = r.get("peak_mem_bytes") or peak
+            timing = "mean"
+        elif m is not None:
+            tps, acc, length = m.tok_per_s, m.acceptance_rate, m.mean_accepted_len
+            draft_ms, verify_ms = m.last_draft_ms, m.last_verify_ms
+            timing = "last"
+        else:
+            tps = acc = length = draft_ms = verify_ms = None
+            timing = "last"
+        lines = [f"tok/s [b]{num(tps)}[/b]"]
+        if self.speculative:
+            lines.append(f"accept {pct(acc)} · len {num(length, '.2f')}")
+            lines.append(f"{timing} draft {num(draft_ms)} · verify {num(verify_ms)} ms")
+        else:
+            lines += ["", ""]
+        lines.append(f"mem {mib(mem)} · peak {mib(peak)}")
+        return "\n".join(lines)

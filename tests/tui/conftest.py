@@ -1,0 +1,11 @@
+"""TUI test helpers: the repository root on sys.path (for ``tests.fakes``)
+and a small waiting helper for Pilot tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

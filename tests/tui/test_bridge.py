@@ -1,0 +1,151 @@
+"""The bridge between the runner thread and the UI: batching, ordering,
+replaceable metrics, pause gate, cancelling pending arms."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from lab.events import (
+    Cell,
+    Finished,
+    MemorySample,
+    RunFinished,
+    RunStarted,
+    Status,
+    StatusChanged,
+    StepEvent,
+    TokenEvent,
+    arm_cell,
+)
+from lab.runner import RunControl
+from lab.tui.bridge import EventBridge
+from lab.tui.messages import (
+    ArmMetrics,
+    ArmMetricsUpdated,
+    ArmStatusChanged,
+    CellFinished,
+    PauseChanged,
+    RunEnded,
+    TokensLanded,
+)
+
+
+def _bridge(hz: float = 30.0) -> tuple[EventBridge, list[object]]:
+    posted: list[object] = []
+    lock = threading.Lock()
+
+    def post(message: object) -> None:
+        with lock:
+            posted.append(message)
+
+    return EventBridge(post, RunControl(), hz=hz), posted
+
+
+def test_tokens_are_batched_and_arrive_whole_before_the_cell_finishes() -> None:
+    bridge, posted = _bridge()
+    cell = Cell("spec", "prose", 1)
+    bridge(RunStarted("p", "/tmp/x", ("spec",), ("prose",), 1))
+    bridge(StatusChanged(cell, Status.RUNNING))
+    expected = []
+    for i in range(2000):
+        from_draft = i % 3 != 0
+        bridge(TokenEvent(cell, f"t{i} ", (i,), from_draft))
+        expected.append((f"t{i} ", from_draft))
+        if i % 4 == 3:
+            bridge(StepEvent(cell, i // 4, drafted=4, accepted=2, landed=3, draft_s=0.001, verify_s=0.002, step_s=0.003))
+    bridge(Finished(cell, {"arm": "spec", "prompt": "prose", "round": 1, "status": "ok"}))
+    bridge(RunFinished("/tmp/x"))
+
+    batches = [m for m in posted if isinstance(m, TokensLanded)]
+    # 2000 tokens posted in far fewer messages than tokens
+    assert 1 <= len(batches) < 200
+    text = "".join(t for b in batches for t, _ in b.segments)
+    assert text == "".join(t for t, _ in expected)
+    drafted_text = "".join(t for b in batches for t, d in b.segments if d)
+    assert drafted_text == "".join(t for t, d in expected if d)
+    assert sum(len(b.steps) for b in batches) == 500
+    finished_at = next(i for i, m in enumerate(posted) if isinstance(m, CellFinished))
+    last_batch = max(i for i, m in enumerate(posted) if isinstance(m, TokensLanded))
+    assert last_batch < finished_at
+    assert isinstance(posted[-1], RunEnded)
+
+
+def test_live_metrics_come_from_event_timestamps() -> None:
+    bridge, posted = _bridge()
+    cell = Cell("spec", "prose", 1)
+    bridge(StatusChanged(cell, Status.RUNNING))
+    bridge(TokenEvent(cell, "a", (1,), False, t=100.0))
+    for i in range(10):
+        bridge(TokenEvent(cell, "b", (2,), True, t=100.0 + (i + 1) * 0.1))
+    bridge(StepEvent(cell, 1, drafted=4, accepted=3, landed=4, draft_s=0.004, verify_s=0.006, step_s=0.01))
+    bridge(MemorySample("spec", 300 * 2**20))
+    bridge(MemorySample("spec", 200 * 2**20))
+    bridge.flush()
+    metrics = [m.metrics for m in posted if isinstance(m, ArmMetricsUpdated)][-1]
+    assert metrics.tokens == 11
+    assert abs((metrics.tok_per_s or 0) - 10 / 1.0) < 1e-9
+    assert metrics.acceptance_rate == 0.75
+    assert metrics.mean_accepted_len == 4.0
+    assert metrics.last_draft_ms is not None and abs(metrics.last_draft_ms - 4.0) < 1e-9
+    assert metrics.mem_bytes == 200 * 2**20 and metrics.peak_mem_bytes == 300 * 2**20
+
+
+def test_metrics_messages_replace_each_other_per_arm() -> None:
+    def snap(arm: str, n: int) -> ArmMetricsUpdated:
+        return ArmMetricsUpdated(ArmMetrics(arm, "p", 1, n, None, 0, 0, 0, None, None, None, None))
+
+    assert snap("a", 1).can_replace(snap("a", 2))
+    assert not snap("a", 1).can_replace(snap("b", 2))
+    assert not snap("a", 1).can_replace(ArmStatusChanged(StatusChanged(arm_cell("a"), Status.OK)))
+
+
+def test_pause_holds_the_runner_before_the_next_cell_only() -> None:
+    bridge, posted = _bridge()
+    bridge.pause()
+    entered = threading.Event()
+    released = threading.Event()
+
+    def runner_thread() -> None:
+        entered.set()
+        bridge(StatusChanged(Cell("a", "p", 1), Status.RUNNING))
+        released.set()
+
+    # Arm-level events pass while paused: a pause never stops a load midway.
+    bridge(StatusChanged(arm_cell("a"), Status.LOADING, phase="loading"))
+    t = threading.Thread(target=runner_thread)
+    t.start()
+    entered.wait(2)
+    time.sleep(0.3)
+    assert not released.is_set(), "the runner went on into a cell while paused"
+    assert any(isinstance(m, PauseChanged) and m.holding for m in posted)
+    bridge.resume()
+    t.join(2)
+    assert released.is_set()
+
+
+def test_cancel_releases_a_paused_runner() -> None:
+    bridge, _ = _bridge()
+    bridge.pause()
+    done = threading.Event()
+
+    def runner_thread() -> None:
+        bridge(StatusChanged(Cell("a", "p", 1), Status.RUNNING))
+        done.set()
+
+    t = threading.Thread(target=runner_thread)
+    t.start()
+    time.sleep(0.15)
+    bridge.cancel()
+    t.join(2)
+    assert done.is_set() and bridge.control.cancelled
+
+
+def test_cancelling_a_pending_arm_skips_it_when_it_starts() -> None:
+    bridge, _ = _bridge()
+    bridge(StatusChanged(arm_cell("first"), Status.LOADING))
+    bridge.cancel_arm("second")
+    assert not bridge.control._skip_arm.is_set()
+    bridge.control._skip_arm.clear()  # the runner clears it before each arm
+    bridge(StatusChanged(arm_cell("second"), Status.LOADING))
+    assert bridge.control._skip_arm.is_set()
