@@ -243,7 +243,8 @@ class Context:
         ptr = ll.llama_get_logits_ith(self.ptr, row)
         # from_address on a cached array type costs ~1 us; as_array on a bare
         # pointer builds a new ctypes type every call (~30 us).
-        row_view = np.frombuffer(self._row_type.from_address(ctypes.addressof(ptr.contents)), dtype=np.float32)
+        buf = self._row_type.from_address(ctypes.addressof(ptr.contents))
+        row_view = np.frombuffer(buf, dtype=np.float32)  # type: ignore[call-overload]
         if len(masked):
             row_view[list(masked)] = -np.inf  # ours until the next decode
         return int(row_view.argmax())
