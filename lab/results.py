@@ -23,15 +23,13 @@ EXTRA_KEYS = (
 )
 
 
-def first_divergence(a: str, b: str) -> int | None:
-    """Index of the first differing character, None when equal."""
+def first_divergence(a: Sequence[object], b: Sequence[object]) -> int | None:
+    """Index of the first differing item of two texts or token lists; None
+    when equal, the shorter length when one is a prefix of the other."""
     if a == b:
         return None
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def _mean(xs: Sequence[float]) -> float | None:

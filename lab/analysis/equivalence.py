@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from lab.results import first_divergence
+
 CONTEXT_WORDS = 4
 _WORD = re.compile(r"\S+")
 
@@ -26,26 +28,6 @@ class Divergence:
         return f"{where}: {lead}[baseline: “{self.baseline}” | here: “{self.output}”]"
 
 
-def first_char(a: str, b: str) -> int | None:
-    if a == b:
-        return None
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-def first_token(a: Sequence[int], b: Sequence[int]) -> int | None:
-    if list(a) == list(b):
-        return None
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def _word_start(text: str, pos: int) -> int:
     """Start of the word holding pos, so the split shows whole words."""
     while pos > 0 and not text[pos - 1].isspace():
@@ -58,12 +40,12 @@ def divergence(
     words: int = CONTEXT_WORDS,
 ) -> Divergence | None:
     """None when the texts are identical."""
-    char = first_char(baseline, output)
+    char = first_divergence(baseline, output)
     if char is None:
         return None
     start = _word_start(baseline, char)
     before = " ".join(_WORD.findall(baseline[:start])[-words:])
     after_base = " ".join(_WORD.findall(baseline[start:])[:words])
     after_out = " ".join(_WORD.findall(output[start:])[:words])
-    token = first_token(baseline_ids, output_ids) if baseline_ids is not None and output_ids is not None else None
+    token = first_divergence(list(baseline_ids), list(output_ids)) if baseline_ids is not None and output_ids is not None else None
     return Divergence(char, token, before, after_base or "(end)", after_out or "(end)")
