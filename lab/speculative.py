@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import codecs
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from lab.api import Cancelled, Drafter, Generation, GenerationRequest
-from lab.events import Emit, StepEvent, TokenEvent, now
+from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest
+from lab.events import Cell, Emit, StepEvent, TokenEvent, now
 
 
 class Target(Protocol):
@@ -242,3 +242,60 @@ def softmax(logits: np.ndarray, temperature: float, masked: Sequence[int] = ()) 
     x -= x.max()
     e = np.exp(x)
     return e / e.sum()
+
+
+class TargetDrafter(Drafter):
+    """A draft model driven through the :class:`Target` protocol, so one
+    implementation serves every engine: it keeps its own context in step with
+    the lab's (rolling back what the target rejected) and drafts k tokens one
+    at a time, greedily or by sampling with the run's temperature.
+
+    Subclasses load their engine in ``load`` and set ``self.target`` with its
+    sampling temperature set to the run's."""
+
+    target: Target | None = None
+
+    def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
+        super().__init__(options, ctx)
+        self._seen: list[int] = []  # tokens whose state the draft context holds
+        self.rng = np.random.default_rng(ctx.seed + 1)
+
+    def begin(self, prompt_ids: Sequence[int], cell: Cell) -> None:
+        # Process the prompt now so it counts as prompt time, not draft time.
+        assert self.target is not None
+        self.target.reset()
+        self._seen = []
+        self._sync(list(prompt_ids))
+
+    def _sync(self, context: list[int]) -> None:
+        """Make the draft context hold exactly ``context[:-1]`` and decode the
+        last token. Rejected draft tokens are dropped."""
+        assert self.target is not None
+        common = 0
+        limit = min(len(self._seen), len(context) - 1)
+        while common < limit and self._seen[common] == context[common]:
+            common += 1
+        if common < self.target.n_past:
+            self.target.truncate(common)
+        self._seen = self._seen[:common]
+        todo = context[common:]
+        self.target.decode(todo, all_logits=False)
+        self._seen.extend(todo)
+
+    def draft(self, context: Sequence[int], k: int) -> Draft:
+        assert self.target is not None
+        self._sync(list(context))
+        sampled = self.ctx.temperature > 0
+        tokens: list[int] = []
+        probs: list[np.ndarray] = []
+        for i in range(k):
+            if sampled:
+                p = self.target.probs(-1)
+                tokens.append(int(self.rng.choice(len(p), p=p)))
+                probs.append(p)
+            else:
+                tokens.append(self.target.pick(-1))
+            if i + 1 < k:
+                self.target.decode(tokens[-1:], all_logits=False)
+                self._seen.append(tokens[-1])
+        return Draft(tuple(tokens), probs if sampled else None)
