@@ -61,7 +61,7 @@ class Model:
         params.n_gpu_layers = n_gpu_layers
         # Extra buffer types repack weights for faster CPU kernels, as
         # llama-bench and llama-server do by default.
-        params.use_extra_bufts = extra_bufts and os.environ.get("LAB_NO_EXTRA_BUFTS") != "1"
+        params.use_extra_bufts = extra_bufts
         self.path = path
         self.ptr = ll.llama_model_load_from_file(path.encode(), params)
         if not self.ptr:
