@@ -11,6 +11,7 @@ and profile validation never load an engine.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
@@ -21,6 +22,16 @@ if TYPE_CHECKING:
     import numpy as np
 
     from lab.profiles import Arm, RunSettings
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on: the affinity set where the system
+    has one (containers and taskset narrow it), else the logical count. The
+    engines' default thread count, and what the TUI weighs its refresh
+    against."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1  # pragma: no cover - macOS
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ for all rows) or not (compute-bound CPUs and unamortized kernels).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from lab.api import available_cores
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,7 @@ def measure_read_bandwidth(nbytes: int = 256 * 2**20, threads: int | None = None
     """Bytes per second that ``threads`` threads read summing private float64
     buffers (numpy releases the GIL in reductions). Best of ``repeats``; a
     lower bound of the device's peak, as any software measure is."""
-    if threads:
-        n = threads
-    elif hasattr(os, "sched_getaffinity"):
-        n = len(os.sched_getaffinity(0))
-    else:  # pragma: no cover - macOS
-        n = os.cpu_count() or 1
+    n = threads or available_cores()
     per = max(1, nbytes // n // 8)
     bufs = [np.ones(per, dtype=np.float64) for _ in range(n)]
     best = 0.0

@@ -17,6 +17,8 @@ from typing import Any, Sequence
 import llama_cpp as ll
 import numpy as np
 
+from lab.api import available_cores
+
 _init_lock = threading.Lock()
 _initialized = False
 _log_callback: Any = None
@@ -42,12 +44,8 @@ def init_backend(verbose: bool = False) -> None:
 
 def default_threads() -> int:
     # llama-bench and llama-server default to the number of physical cores;
-    # os.cpu_count() counts logical ones. Use the affinity set when present.
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS
-        n = os.cpu_count() or 1
-    return max(1, n)
+    # os.cpu_count() counts logical ones. The affinity set is the lab's rule.
+    return available_cores()
 
 
 class LlamaError(RuntimeError):

@@ -17,6 +17,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
+from lab.api import available_cores
 from lab.llama_tools import find_llama_tool
 
 if TYPE_CHECKING:
@@ -34,12 +35,9 @@ _PREFIX_TEXT = (
 
 
 def default_threads() -> int:
-    # The engine's rule (engine.default_threads) without importing llama_cpp,
-    # which the external tool does not need.
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - macOS
-        return os.cpu_count() or 1
+    # The engine's rule, without importing llama_cpp (the external tool
+    # does not need it).
+    return available_cores()
 
 
 def decode_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES) -> list[float]:
