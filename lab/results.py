@@ -19,8 +19,21 @@ RESULT_KEYS = (
 # Keys beyond the contract that reports and analysis use.
 EXTRA_KEYS = (
     "is_baseline", "group", "stack", "model", "n_max", "sweep", "prompt_tokens", "prompt_s", "gen_s",
-    "engine_bytes", "detail", "measured", "text", "engine_report", "plain_tokens",
+    "engine_bytes", "detail", "measured", "text", "text_origin", "engine_report", "plain_tokens",
 )
+
+
+def add_origin(runs: list[list[int]], chars: int, from_draft: bool) -> None:
+    """Extend ``text_origin``: runs of [characters, 1 if they came from
+    accepted drafts else 0] that cover the text in order, so a saved run can
+    show which tokens the drafter landed."""
+    if chars <= 0:
+        return
+    flag = int(from_draft)
+    if runs and runs[-1][1] == flag:
+        runs[-1][0] += chars
+    else:
+        runs.append([chars, flag])
 
 
 def first_divergence(a: Sequence[object], b: Sequence[object]) -> int | None:
@@ -53,6 +66,7 @@ def build_result(
     engine_bytes: int | None = None,
     detail: str = "",
     engine_report: Mapping[str, Any] | None = None,
+    text_origin: Sequence[Sequence[int]] | None = None,
 ) -> dict[str, Any]:
     """Assemble one row. ``baseline`` is the baseline's row for the same
     prompt and round (or the nearest round), used for speedup, step cost and
@@ -114,6 +128,11 @@ def build_result(
         "detail": detail,
         "measured": steps[0].measured if steps else None,
         "text": text,
+        # only when the runs add up to the text (a stream that lost a
+        # partial character at the end would shift every mark after it)
+        "text_origin": [list(r) for r in text_origin]
+        if ok and speculative and text is not None and text_origin is not None
+        and sum(n for n, _ in text_origin) == len(text) else None,
         "engine_report": dict(engine_report or {}),
         "plain_tokens": (n_tokens - landed) if ok and n_tokens is not None and speculative else None,
     }

@@ -34,12 +34,13 @@ from lab.events import (
     Status,
     StatusChanged,
     StepEvent,
+    TokenEvent,
     arm_cell,
 )
 from lab.memory import MemorySampler
 from lab.plugins import Registry
 from lab.profiles import Arm, Profile
-from lab.results import build_result, pick_baseline
+from lab.results import add_origin, build_result, pick_baseline
 from lab.store import RunStore
 
 
@@ -58,8 +59,21 @@ class RunControl:
     def cancel(self) -> None:
         self._cancel.set()
 
+    _cancelled_arms: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
     def skip_arm(self) -> None:
         self._skip_arm.set()
+
+    def cancel_arm(self, arm: str) -> None:
+        """Cancel one arm that has not started: the runner records its cells
+        as cancelled without loading its engine."""
+        with self._lock:
+            self._cancelled_arms.add(arm)
+
+    def arm_cancelled(self, arm: str) -> bool:
+        with self._lock:
+            return arm in self._cancelled_arms
 
     @property
     def cancelled(self) -> bool:
@@ -115,6 +129,9 @@ class Runner:
                 if self.control.cancelled:
                     self._fill(arm, "cancelled", "run cancelled before this arm started")
                     continue
+                if self.control.arm_cancelled(arm.name):
+                    self._fill(arm, "cancelled", "arm cancelled before it started")
+                    continue
                 self.control._skip_arm.clear()
                 self._run_arm(arm)
         except KeyboardInterrupt:
@@ -148,7 +165,8 @@ class Runner:
         self.emit(StatusChanged(arm_cell(arm.name), Status(status), detail=detail))
 
     def _record(self, arm: Arm, cell: Cell, status: str, gen: Generation | None = None,
-                steps: Sequence[StepEvent] = (), detail: str = "", peak: int | None = None) -> dict[str, Any]:
+                steps: Sequence[StepEvent] = (), detail: str = "", peak: int | None = None,
+                origin: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
         baseline = pick_baseline(self.results, arm.baseline, cell.prompt, cell.round) if arm.baseline else None
         row = build_result(
             arm=arm, prompt=cell.prompt, round=cell.round, status=status, steps=steps,
@@ -156,7 +174,7 @@ class Runner:
             prompt_tokens=gen.prompt_tokens if gen else None, prompt_s=gen.prompt_s if gen else None,
             text=gen.text if gen else None, baseline=baseline, peak_mem_bytes=peak,
             engine_bytes=gen.engine_bytes if gen else None, detail=detail,
-            engine_report=gen.engine_report if gen else None,
+            engine_report=gen.engine_report if gen else None, text_origin=origin,
         )
         self.results.append(row)
         if self.store is not None:
@@ -257,10 +275,13 @@ class Runner:
             status = Status.WARMUP if cell.is_warmup else Status.RUNNING
             self.emit(StatusChanged(cell, status, phase="warmup" if cell.is_warmup else "generating"))
             steps: list[StepEvent] = []
+            origin: list[list[int]] = []
 
-            def collect(event: Event, steps: list[StepEvent] = steps) -> None:
+            def collect(event: Event, steps: list[StepEvent] = steps, origin: list[list[int]] = origin) -> None:
                 if isinstance(event, StepEvent):
                     steps.append(event)
+                elif isinstance(event, TokenEvent):
+                    add_origin(origin, len(event.text), event.from_draft)
                 self.emit(event)
 
             def cancelled() -> bool:
@@ -287,7 +308,7 @@ class Runner:
             if arm.is_baseline:
                 self.reference_ids[(arm.name, cell.prompt, cell.round)] = list(gen.ids)
             if not cell.is_warmup:
-                self._record(arm, cell, "ok", gen, steps, peak=sampler.peak)
+                self._record(arm, cell, "ok", gen, steps, peak=sampler.peak, origin=origin)
         final = [r["status"] for r in self.results if r["arm"] == arm.name]
         worst = next((s for s in ("crashed", "oom", "error", "cancelled") if s in final), "ok")
         self.emit(StatusChanged(cell0, Status(worst)))

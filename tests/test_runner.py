@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from lab.api import Backend, EngineCrashed, EngineOOM, Generation, GenerationRequest
-from lab.events import Emit, Event, Finished, StatusChanged, StepEvent, TokenEvent
+from lab.events import Emit, Event, Finished, Status, StatusChanged, StepEvent, TokenEvent
 from lab.hookspecs import hookimpl
 from lab.plugins import load_registry
 from lab.profiles import parse_profile
@@ -175,6 +175,45 @@ def test_cancel_marks_the_rest_cancelled(tmp_path: Path) -> None:
     assert len(results) == 8
     assert [s for k, s in statuses.items() if k[0] == "spec"] == ["cancelled"] * 4
     assert load_run(store.path)["cancelled"] is True
+
+
+def test_rows_record_which_characters_came_from_drafts(tmp_path: Path) -> None:
+    tokens: list[TokenEvent] = []
+
+    def listen(event: Event) -> None:
+        if isinstance(event, TokenEvent) and event.cell.arm == "spec" and event.cell.round == 1:
+            tokens.append(event)
+
+    text = profile_text([("base", {}), ("spec", {"spec": True})])
+    runner, store = make_runner(tmp_path, text, [listen], RunControl())
+    runner.run()
+    rows = {(r["arm"], r["prompt"], r["round"]): r for r in load_run(store.path)["results"]}
+    row = rows[("spec", tokens[0].cell.prompt, 1)]
+    origin = row["text_origin"]
+    assert sum(n for n, _ in origin) == len(row["text"])
+    assert all(a[1] != b[1] for a, b in zip(origin, origin[1:]))  # runs alternate
+    drafted = "".join(t.text for t in tokens if t.from_draft and t.cell.prompt == row["prompt"])
+    assert sum(n for n, d in origin if d) == len(drafted) > 0
+    assert rows[("base", row["prompt"], 1)]["text_origin"] is None  # a baseline drafts nothing
+
+
+def test_a_cancelled_pending_arm_is_never_loaded(tmp_path: Path) -> None:
+    control = RunControl()
+    events: list[Event] = []
+
+    def listen(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, StatusChanged) and event.cell.arm == "base" and event.status == Status.LOADING:
+            control.cancel_arm("skipped")
+
+    text = profile_text([("base", {}), ("skipped", {"spec": True}), ("after", {"spec": True})])
+    runner, store = make_runner(tmp_path, text, [listen], control)
+    results = runner.run()
+    assert {r["status"] for r in results if r["arm"] == "skipped"} == {"cancelled"}
+    assert {r["status"] for r in results if r["arm"] == "after"} == {"ok"}
+    assert not [e for e in events if isinstance(e, StatusChanged) and e.cell.arm == "skipped"
+                and e.status == Status.LOADING]
+    assert {r["arm"] for r in load_run(store.path)["results"] if r["status"] == "cancelled"} == {"skipped"}
 
 
 def test_skip_arm_goes_to_the_next(tmp_path: Path) -> None:

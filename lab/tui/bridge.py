@@ -106,7 +106,6 @@ class EventBridge:
         self._flusher: threading.Thread | None = None
         self._resume = threading.Event()
         self._resume.set()
-        self._skip: set[str] = set()
         self.running_arm: str | None = None
 
     # -- controls (UI thread) ----------------------------------------------
@@ -123,13 +122,13 @@ class EventBridge:
         self.post(PauseChanged(False, False))
 
     def cancel_arm(self, arm: str) -> None:
-        """Stop an arm: the running one at its next step, a pending one as
-        soon as it starts (its cells are recorded as cancelled)."""
+        """Stop an arm: the running one at its next step; a pending one is
+        never loaded (its cells are recorded as cancelled)."""
         with self._lock:
             if arm == self.running_arm:
                 self.control.skip_arm()
             else:
-                self._skip.add(arm)
+                self.control.cancel_arm(arm)
 
     def skip_arm(self) -> None:
         self.control.skip_arm()
@@ -195,9 +194,6 @@ class EventBridge:
         if cell.round < 0 and event.status == Status.LOADING:
             with self._lock:
                 self.running_arm = cell.arm
-                if cell.arm in self._skip:
-                    self._skip.discard(cell.arm)
-                    self.control.skip_arm()
         if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
             self._hold()
             with self._lock:

@@ -230,7 +230,12 @@ async def test_open_a_saved_run_read_only(tmp_path: Path) -> None:
         data = load_run(store.path)
         want = {s["arm"]: summary_cells(s) for s in summarize(data["results"])}
         assert _cell_text(table, "spec", "prose", "speedup") == want["spec"][4]
-        assert screen.lane("spec").text.text == data["results"][-1]["text"]
+        shown = data["results"][-1]
+        assert screen.lane("spec").text.text == shown["text"]
+        # tokens from accepted drafts stay marked in a reopened run
+        drafted = sum(n for n, from_draft in shown["text_origin"] if from_draft)
+        assert 0 < drafted < len(shown["text"])
+        assert screen.lane("spec").text.drafted_chars == drafted
         steps = load_steps(store.path)
         assert sorted(screen.series["spec"].landed) == sorted(s["landed"] for s in steps if s["arm"] == "spec")
         assert len(screen.series["base"].rate) == 2  # one tok/s point per baseline round

@@ -141,11 +141,11 @@ def test_cancel_releases_a_paused_runner() -> None:
     assert done.is_set() and bridge.control.cancelled
 
 
-def test_cancelling_a_pending_arm_skips_it_when_it_starts() -> None:
+def test_cancelling_a_pending_arm_marks_it_for_the_runner_and_leaves_the_running_one() -> None:
     bridge, _ = _bridge()
     bridge(StatusChanged(arm_cell("first"), Status.LOADING))
     bridge.cancel_arm("second")
     assert not bridge.control._skip_arm.is_set()
-    bridge.control._skip_arm.clear()  # the runner clears it before each arm
-    bridge(StatusChanged(arm_cell("second"), Status.LOADING))
+    assert bridge.control.arm_cancelled("second") and not bridge.control.arm_cancelled("first")
+    bridge.cancel_arm("first")  # the running arm stops at its next step
     assert bridge.control._skip_arm.is_set()

@@ -30,6 +30,22 @@ def describe_arm(arm: Arm) -> str:
     return " · ".join(parts)
 
 
+def saved_pieces(text: str, origin: Any) -> list[tuple[str, bool]]:
+    """Split a saved text by its recorded origin runs ([chars, from_draft]);
+    unmarked when the runs are missing or do not cover the text."""
+    try:
+        runs = [(int(n), bool(d)) for n, d in origin or ()]
+    except (TypeError, ValueError):
+        runs = []
+    if not runs or sum(n for n, _ in runs) != len(text):
+        return [(text, False)]
+    pieces, at = [], 0
+    for n, draft in runs:
+        pieces.append((text[at:at + n], draft))
+        at += n
+    return pieces
+
+
 class ArmTitle(Static):
     """The arm's name and what it runs."""
 
@@ -131,9 +147,10 @@ class ArmLane(Vertical):
         self.query_one(LaneMetrics).update(self._metrics_text())
 
     def show_saved(self, row: dict[str, Any]) -> None:
-        """Read-only view of a saved cell: its text, status and figures."""
+        """Read-only view of a saved cell: its text (drafted tokens marked
+        where the run recorded them), status and figures."""
         self.text.clear()
-        self.text.append([(str(row.get("text") or ""), False)])
+        self.text.append(saved_pieces(str(row.get("text") or ""), row.get("text_origin")))
         self.cell_label = f"{row['prompt']} r{row['round']}"
         self.status = Status(row["status"])
         self.detail = str(row.get("detail") or "")
