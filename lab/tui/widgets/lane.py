@@ -6,6 +6,7 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.widgets import ProgressBar, Static
 
 from lab.events import Status, StatusChanged
@@ -123,6 +124,8 @@ class ArmLane(Vertical):
             bar.update(total=1.0 if event.progress is not None else None, progress=event.progress or 0.0)
         else:
             bar.display = False
+            # a finished bar: an indeterminate one would keep animating
+            bar.update(total=1.0, progress=1.0)
         badge = self.query_one(StatusBadge)
         badge.set_classes(f"status {self.status.value}")
         badge.update(self._status_text())
@@ -167,7 +170,9 @@ class ArmLane(Vertical):
         where = f"  [dim]{self.cell_label}[/dim]" if self.cell_label else ""
         return f"{word}{extra}{where}"
 
-    def _metrics_text(self) -> str:
+    def _metrics_text(self) -> Content:
+        # Assembled, not markup: this is built a few times a second per
+        # lane and parsing markup was a visible share of a frame.
         m, r = self.metrics, self.final
         mem = m.mem_bytes if m else None
         peak = m.peak_mem_bytes if m else None
@@ -185,11 +190,10 @@ class ArmLane(Vertical):
         else:
             tps = acc = length = draft_ms = verify_ms = None
             timing = "last"
-        lines = [f"tok/s [b]{num(tps)}[/b]"]
+        lines = ["\n\n", "\n"]
         if self.speculative:
-            lines.append(f"accept {pct(acc)} · len {num(length, '.2f')}")
-            lines.append(f"{timing} draft {num(draft_ms)} · verify {num(verify_ms)} ms")
-        else:
-            lines += ["", ""]
-        lines.append(f"mem {mib(mem)} · peak {mib(peak)}")
-        return "\n".join(lines)
+            lines = [
+                f"\naccept {pct(acc)} · len {num(length, '.2f')}\n",
+                f"{timing} draft {num(draft_ms)} · verify {num(verify_ms)} ms\n",
+            ]
+        return Content.assemble("tok/s ", (num(tps), "bold"), *lines, f"mem {mib(mem)} · peak {mib(peak)}")
