@@ -12,7 +12,8 @@
    real demo (llama.cpp, embedded SmolLM2) the goal is >= 0.98.
 
     python benchmarks/tui_throughput.py render [--seconds 3] [--repeats 3]
-    python benchmarks/tui_throughput.py overhead [--profile profiles/demo.toml] [--max-tokens N] [--rounds N] [--repeats 3]
+    python benchmarks/tui_throughput.py cost [--rate 100] [--seconds 5]   # UI thread CPU, full and lean cadence
+    python benchmarks/tui_throughput.py overhead [--profile profiles/demo.toml] [--max-tokens N] [--rounds N] [--repeats 3] [--refresh-hz HZ]
     python benchmarks/tui_throughput.py overhead --fake     # scripted backend, no model
 
 Prints ratios and min/median/max over repeats; never asserts on time.
@@ -23,7 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -39,11 +42,13 @@ from lab.runner import RunControl, Runner  # noqa: E402
 from lab.store import RunStore  # noqa: E402
 from lab.tui.app import LabApp  # noqa: E402
 from lab.tui.bridge import EventBridge  # noqa: E402
+from lab.tui.cadence import FULL, LEAN_METRICS_HZ, LEAN_TEXT_HZ, Cadence, cadence_for  # noqa: E402
 from lab.tui.screens.run import RunScreen  # noqa: E402
 
 LANES = 4
 SIZE = (200, 50)
 TOKEN_CHARS = 4
+LEAN = Cadence(LEAN_TEXT_HZ, LEAN_METRICS_HZ)
 
 
 def _stats(xs: list[float]) -> str:
@@ -65,8 +70,12 @@ def _four_lane_profile(tmp: Path) -> Path:
     return path
 
 
-async def _render_once(seconds: float, rate: float | None) -> dict[str, float]:
-    """Stream into 4 lanes for ``seconds``; ``rate`` total tok/s or None (flat out)."""
+async def _render_once(
+    seconds: float, rate: float | None, active: int = LANES, cadence: Cadence = FULL, lag_probe: bool = True,
+) -> dict[str, float]:
+    """Stream into ``active`` of the 4 lanes for ``seconds``; ``rate`` total
+    tok/s or None (flat out). Also measures the UI thread's CPU time (the
+    event loop runs on this thread) while the producer streams."""
     from tests.fakes import fake_registry
 
     tmp = Path(tempfile.mkdtemp(prefix="tui-bench-"))
@@ -81,7 +90,7 @@ async def _render_once(seconds: float, rate: float | None) -> dict[str, float]:
         def rendered_tokens() -> int:
             # every token is TOKEN_CHARS wide, so characters count tokens
             return sum(t.drafted_chars + t.target_chars for t in lanes) // TOKEN_CHARS
-        bridge = EventBridge(screen.post_message, RunControl())
+        bridge = EventBridge(screen.post_message, RunControl(), cadence.text_hz, cadence.metrics_hz)
         stop = threading.Event()
         offered = [0] * LANES
         bridge(RunStarted("four", "", tuple(a.name for a in screen.arms), ("p",), 1))
@@ -98,7 +107,7 @@ async def _render_once(seconds: float, rate: float | None) -> dict[str, float]:
             while not stop.is_set():
                 due = int((time.perf_counter() - t0) * rate) if rate else n + 256
                 while n < due:
-                    i = n % LANES
+                    i = n % active
                     k = n // LANES
                     bridge(TokenEvent(cells[i], f"{k % 1000:03d} ", (k,), bool(i % 2 and k % 3)))
                     offered[i] = k + 1
@@ -111,12 +120,16 @@ async def _render_once(seconds: float, rate: float | None) -> dict[str, float]:
                 await asyncio.sleep(0.01)
                 lags.append(time.perf_counter() - t - 0.01)
 
-        probe_task = asyncio.create_task(probe())
+        # the probe wakes the loop 100 times a second: left out when only
+        # the UI's own CPU time is wanted
+        probe_task = asyncio.create_task(probe() if lag_probe else asyncio.sleep(0))
         threads = [threading.Thread(target=produce, daemon=True)]
         start = time.perf_counter()
+        ui_cpu0 = time.thread_time()
         for t in threads:
             t.start()
         await asyncio.sleep(seconds)
+        ui_cpu = time.thread_time() - ui_cpu0
         stop.set()
         for t in threads:
             t.join()
@@ -136,6 +149,7 @@ async def _render_once(seconds: float, rate: float | None) -> dict[str, float]:
         "lag_p99_ms": lags[int(len(lags) * 0.99) - 1] * 1000 if lags else 0.0,
         "lag_max_ms": lags[-1] * 1000 if lags else 0.0,
         "tokens": float(total),
+        "ui_cpu_share": ui_cpu / seconds,
     }
 
 
@@ -160,6 +174,18 @@ def cmd_render(args: argparse.Namespace) -> None:
               f"p99 lag {p99:5.1f} ms  drain {drain:4.2f} s  {'sustained' if sustained else 'not sustained'}")
     print(f"  highest offered rate sustained with p99 lag < 50 ms: {best:,.0f} tok/s "
           f"(goal >= 5,000: {'met' if best >= 5000 else 'NOT met'})")
+
+
+def cmd_cost(args: argparse.Namespace) -> None:
+    print(f"UI cost: one lane streaming {args.rate:,.0f} tok/s (the runner runs one arm at a time), "
+          f"{args.seconds:.0f} s, {args.repeats} repeats; UI thread CPU time as % of one core")
+    cadences = [("idle (nothing streams)", FULL, 1e-3), (f"full ({FULL.text_hz:g} Hz text, {FULL.metrics_hz:g} Hz figures)", FULL, args.rate),
+                (f"lean ({LEAN.text_hz:g} Hz text, {LEAN.metrics_hz:g} Hz figures)", LEAN, args.rate)]
+    for label, cadence, rate in cadences:
+        runs = [asyncio.run(_render_once(args.seconds, rate, active=1, cadence=cadence, lag_probe=False))
+                for _ in range(args.repeats)]
+        shares = [100 * r["ui_cpu_share"] for r in runs]
+        print(f"  {label:<36} min {min(shares):5.1f} / median {statistics.median(shares):5.1f} / max {max(shares):5.1f}")
 
 
 def _cell_tps(results: list[dict[str, Any]]) -> dict[tuple[str, str, int], float]:
@@ -198,8 +224,8 @@ def _headless(profile: Any, registry: Any, out: Path) -> dict[tuple[str, str, in
     return _cell_tps(Runner(profile, registry, RunStore(profile, out)).run())
 
 
-async def _tui(profile: Any, registry: Any, out: Path) -> dict[tuple[str, str, int], float]:
-    app = LabApp(profile.path, registry=registry, runs_dir=out)
+async def _tui(profile: Any, registry: Any, out: Path, refresh_hz: float | None = None) -> dict[tuple[str, str, int], float]:
+    app = LabApp(profile.path, registry=registry, runs_dir=out, refresh_hz=refresh_hz)
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen
         assert isinstance(screen, RunScreen)
@@ -211,15 +237,45 @@ async def _tui(profile: Any, registry: Any, out: Path) -> dict[tuple[str, str, i
         return _cell_tps(screen.session.results)
 
 
+def cmd_one(args: argparse.Namespace) -> None:
+    """One headless or TUI run in this (fresh) process; prints its cells' tok/s as JSON."""
+    profile, registry, tmp = _load(args)
+    out = Path(args.out)
+    if args.mode == "headless":
+        cells = _headless(profile, registry, out)
+    else:
+        cells = asyncio.run(_tui(profile, registry, out, args.refresh_hz))
+    print(json.dumps([[*k, v] for k, v in cells.items()]))
+
+
+def _one_process(args: argparse.Namespace, mode: str, out: Path) -> dict[tuple[str, str, int], float]:
+    # Each run gets its own process. In one process the second run's engine
+    # thread would share libgomp with the first run's: llama.cpp's OpenMP
+    # workers then count more threads than cores and stop spinning between
+    # barriers, which slowed whichever run came second by 10-20 % here.
+    cmd = [sys.executable, __file__, "one", "--mode", mode, "--out", str(out), "--profile", args.profile,
+           "--max-tokens", str(args.max_tokens), "--rounds", str(args.rounds)] + (["--fake"] if args.fake else [])
+    if args.refresh_hz:
+        cmd += ["--refresh-hz", str(args.refresh_hz)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{mode} run failed:\n{done.stderr[-2000:]}")
+    return {(a, p, int(r)): float(v) for a, p, r, v in json.loads(done.stdout.strip().splitlines()[-1])}
+
+
 def cmd_overhead(args: argparse.Namespace) -> None:
     profile, registry, tmp = _load(args)
     what = "fake backend (2 ms per token)" if args.fake else profile.path
+    arm = profile.arms[0]
+    cadence = cadence_for(registry.backend(arm.backend).busy_cores(arm.options, profile.run.threads),
+                          text_hz=args.refresh_hz)
     print(f"run overhead: {what}, max_tokens {profile.run.max_tokens}, rounds {profile.run.rounds}, "
-          f"warmup {profile.run.warmup}, {args.repeats} repeats (headless and TUI alternate)")
+          f"warmup {profile.run.warmup}, {args.repeats} repeats (headless and TUI alternate, a process each); "
+          f"TUI text at {cadence.text_hz:g} Hz, figures at {cadence.metrics_hz:g} Hz")
     ratios = []
     for i in range(args.repeats):
-        head = _headless(profile, registry, tmp / f"headless-{i}")
-        tui = asyncio.run(_tui(profile, registry, tmp / f"tui-{i}"))
+        head = _one_process(args, "headless", tmp / f"headless-{i}")
+        tui = _one_process(args, "tui", tmp / f"tui-{i}")
         cells = sorted(set(head) & set(tui))
         if not cells:
             print("  no cell finished ok in both runs")
@@ -240,13 +296,28 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rates", type=float, nargs="*", default=[2000, 5000, 10000, 20000])
     p.set_defaults(func=cmd_render)
+    p = sub.add_parser("cost")
+    p.add_argument("--rate", type=float, default=100.0)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--repeats", type=int, default=3)
+    p.set_defaults(func=cmd_cost)
     p = sub.add_parser("overhead")
     p.add_argument("--profile", default=str(ROOT / "profiles" / "demo.toml"))
     p.add_argument("--fake", action="store_true", help="the scripted fake backend instead of a real engine")
     p.add_argument("--max-tokens", type=int, default=0)
     p.add_argument("--rounds", type=int, default=0)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--refresh-hz", type=float, help="force the TUI's text rate (default: its own choice)")
     p.set_defaults(func=cmd_overhead)
+    p = sub.add_parser("one", help=argparse.SUPPRESS)
+    p.add_argument("--mode", choices=("headless", "tui"), required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--profile", default=str(ROOT / "profiles" / "demo.toml"))
+    p.add_argument("--fake", action="store_true")
+    p.add_argument("--max-tokens", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=0)
+    p.add_argument("--refresh-hz", type=float)
+    p.set_defaults(func=cmd_one)
     args = parser.parse_args()
     args.func(args)
 

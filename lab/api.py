@@ -139,6 +139,14 @@ class Backend(ABC):
         """Whether an arm with these options drafts; baselines do not."""
         return drafter is not None
 
+    @classmethod
+    def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
+        """CPU cores this arm's engine keeps busy while it generates, given
+        ``[run] threads`` (0: the engine's default). The TUI repaints less
+        often when none is left for it. Default: every thread computes on
+        the CPU; an engine that offloads to a GPU says 1."""
+        return threads or available_cores()
+
     @abstractmethod
     def load(self, emit: Emit) -> None: ...
 

@@ -200,13 +200,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def cmd_tui(profile: str | None) -> int:
+def cmd_tui(profile: str | None, refresh_hz: float | None = None) -> int:
     try:
         from lab.tui.app import run_app
     except ImportError as exc:
         print(f"lab: the TUI is not available ({exc}); use `lab run PROFILE`", file=sys.stderr)
         return 2
-    return run_app(profile or str(default_profile()))
+    return run_app(profile or str(default_profile()), refresh_hz)
+
+
+def tui_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lab", description="Open the lab's TUI on a profile (default: profiles/demo.toml). "
+        "Commands: run, report, plugins, doctor, probe (lab COMMAND -h).")
+    p.add_argument("profile", nargs="?")
+    p.add_argument(
+        "--refresh-hz", type=float, metavar="HZ",
+        help="how often lanes repaint while a run streams (default: 30, or 5 when the engine's threads "
+        "take every core, so the view does not slow the engine it measures)")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -246,11 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     commands = {"run", "report", "plugins", "doctor", "probe", "-h", "--help"}
-    if not args_list or (args_list[0] not in commands and not args_list[0].startswith("-")):
-        if args_list and not os.path.exists(args_list[0]):
-            print(f"lab: no such profile or command: {args_list[0]}", file=sys.stderr)
+    if not args_list or args_list[0] not in commands:
+        tui_args = tui_parser().parse_args(args_list)
+        if tui_args.profile and not os.path.exists(tui_args.profile):
+            print(f"lab: no such profile or command: {tui_args.profile}", file=sys.stderr)
             return 2
-        return cmd_tui(args_list[0] if args_list else None)
+        if tui_args.refresh_hz is not None and not 0 < tui_args.refresh_hz <= 120:
+            print("lab: --refresh-hz must be above 0 and at most 120", file=sys.stderr)
+            return 2
+        return cmd_tui(tui_args.profile, tui_args.refresh_hz)
     parser = build_parser()
     args = parser.parse_args(args_list)
     return int(args.func(args))

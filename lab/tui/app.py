@@ -55,8 +55,10 @@ class LabApp(App[int]):
         runs_dir: str | Path = "runs",
         profiles_dir: str | Path | None = None,
         saved_run: str | Path | None = None,
+        refresh_hz: float | None = None,
     ) -> None:
         super().__init__()
+        self.refresh_hz = refresh_hz
         self.profile_path = profile_path
         self._lab_registry = registry
         self.runs_dir = Path(runs_dir)
@@ -193,7 +195,7 @@ class LabApp(App[int]):
             return False
         if screen.session is not None:
             screen.reset_for_run()
-        session = RunSession(screen.profile, self.registry, self.runs_dir, screen.post_message)
+        session = RunSession(screen.profile, self.registry, self.runs_dir, screen.post_message, refresh_hz=self.refresh_hz)
         self.sessions = [s for s in self.sessions if s.running] + [session]
         screen.session = session
         session.start()
@@ -288,9 +290,9 @@ class LabApp(App[int]):
                     yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
 
 
-def run_app(profile_path: str) -> int:
+def run_app(profile_path: str, refresh_hz: float | None = None) -> int:
     """Entry point of `lab` / `lab PROFILE.toml`."""
-    app = LabApp(profile_path)
+    app = LabApp(profile_path, refresh_hz=refresh_hz)
     try:
         code = app.run()
     finally:

@@ -2,8 +2,9 @@
 
 The runner calls :class:`EventBridge` for every event on its own thread. The
 bridge keeps token text and steps per cell and a small flusher thread posts
-them about 30 times a second, so the UI's message queue sees a handful of
-messages per frame however fast an engine streams. Every other event flushes
+them about 30 times a second (fewer when the engine has every core, see
+cadence.py), so the UI's message queue sees a handful of messages per frame
+however fast an engine streams. Every other event flushes
 what is pending first, so the UI never sees a cell finish before its text.
 
 Pausing holds the runner at the start of the next cell, before the backend's
@@ -13,8 +14,9 @@ clocks start, so a pause never shows up in a measurement.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from textual.message import Message
 
@@ -31,6 +33,7 @@ from lab.events import (
     TokenEvent,
 )
 from lab.runner import RunControl
+from lab.tui.cadence import FULL_METRICS_HZ, FULL_TEXT_HZ, Cadence
 from lab.tui.messages import (
     ArmMetrics,
     ArmMetricsUpdated,
@@ -42,7 +45,11 @@ from lab.tui.messages import (
     TokensLanded,
 )
 
-FLUSH_HZ = 30.0
+FLUSH_HZ = FULL_TEXT_HZ
+# Figures a person reads: a few times a second is enough, and each update
+# repaints the lane's figures block. Status changes and finished cells
+# always carry the latest figures.
+METRICS_HZ = FULL_METRICS_HZ
 
 
 @dataclass
@@ -66,13 +73,15 @@ class _Live:
     segments: list[tuple[str, bool]] = field(default_factory=list)
     pending_steps: list[StepEvent] = field(default_factory=list)
     dirty: bool = False
+    metrics_dirty: bool = False
+    metrics_posted_at: float = float("-inf")
 
     def start_cell(self, prompt: str, round: int) -> None:
         self.prompt, self.round = prompt, round
         self.tokens = self.first_tokens = self.steps = self.drafted = self.accepted = 0
         self.first_t = self.last_t = None
         self.last_draft_ms = self.last_verify_ms = None
-        self.dirty = True
+        self.dirty = self.metrics_dirty = True
 
     def tok_per_s(self) -> float | None:
         # Rate over the tokens after the first batch: the first token lands
@@ -95,10 +104,19 @@ class EventBridge:
     ``post`` is a thread-safe callable such as ``widget.post_message``.
     """
 
-    def __init__(self, post: Callable[[Message], object], control: RunControl, hz: float = FLUSH_HZ) -> None:
+    def __init__(
+        self, post: Callable[[Message], object], control: RunControl,
+        hz: float = FLUSH_HZ, metrics_hz: float = METRICS_HZ,
+        cadences: Mapping[str, Cadence] | None = None,
+    ) -> None:
+        """``cadences``: per arm, the rates to use while it runs (see
+        cadence.py); other arms use ``hz`` and ``metrics_hz``."""
         self.post = post
         self.control = control
+        self.cadence = Cadence(hz, metrics_hz)
+        self.cadences = dict(cadences or {})
         self.interval = 1.0 / hz
+        self.metrics_interval = 1.0 / metrics_hz
         self._lock = threading.RLock()
         self._live: dict[str, _Live] = {}
         self._current: _Live | None = None
@@ -148,7 +166,7 @@ class EventBridge:
                 live.tokens += len(event.ids)
                 live.last_t = event.t
                 live.segments.append((event.text, event.from_draft))
-                live.dirty = True
+                live.dirty = live.metrics_dirty = True
             return
         if isinstance(event, StepEvent):
             with self._lock:
@@ -159,14 +177,14 @@ class EventBridge:
                 live.last_draft_ms = None if event.draft_s is None else event.draft_s * 1000
                 live.last_verify_ms = None if event.verify_s is None else event.verify_s * 1000
                 live.pending_steps.append(event)
-                live.dirty = True
+                live.dirty = live.metrics_dirty = True
             return
         if isinstance(event, MemorySample):
             with self._lock:
                 live = self._arm(event.arm)
                 live.mem_bytes = event.rss_bytes
                 live.peak_mem_bytes = max(live.peak_mem_bytes or 0, event.rss_bytes)
-                live.dirty = True
+                live.dirty = live.metrics_dirty = True
             return
         if isinstance(event, RunStarted):
             self._start_flusher()
@@ -194,6 +212,11 @@ class EventBridge:
         if cell.round < 0 and event.status == Status.LOADING:
             with self._lock:
                 self.running_arm = cell.arm
+                cadence = self.cadences.get(cell.arm)
+                if cadence is not None and cadence != self.cadence:
+                    self.cadence = cadence
+                    self.interval = 1.0 / cadence.text_hz
+                    self.metrics_interval = 1.0 / cadence.metrics_hz
         if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
             self._hold()
             with self._lock:
@@ -226,13 +249,16 @@ class EventBridge:
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.interval):
             with self._lock:
-                self._flush_locked()
+                self._flush_locked(force=False)
 
     def flush(self) -> None:
         with self._lock:
             self._flush_locked()
 
-    def _flush_locked(self) -> None:
+    def _flush_locked(self, force: bool = True) -> None:
+        """Post what is pending. Text and steps go every time; figures at
+        most METRICS_HZ times a second unless ``force``."""
+        now = time.monotonic()
         for live in self._live.values():
             if not live.dirty:
                 continue
@@ -248,7 +274,12 @@ class EventBridge:
                 ))
                 live.segments = []
                 live.pending_steps = []
-            self.post(ArmMetricsUpdated(live.snapshot()))
+            if live.metrics_dirty and (force or now - live.metrics_posted_at >= self.metrics_interval):
+                live.metrics_dirty = False
+                live.metrics_posted_at = now
+                self.post(ArmMetricsUpdated(live.snapshot()))
+            elif live.metrics_dirty:
+                live.dirty = True  # figures still owed: the next flush looks again
 
 
 def _merge(pieces: list[tuple[str, bool]]) -> tuple[tuple[str, bool], ...]:

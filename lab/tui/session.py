@@ -10,11 +10,13 @@ from typing import Any, Callable
 
 from textual.message import Message
 
+from lab.api import available_cores
 from lab.plugins import Registry
 from lab.profiles import Profile
 from lab.runner import RunControl, Runner
 from lab.store import RunStore
 from lab.tui.bridge import EventBridge
+from lab.tui.cadence import Cadence, cadence_for
 
 
 @dataclass
@@ -27,11 +29,28 @@ class RunSession:
     done: threading.Event = field(default_factory=threading.Event)
     store: RunStore | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
+    refresh_hz: float | None = None  # forced text rate; None: weigh each arm's engine (cadence.py)
     bridge: EventBridge = field(init=False)
 
     def __post_init__(self) -> None:
-        self.bridge = EventBridge(self.post, self.control)
+        self.bridge = EventBridge(self.post, self.control, cadences=self.cadences())
         self.done.set()  # nothing runs until start()
+
+    def cadences(self) -> dict[str, Cadence]:
+        """The view's rates for each arm, from the cores its engine keeps busy."""
+        out = {}
+        for arm in self.profile.arms:
+            try:
+                busy = self.registry.backend(arm.backend).busy_cores(arm.options, self.profile.run.threads)
+            except Exception:  # noqa: BLE001 - an unknown or broken plugin fails at load, not here
+                busy = self.profile.run.threads or available_cores()
+            out[arm.name] = cadence_for(busy, text_hz=self.refresh_hz)
+        return out
+
+    @property
+    def cadence(self) -> Cadence:
+        """The rates in use now (the running arm's)."""
+        return self.bridge.cadence
 
     def start(self) -> None:
         """Called on the UI thread just before the worker is started."""

@@ -3,7 +3,8 @@ loop (lab.speculative) for any drafter plugin, over an MLX target."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+import platform
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from lab import models
 from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, Option
@@ -29,6 +30,14 @@ class MlxSession(Backend):
     options: ClassVar[tuple[Option, ...]] = (
         Option("enable_thinking", bool, True, "passed to the chat template (Qwen3-style thinking switch; the write-ups turned it off)"),
     )
+
+    @classmethod
+    def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
+        # On Apple silicon MLX computes on the GPU and its thread waits;
+        # elsewhere it runs on the CPU's cores.
+        if platform.system() == "Darwin" and platform.machine() == "arm64":
+            return 1
+        return super().busy_cores(arm_options, threads)
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)

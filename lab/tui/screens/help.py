@@ -19,7 +19,7 @@ accepted; plain text is what the target produced itself.
 |---|---|
 | `s` | start the run |
 | `p` | pause / resume (holds before the next cell, never inside a measurement) |
-| `c` | cancel the selected arm (now if running, else when it would start) |
+| `c` | cancel the selected arm (now if running; a pending arm is never loaded) |
 | `n` | skip the running arm, go to the next |
 | `x` | stop the whole run |
 | `←` `→` `a` | select a lane; the plots follow the selection |
@@ -31,6 +31,12 @@ accepted; plain text is what the target produced itself.
 | `q` | quit (stops every engine first) |
 
 A run writes the same run directory as `lab run`: `runs/<time>-<profile>/`.
+A reopened run shows each cell's text with its drafted tokens marked.
+
+Lanes repaint 30 times a second, or 5 when the engine's threads take every
+core (the header says so): each repaint costs the UI thread a few
+milliseconds, taken from the engine it measures. `lab --refresh-hz HZ`
+sets the rate.
 """
 
 

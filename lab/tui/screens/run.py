@@ -181,6 +181,8 @@ class RunScreen(Screen[None]):
 
     def _header_text(self) -> str:
         state = self.state + (" · paused" if self.paused else "")
+        if self.session is not None and self.session.running and self.session.cadence.reason:
+            state += f" [dim]({self.session.cadence.reason})[/dim]"
         where = f"  [b]{self.current}[/b]" if self.current else ""
         run_dir = self.session.run_dir if self.session is not None else self.saved_dir
         out = f"  [dim]→ {run_dir}[/dim]" if run_dir else ""
