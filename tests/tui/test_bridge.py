@@ -91,6 +91,30 @@ def test_live_metrics_come_from_event_timestamps() -> None:
     assert metrics.mem_bytes == 200 * 2**20 and metrics.peak_mem_bytes == 300 * 2**20
 
 
+def test_figures_are_posted_less_often_than_text_and_the_last_ones_always_arrive() -> None:
+    posted: list[object] = []
+    bridge = EventBridge(posted.append, RunControl(), hz=200, metrics_hz=2)
+    cell = Cell("spec", "prose", 1)
+    bridge(RunStarted("p", "/tmp/x", ("spec",), ("prose",), 1))
+    bridge(StatusChanged(cell, Status.RUNNING))
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < 0.6:
+        bridge(TokenEvent(cell, f"t{i} ", (i,), False, t=100.0 + i * 0.01))
+        i += 1
+        time.sleep(0.002)
+    bridge(Finished(cell, {"arm": "spec", "prompt": "prose", "round": 1, "status": "ok"}))
+    bridge(RunFinished("/tmp/x"))
+    texts = [m for m in posted if isinstance(m, TokensLanded)]
+    figures = [m.metrics for m in posted if isinstance(m, ArmMetricsUpdated)]
+    # 0.6 s at 2 Hz: the flusher's figures plus the forced ones around status
+    # changes and the end of the cell, while text went out far more often
+    assert len(figures) <= 6 < len(texts)
+    last_figures = max(j for j, m in enumerate(posted) if isinstance(m, ArmMetricsUpdated))
+    finished_at = next(j for j, m in enumerate(posted) if isinstance(m, CellFinished))
+    assert last_figures < finished_at and figures[-1].tokens == i
+
+
 def test_metrics_messages_replace_each_other_per_arm() -> None:
     def snap(arm: str, n: int) -> ArmMetricsUpdated:
         return ArmMetricsUpdated(ArmMetrics(arm, "p", 1, n, None, 0, 0, 0, None, None, None, None))
