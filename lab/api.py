@@ -139,6 +139,14 @@ class Backend(ABC):
         """Whether an arm with these options drafts; baselines do not."""
         return drafter is not None
 
+    def pauses_between_steps(self) -> bool:
+        """Whether ``generate`` calls ``cancelled()`` only between steps, with
+        no engine work in flight and its clocks able to lose the time spent
+        there: the runner then holds a paused run inside the cell and takes
+        the held time out of ``gen_s``. Otherwise a pause waits for the cell
+        to end (a server keeps generating while a client waits)."""
+        return False
+
     @classmethod
     def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
         """CPU cores this arm's engine keeps busy while it generates, given

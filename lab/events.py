@@ -128,6 +128,19 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class Held:
+    """The run is paused and the runner holds ``cell``: ``seconds`` is None
+    when the hold begins and the time held when it ends. ``in_cell``: the
+    hold is between two steps of a generating cell (its time is taken out of
+    the cell's generation time), else before the cell starts."""
+
+    cell: Cell
+    seconds: float | None = None
+    in_cell: bool = False
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
 class RunStarted:
     profile: str
     run_dir: str
@@ -145,7 +158,7 @@ class RunFinished:
 
 
 Event = Union[
-    TokenEvent, StepEvent, MemorySample, StatusChanged, Finished, RunStarted, RunFinished
+    TokenEvent, StepEvent, MemorySample, StatusChanged, Held, Finished, RunStarted, RunFinished
 ]
 Emit = Callable[[Event], None]
 

@@ -9,6 +9,7 @@ backend is closed on every path, Ctrl-C included.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from lab.events import (
     Emit,
     Event,
     Finished,
+    Held,
     RunFinished,
     RunStarted,
     Status,
@@ -36,6 +38,7 @@ from lab.events import (
     StepEvent,
     TokenEvent,
     arm_cell,
+    now,
 )
 from lab.memory import MemorySampler
 from lab.plugins import Registry
@@ -55,12 +58,15 @@ class RunControl:
 
     _cancel: threading.Event = field(default_factory=threading.Event)
     _skip_arm: threading.Event = field(default_factory=threading.Event)
+    _resume: threading.Event = field(default_factory=threading.Event)
+    _cancelled_arms: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._resume.set()
 
     def cancel(self) -> None:
         self._cancel.set()
-
-    _cancelled_arms: set[str] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def skip_arm(self) -> None:
         self._skip_arm.set()
@@ -74,6 +80,27 @@ class RunControl:
     def arm_cancelled(self, arm: str) -> bool:
         with self._lock:
             return arm in self._cancelled_arms
+
+    def pause(self) -> None:
+        """Hold the run at its next pause point: the next step of a backend
+        that pauses between steps, else the next cell."""
+        self._resume.clear()
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._resume.is_set()
+
+    def hold(self) -> float:
+        """Block while paused (a cancel or a skip ends the hold too);
+        returns the seconds held."""
+        t0 = now()
+        while not self._resume.wait(0.05):
+            if self._cancel.is_set() or self._skip_arm.is_set():
+                break
+        return now() - t0
 
     @property
     def cancelled(self) -> bool:
@@ -146,6 +173,15 @@ class Runner:
                 self.store.finish(cancelled=self.control.cancelled or interrupted)
             self.emit(RunFinished(run_dir, cancelled=self.control.cancelled or interrupted))
         return self.results
+
+    def _hold(self, cell: Cell, in_cell: bool) -> float:
+        """Wait here while the run is paused; returns the seconds held."""
+        if not self.control.paused:
+            return 0.0
+        self.emit(Held(cell, None, in_cell))
+        seconds = self.control.hold()
+        self.emit(Held(cell, seconds, in_cell))
+        return seconds
 
     def _cells(self, arm: Arm) -> list[Cell]:
         return [
@@ -272,9 +308,16 @@ class Runner:
                 if not cell.is_warmup:
                     self._record(arm, cell, "cancelled", detail="cancelled", peak=sampler.peak)
                 continue
+            self._hold(cell, in_cell=False)
+            if self.control.cancelled or self.control._skip_arm.is_set():
+                if not cell.is_warmup:
+                    self._record(arm, cell, "cancelled", detail="cancelled", peak=sampler.peak)
+                continue
             status = Status.WARMUP if cell.is_warmup else Status.RUNNING
             self.emit(StatusChanged(cell, status, phase="warmup" if cell.is_warmup else "generating"))
             steps: list[StepEvent] = []
+            held = [0.0]
+            pausable = backend.pauses_between_steps()
             origin: list[list[int]] = []
 
             def collect(event: Event, steps: list[StepEvent] = steps, origin: list[list[int]] = origin) -> None:
@@ -284,7 +327,9 @@ class Runner:
                     add_origin(origin, len(event.text), event.from_draft)
                 self.emit(event)
 
-            def cancelled() -> bool:
+            def cancelled(cell: Cell = cell, held: list[float] = held, pausable: bool = pausable) -> bool:
+                if pausable:
+                    held[0] += self._hold(cell, in_cell=True)
                 return self.control.cancelled or self.control._skip_arm.is_set()
 
             try:
@@ -305,6 +350,11 @@ class Runner:
                     self._record(arm, cell, "error", detail=f"{type(exc).__name__}: {exc}", peak=sampler.peak)
                 continue
             sampler.sample()
+            if held[0]:
+                # Held between steps: no step was timed across the pause,
+                # only the cell's generation clock ran on.
+                gen = dataclasses.replace(
+                    gen, gen_s=gen.gen_s - held[0], engine_report={**gen.engine_report, "paused_s": held[0]})
             if arm.is_baseline:
                 self.reference_ids[(arm.name, cell.prompt, cell.round)] = list(gen.ids)
             if not cell.is_warmup:

@@ -184,6 +184,9 @@ class FakeBackend(Backend):
         gen_s = clock[0] - prompt_s if virtual else now() - t0
         return Generation(text="".join(parts), ids=ids, prompt_tokens=8, prompt_s=prompt_s, gen_s=max(gen_s, 1e-9))
 
+    def pauses_between_steps(self) -> bool:
+        return True
+
     def close(self) -> None:
         self.closed = True
         if self.child is not None:

@@ -205,3 +205,62 @@ n_max = 3
         if r["arm"] != "base":
             cell_steps = [s for s in steps if s.cell.arm == r["arm"] and s.cell.prompt == r["prompt"]]
             assert sum(s.landed for s in cell_steps) + r["plain_tokens"] == 40
+
+
+def test_a_pause_between_steps_keeps_the_output_and_is_not_measured(tmp_path: Path) -> None:
+    import threading
+
+    from lab.events import Held
+    from lab.runner import RunControl
+
+    arms = """
+[[arms]]
+name = "base"
+backend = "llamacpp"
+model = "embedded:smollm2"
+
+[[arms]]
+name = "ngram"
+backend = "llamacpp"
+model = "embedded:smollm2"
+drafter = "ngram"
+n_max = 4
+"""
+    text = f"[run]\nmax_tokens = 48\nrounds = 1\nwarmup = 0\nn_ctx = 512\n{PROMPTS}\n{arms}"
+    registry = load_registry()
+    profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
+    control = RunControl()
+    tokens: dict[str, list[TokenEvent]] = defaultdict(list)
+    held: list[Held] = []
+
+    clock: dict[str, float] = {}
+
+    def listen(event: Event) -> None:
+        if event_is_cell(event, "ngram", "prose"):
+            clock.setdefault("start", event.t)  # its RUNNING status
+            clock["end"] = event.t  # its Finished
+        if isinstance(event, Held):
+            held.append(event)
+        elif isinstance(event, TokenEvent) and event.cell.prompt == "prose":
+            tokens[event.cell.arm].append(event)
+            if event.cell.arm == "ngram" and len(tokens["ngram"]) == 5:
+                control.pause()
+                threading.Timer(0.5, control.resume).start()
+
+    results = Runner(profile, registry, RunStore(profile, tmp_path / "runs"), [listen], control).run()
+    rows = {(r["arm"], r["prompt"]): r for r in results}
+    paused = rows[("ngram", "prose")]
+    assert [h.in_cell for h in held] == [True, True] and held[1].seconds is not None and held[1].seconds >= 0.45
+    assert paused["engine_report"]["paused_s"] == held[1].seconds
+    # the engine picked up where it stopped: the same greedy tokens
+    assert ids_of(tokens["ngram"]) == ids_of(tokens["base"])
+    # the cell's wall time holds prompt + generation + the hold; with the
+    # hold left in gen_s it would exceed the wall time less the hold
+    assert paused["gen_s"] <= clock["end"] - clock["start"] - held[1].seconds
+
+
+def event_is_cell(event: Event, arm: str, prompt: str) -> bool:
+    from lab.events import Finished, StatusChanged
+
+    return isinstance(event, (StatusChanged, Finished)) and event.cell.arm == arm and event.cell.prompt == prompt \
+        and event.cell.round == 1

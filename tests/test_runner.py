@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 from lab.api import Backend, EngineCrashed, EngineOOM, Generation, GenerationRequest
-from lab.events import Emit, Event, Finished, Status, StatusChanged, StepEvent, TokenEvent
+from lab.events import Cell, Emit, Event, Finished, Held, Status, StatusChanged, StepEvent, TokenEvent
 from lab.hookspecs import hookimpl
 from lab.plugins import load_registry
 from lab.profiles import parse_profile
@@ -29,7 +30,11 @@ class ScriptedBackend(Backend):
     from lab.api import Option
 
     options = (Option("fail", str, "", "failure to inject", choices=("", "load", "oom", "crash", "error", "hang")),
-               Option("spec", bool, False, "draft with a built-in scripted drafter"))
+               Option("spec", bool, False, "draft with a built-in scripted drafter"),
+               Option("pausable", bool, False, "hold between steps; gen_s by the wall clock"))
+
+    def pauses_between_steps(self) -> bool:
+        return bool(self.arm.options.get("pausable"))
 
     @classmethod
     def is_speculative(cls, arm_options, drafter) -> bool:
@@ -50,6 +55,7 @@ class ScriptedBackend(Backend):
                 raise RuntimeError("bug in backend")
         ids: list[int] = []
         i = 0
+        t0 = time.perf_counter()
         while len(ids) < request.max_tokens:
             if cancelled():
                 from lab.api import Cancelled
@@ -69,7 +75,10 @@ class ScriptedBackend(Backend):
                 ids.append(i)
                 i += 1
         text = "".join(chr(97 + t % 26) for t in ids)
-        return Generation(text=text, ids=ids, prompt_tokens=5, prompt_s=0.01, gen_s=0.1 if not self.arm.options.get("spec") else 0.05)
+        gen_s = 0.1 if not self.arm.options.get("spec") else 0.05
+        if self.arm.options.get("pausable"):
+            gen_s = time.perf_counter() - t0
+        return Generation(text=text, ids=ids, prompt_tokens=5, prompt_s=0.01, gen_s=gen_s)
 
     def close(self) -> None:
         ScriptedBackend.closed.append(self.arm.name)
@@ -195,6 +204,57 @@ def test_rows_record_which_characters_came_from_drafts(tmp_path: Path) -> None:
     drafted = "".join(t.text for t in tokens if t.from_draft and t.cell.prompt == row["prompt"])
     assert sum(n for n, d in origin if d) == len(drafted) > 0
     assert rows[("base", row["prompt"], 1)]["text_origin"] is None  # a baseline drafts nothing
+
+
+def _pause_on_third_token(control: RunControl, arm: str, events: list[Event], hold_s: float) -> Callable[[Event], None]:
+    """A listener that pauses the run at the third token of ``arm``'s first
+    measured cell and resumes it ``hold_s`` later from another thread."""
+    seen = [0]
+
+    def listen(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, TokenEvent) and event.cell.arm == arm and event.cell.round == 1 \
+                and event.cell.prompt == "first":
+            seen[0] += 1
+            if seen[0] == 3:
+                control.pause()
+                threading.Timer(hold_s, control.resume).start()
+
+    return listen
+
+
+def test_a_pause_holds_between_steps_and_is_taken_out_of_the_cell(tmp_path: Path) -> None:
+    control = RunControl()
+    events: list[Event] = []
+    text = profile_text([("base", {"pausable": True}), ("spec", {"spec": True, "pausable": True})], warmup=0)
+    runner, _ = make_runner(tmp_path, text, [_pause_on_third_token(control, "spec", events, 0.4)], control)
+    results = runner.run()
+    row = next(r for r in results if (r["arm"], r["prompt"], r["round"]) == ("spec", "first", 1))
+    held = [e for e in events if isinstance(e, Held)]
+    assert [e.seconds is None for e in held] == [True, False]
+    assert all(e.in_cell and e.cell == Cell("spec", "first", 1) for e in held)
+    assert held[1].seconds is not None and held[1].seconds >= 0.35
+    assert row["engine_report"]["paused_s"] == held[1].seconds
+    # the cell's clock lost the hold: its generation took milliseconds
+    assert row["gen_s"] < 0.2 < held[1].seconds
+    # no token landed while held
+    at = events.index(held[0])
+    back = events.index(held[1])
+    assert not any(isinstance(e, TokenEvent) for e in events[at:back])
+    assert {r["status"] for r in results} == {"ok"}
+
+
+def test_a_backend_that_cannot_stop_between_steps_is_held_before_the_next_cell(tmp_path: Path) -> None:
+    control = RunControl()
+    events: list[Event] = []
+    text = profile_text([("base", {}), ("spec", {"spec": True})], warmup=0)
+    runner, _ = make_runner(tmp_path, text, [_pause_on_third_token(control, "spec", events, 0.3)], control)
+    results = runner.run()
+    held = [e for e in events if isinstance(e, Held)]
+    assert held and not any(e.in_cell for e in held)
+    assert held[0].cell == Cell("spec", "first", 2)  # the cell after the one it paused in
+    row = next(r for r in results if (r["arm"], r["prompt"], r["round"]) == ("spec", "first", 1))
+    assert "paused_s" not in row["engine_report"]
 
 
 def test_a_cancelled_pending_arm_is_never_loaded(tmp_path: Path) -> None:

@@ -279,7 +279,7 @@ class LabApp(App[int]):
         if isinstance(screen, RunScreen):
             for title, help_text, action in (
                 ("Start run", "Run every arm of the profile", "start"),
-                ("Pause / resume", "Hold before the next cell", "pause"),
+                ("Pause / resume", "Hold at the next step (or cell), outside any measurement", "pause"),
                 ("Cancel selected arm", "Stop the selected arm", "cancel_arm"),
                 ("Skip to next arm", "Stop the running arm and go on", "next_arm"),
                 ("Stop run", "Cancel every remaining cell", "stop"),

@@ -7,8 +7,10 @@ cadence.py), so the UI's message queue sees a handful of messages per frame
 however fast an engine streams. Every other event flushes
 what is pending first, so the UI never sees a cell finish before its text.
 
-Pausing holds the runner at the start of the next cell, before the backend's
-clocks start, so a pause never shows up in a measurement.
+Pausing is the runner's (RunControl.pause): it holds at the next step of an
+in-process loop, taking the held time out of the cell's generation time, or
+before the next cell for a backend that cannot stop between steps; the
+bridge turns its Held events into PauseChanged messages.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from lab.events import (
     Cell,
     Event,
     Finished,
+    Held,
     MemorySample,
     RunFinished,
     RunStarted,
@@ -122,21 +125,19 @@ class EventBridge:
         self._current: _Live | None = None
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
-        self._resume = threading.Event()
-        self._resume.set()
         self.running_arm: str | None = None
 
     # -- controls (UI thread) ----------------------------------------------
     @property
     def paused(self) -> bool:
-        return not self._resume.is_set()
+        return self.control.paused
 
     def pause(self) -> None:
-        self._resume.clear()
+        self.control.pause()
         self.post(PauseChanged(True, False))
 
     def resume(self) -> None:
-        self._resume.set()
+        self.control.resume()
         self.post(PauseChanged(False, False))
 
     def cancel_arm(self, arm: str) -> None:
@@ -152,8 +153,7 @@ class EventBridge:
         self.control.skip_arm()
 
     def cancel(self) -> None:
-        self.control.cancel()
-        self._resume.set()
+        self.control.cancel()  # a hold ends on its own when the run is cancelled
 
     # -- the listener (runner thread) ------------------------------------------
     def __call__(self, event: Event) -> None:
@@ -185,6 +185,16 @@ class EventBridge:
                 live.mem_bytes = event.rss_bytes
                 live.peak_mem_bytes = max(live.peak_mem_bytes or 0, event.rss_bytes)
                 live.dirty = live.metrics_dirty = True
+            return
+        if isinstance(event, Held):
+            with self._lock:
+                if event.seconds is not None and event.in_cell:
+                    # live tok/s leaves the held time out, as the result does
+                    live = self._arm(event.cell.arm)
+                    if live.first_t is not None:
+                        live.first_t += event.seconds
+                self._flush_locked()
+            self.post(PauseChanged(self.paused if event.seconds is not None else True, event.seconds is None))
             return
         if isinstance(event, RunStarted):
             self._start_flusher()
@@ -218,21 +228,11 @@ class EventBridge:
                     self.interval = 1.0 / cadence.text_hz
                     self.metrics_interval = 1.0 / cadence.metrics_hz
         if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
-            self._hold()
             with self._lock:
                 self._arm(cell.arm).start_cell(cell.prompt, cell.round)
         with self._lock:
             self._flush_locked()
             self.post(ArmStatusChanged(event))
-
-    def _hold(self) -> None:
-        if self._resume.is_set():
-            return
-        self.post(PauseChanged(True, True))
-        while not self._resume.wait(0.1):
-            if self.control.cancelled:
-                break
-        self.post(PauseChanged(self.paused, False))
 
     # -- flushing ---------------------------------------------------------------
     def _arm(self, arm: str) -> _Live:

@@ -130,6 +130,9 @@ class LlamaCppBackend(Backend):
         gen.engine_bytes = self.engine_bytes()
         return gen
 
+    def pauses_between_steps(self) -> bool:
+        return True  # lab.speculative.generate: decode is synchronous
+
     def engine_bytes(self) -> int | None:
         if self.model is None:
             return None

@@ -194,5 +194,10 @@ class MlxBackend(MlxSession):
             gen = generate(target, ids, request, emit, cancelled, self.drafter, self.stats)
         return self._finish(gen, target)
 
+    def pauses_between_steps(self) -> bool:
+        # The greedy baseline keeps the next token in flight (async_eval)
+        # while it checks; the lab's loop holds nothing between steps.
+        return self.drafter is not None or self.ctx.run.temperature > 0
+
     def _release(self) -> None:
         self.target = None

@@ -43,6 +43,9 @@ class MlxDFlashBackend(MlxSession):
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return True
 
+    def pauses_between_steps(self) -> bool:
+        return True  # each step's tokens are read back before the next check
+
     def _load_on_engine(self, path: Any, emit: Emit) -> None:
         from lab_mlx.dflash_model import load_draft
         from lab_mlx.target import MlxTarget, install_capture

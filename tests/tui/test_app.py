@@ -154,6 +154,30 @@ async def test_pause_holds_before_the_next_cell_and_resume_goes_on(tmp_path: Pat
         assert {m.result["status"] for m in rec.of(CellFinished)} == {"ok"}
 
 
+async def test_pause_mid_cell_holds_between_steps_and_the_hold_is_not_measured(tmp_path: Path) -> None:
+    arms = '[[arms]]\nname = "slow"\nbackend = "fake"\nn_max = 4\noptions = { speculative = true, token_delay_s = 0.01 }\n'
+    app = _app(tmp_path, arms, max_tokens=120)
+    rec = Recorder()
+    async with app.run_test(size=SIZE, message_hook=rec) as pilot:
+        screen = app.screen
+        await pilot.press("s")
+        await wait_until(pilot, lambda: screen.lane("slow").text.text != "", what="text to land")
+        await pilot.press("p")
+        await wait_until(pilot, lambda: any(m.holding for m in rec.of(PauseChanged)), what="the runner to hold")
+        assert "paused · slow · prose" in screen._header_text()
+        await pilot.pause(0.1)  # let the bridge flush what landed before the hold
+        shown = screen.lane("slow").text.text
+        await pilot.pause(1.0)
+        assert screen.lane("slow").text.text == shown, "tokens landed while paused"
+        await pilot.press("p")
+        await run_finished(pilot)
+        assert "paused" not in screen._header_text()
+        row = load_run(screen.session.run_dir)["results"][0]
+        assert row["status"] == "ok" and row["engine_report"]["paused_s"] >= 1.0
+        # 120 tokens sleep 1.2 s; with the hold left in it would be over 2.2 s
+        assert row["gen_s"] < 120 * 0.01 + 0.8
+
+
 async def test_cancel_selected_arm_and_skip_running_arm(tmp_path: Path) -> None:
     arms = """
 [[arms]]

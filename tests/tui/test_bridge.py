@@ -9,6 +9,7 @@ import time
 from lab.events import (
     Cell,
     Finished,
+    Held,
     MemorySample,
     RunFinished,
     RunStarted,
@@ -124,42 +125,39 @@ def test_metrics_messages_replace_each_other_per_arm() -> None:
     assert not snap("a", 1).can_replace(ArmStatusChanged(StatusChanged(arm_cell("a"), Status.OK)))
 
 
-def test_pause_holds_the_runner_before_the_next_cell_only() -> None:
+def test_pause_is_the_runners_and_its_holds_become_messages() -> None:
     bridge, posted = _bridge()
+    cell = Cell("a", "p", 1)
     bridge.pause()
-    entered = threading.Event()
-    released = threading.Event()
-
-    def runner_thread() -> None:
-        entered.set()
-        bridge(StatusChanged(Cell("a", "p", 1), Status.RUNNING))
-        released.set()
-
-    # Arm-level events pass while paused: a pause never stops a load midway.
-    bridge(StatusChanged(arm_cell("a"), Status.LOADING, phase="loading"))
-    t = threading.Thread(target=runner_thread)
-    t.start()
-    entered.wait(2)
-    time.sleep(0.3)
-    assert not released.is_set(), "the runner went on into a cell while paused"
-    assert any(isinstance(m, PauseChanged) and m.holding for m in posted)
+    assert bridge.control.paused and bridge.paused
+    bridge(StatusChanged(cell, Status.RUNNING))
+    bridge(TokenEvent(cell, "x", (1,), False, t=100.0))
+    bridge(Held(cell, None, in_cell=True))
+    assert [(m.paused, m.holding) for m in posted if isinstance(m, PauseChanged)][-1] == (True, True)
     bridge.resume()
-    t.join(2)
-    assert released.is_set()
+    assert not bridge.control.paused
+    bridge(Held(cell, 5.0, in_cell=True))
+    bridge(TokenEvent(cell, "y", (2,), False, t=106.0))
+    bridge.flush()
+    assert [(m.paused, m.holding) for m in posted if isinstance(m, PauseChanged)][-1] == (False, False)
+    # 1 token after the first in 6 s of which 5 were held: 1 tok/s, not 1/6
+    metrics = [m.metrics for m in posted if isinstance(m, ArmMetricsUpdated)][-1]
+    assert metrics.tok_per_s is not None and abs(metrics.tok_per_s - 1.0) < 1e-9
 
 
-def test_cancel_releases_a_paused_runner() -> None:
+def test_cancel_ends_a_hold() -> None:
     bridge, _ = _bridge()
     bridge.pause()
     done = threading.Event()
 
     def runner_thread() -> None:
-        bridge(StatusChanged(Cell("a", "p", 1), Status.RUNNING))
+        bridge.control.hold()
         done.set()
 
     t = threading.Thread(target=runner_thread)
     t.start()
     time.sleep(0.15)
+    assert not done.is_set(), "the hold ended while still paused"
     bridge.cancel()
     t.join(2)
     assert done.is_set() and bridge.control.cancelled

@@ -18,7 +18,7 @@ accepted; plain text is what the target produced itself.
 | key | does |
 |---|---|
 | `s` | start the run |
-| `p` | pause / resume (holds before the next cell, never inside a measurement) |
+| `p` | pause / resume: holds at the next step of an in-process engine (the held time is taken out of the cell's tok/s), before the next cell for a server |
 | `c` | cancel the selected arm (now if running; a pending arm is never loaded) |
 | `n` | skip the running arm, go to the next |
 | `x` | stop the whole run |

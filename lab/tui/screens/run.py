@@ -98,6 +98,7 @@ class RunScreen(Screen[None]):
         self.selected = 0
         self.state = "saved" if self.read_only else "ready"
         self.current = ""
+        self._resume_to: str | None = None  # the header's "where" before a hold
         self.paused = False
         self._plots_dirty = True
         self._failures_shown: set[str] = set()
@@ -236,7 +237,10 @@ class RunScreen(Screen[None]):
     def on_pause_changed(self, message: PauseChanged) -> None:
         self.paused = message.paused
         if message.holding:
-            self.current = "paused before the next cell"
+            self._resume_to = self.current
+            self.current = f"paused · {self.current}" if self.current else "paused"
+        elif self._resume_to is not None:
+            self.current, self._resume_to = self._resume_to, None
         self._update_header()
 
     def on_run_ended(self, message: RunEnded) -> None:
@@ -316,7 +320,8 @@ class RunScreen(Screen[None]):
             self.notify("resumed")
         else:
             bridge.pause()
-            self.notify("pausing before the next cell (a cell in progress finishes first)")
+            self.notify("pausing at the next step (in-process engines; the held time is not measured) "
+                        "or before the next cell (servers)")
 
     def action_cancel_arm(self) -> None:
         if self.session is None or not self.session.running:
