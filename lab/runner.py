@@ -176,7 +176,7 @@ class Runner:
 
     def _hold(self, cell: Cell, in_cell: bool) -> float:
         """Wait here while the run is paused; returns the seconds held."""
-        if not self.control.paused:
+        if not self.control.paused or self.control.cancelled or self.control._skip_arm.is_set():
             return 0.0
         self.emit(Held(cell, None, in_cell))
         seconds = self.control.hold()
@@ -303,10 +303,6 @@ class Runner:
             if crashed is not None:
                 if not cell.is_warmup:
                     self._record(arm, cell, "crashed", detail=crashed, peak=sampler.peak)
-                continue
-            if self.control.cancelled or self.control._skip_arm.is_set():
-                if not cell.is_warmup:
-                    self._record(arm, cell, "cancelled", detail="cancelled", peak=sampler.peak)
                 continue
             self._hold(cell, in_cell=False)
             if self.control.cancelled or self.control._skip_arm.is_set():
