@@ -7,9 +7,14 @@
    that sleeps 10 ms and records how late it wakes). A rate counts as
    sustained when every token offered was rendered and p99 lag < 50 ms.
    Goal: >= 5,000 tok/s sustained.
-2. Run overhead: the same profile run headless (runner + store) and in the
-   TUI; ratio of the median tok/s over arm x prompt x round cells. On the
-   real demo (llama.cpp, embedded SmolLM2) the goal is >= 0.98.
+2. UI cost: one lane streaming at an engine's pace; the UI thread's CPU
+   time as a share of one core, idle, at the full cadence and at the lean
+   one (lab/tui/cadence.py). On a machine whose cores the engine keeps
+   busy, that share is what the engine loses.
+3. Run overhead: the same profile run headless (runner + store) and in the
+   TUI, alternating, each in a fresh process; ratio of the median tok/s
+   over arm x prompt x round cells. On the real demo (llama.cpp, embedded
+   SmolLM2) the goal is >= 0.98.
 
     python benchmarks/tui_throughput.py render [--seconds 3] [--repeats 3]
     python benchmarks/tui_throughput.py cost [--rate 100] [--seconds 5]   # UI thread CPU, full and lean cadence
