@@ -334,7 +334,8 @@ async def test_help_and_command_palette_commands(tmp_path: Path) -> None:
         assert isinstance(app.screen, RunScreen)
 
 
-async def test_quitting_mid_run_stops_every_engine(tmp_path: Path) -> None:
+@pytest.mark.parametrize("paused", [False, True], ids=["running", "paused"])
+async def test_quitting_mid_run_stops_every_engine(tmp_path: Path, paused: bool) -> None:
     arms = """
 [[arms]]
 name = "server"
@@ -353,6 +354,9 @@ options = { spawn_child = true }
         await wait_until(pilot, lambda: app.screen.lane("server").text.text != "", what="the engine to stream")
         child = FakeBackend.instances[0].child
         assert child is not None and psutil.pid_exists(child.pid) and child.poll() is None
+        if paused:  # a runner held mid-cell lets go when the app quits
+            await pilot.press("p")
+            await wait_until(pilot, lambda: "paused ·" in app.screen._header_text(), what="the runner to hold")
         await pilot.press("q")
     assert child.poll() is not None, "the engine process outlived the app"
     assert all(b.closed for b in FakeBackend.instances)
