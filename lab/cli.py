@@ -222,7 +222,10 @@ def tui_parser() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lab", description="speclab: a terminal lab for speculative decoding")
+    parser = argparse.ArgumentParser(
+        prog="lab", description="speclab: a terminal lab for speculative decoding",
+        epilog="Without a command, `lab [--refresh-hz HZ] [PROFILE.toml]` opens the TUI "
+        "(default profile: profiles/demo.toml).")
     sub = parser.add_subparsers(dest="command")
     p = sub.add_parser("run", help="run a profile headless and save a run directory")
     p.add_argument("profile")

@@ -99,3 +99,23 @@ async def test_the_run_header_names_a_reduced_rate_while_running(tmp_path: Path)
         await pilot.press("x")
         await run_finished(pilot)
         assert "view 2 Hz" not in screen._header_text()
+
+
+def test_lab_passes_refresh_hz_to_the_app_and_refuses_nonsense(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    import lab.tui.app
+    from lab.cli import main
+
+    opened: list[tuple[str, float | None]] = []
+    monkeypatch.setattr(lab.tui.app, "run_app", lambda path, hz=None: opened.append((path, hz)) or 0)
+    profile = tmp_path / "p.toml"
+    profile.write_text("", encoding="utf-8")
+    assert main(["--refresh-hz", "12", str(profile)]) == 0
+    assert main([str(profile)]) == 0
+    assert opened == [(str(profile), 12.0), (str(profile), None)]
+    assert main(["--refresh-hz", "0", str(profile)]) == 2
+    assert "--refresh-hz" in capsys.readouterr().err
+    assert main(["--refresh-hz", "5", str(tmp_path / "missing.toml")]) == 2
+    assert "no such profile" in capsys.readouterr().err
+    assert len(opened) == 2
