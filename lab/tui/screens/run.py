@@ -99,7 +99,6 @@ class RunScreen(Screen[None]):
         self.state = "saved" if self.read_only else "ready"
         self.current = ""
         self._resume_to: str | None = None  # the header's "where" before a hold
-        self._lanes: dict[str, ArmLane] = {}
         self.paused = False
         self._plots_dirty = True
         self._failures_shown: set[str] = set()
@@ -179,12 +178,7 @@ class RunScreen(Screen[None]):
             self.lane(arm.name).styles.width = width
 
     def lane(self, arm: str) -> ArmLane:
-        # Looked up for every message that reaches a lane: keep the query
-        # out of the per-batch path.
-        lane = self._lanes.get(arm)
-        if lane is None:
-            lane = self._lanes[arm] = self.query_one(f"#{lane_id(arm)}", ArmLane)
-        return lane
+        return self.query_one(f"#{lane_id(arm)}", ArmLane)
 
     def _header_text(self) -> str:
         state = self.state + (" · paused" if self.paused else "")

@@ -77,8 +77,6 @@ class ArmLane(Vertical):
         self.metrics: ArmMetrics | None = None
         self.final: dict[str, Any] | None = None
         self.speculative = not arm.is_baseline
-        self._text: StreamText | None = None
-        self._figures: LaneMetrics | None = None
 
     def compose(self) -> ComposeResult:
         yield ArmTitle(f"[b]{self.arm.name}[/b]\n[dim]{describe_arm(self.arm)}[/dim]")
@@ -102,15 +100,7 @@ class ArmLane(Vertical):
 
     @property
     def text(self) -> StreamText:
-        if self._text is None:
-            self._text = self.query_one(StreamText)
-        return self._text
-
-    @property
-    def figures(self) -> LaneMetrics:
-        if self._figures is None:
-            self._figures = self.query_one(LaneMetrics)
-        return self._figures
+        return self.query_one(StreamText)
 
     # -- updates -------------------------------------------------------------
     def set_status(self, event: StatusChanged) -> None:
@@ -149,7 +139,7 @@ class ArmLane(Vertical):
     def set_metrics(self, metrics: ArmMetrics) -> None:
         self.metrics = metrics
         # fixed height: no layout needed for new figures
-        self.figures.update(self._metrics_text(), layout=False)
+        self.query_one(LaneMetrics).update(self._metrics_text(), layout=False)
 
     def apply_result(self, row: dict[str, Any]) -> None:
         """A cell finished: show its measured figures instead of live ones."""
