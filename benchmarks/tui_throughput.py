@@ -95,7 +95,7 @@ async def _render_once(
         def rendered_tokens() -> int:
             # every token is TOKEN_CHARS wide, so characters count tokens
             return sum(t.drafted_chars + t.target_chars for t in lanes) // TOKEN_CHARS
-        bridge = EventBridge(screen.post_message, RunControl(), cadence.text_hz, cadence.metrics_hz)
+        bridge = EventBridge(screen.post_message, RunControl(), cadence)
         stop = threading.Event()
         offered = [0] * LANES
         bridge(RunStarted("four", "", tuple(a.name for a in screen.arms), ("p",), 1))

@@ -36,7 +36,7 @@ from lab.events import (
     TokenEvent,
 )
 from lab.runner import RunControl
-from lab.tui.cadence import FULL_METRICS_HZ, FULL_TEXT_HZ, Cadence
+from lab.tui.cadence import FULL, Cadence
 from lab.tui.messages import (
     ArmMetrics,
     ArmMetricsUpdated,
@@ -47,12 +47,6 @@ from lab.tui.messages import (
     RunEnded,
     TokensLanded,
 )
-
-FLUSH_HZ = FULL_TEXT_HZ
-# Figures a person reads: a few times a second is enough, and each update
-# repaints the lane's figures block. Status changes and finished cells
-# always carry the latest figures.
-METRICS_HZ = FULL_METRICS_HZ
 
 
 @dataclass
@@ -109,20 +103,18 @@ class EventBridge:
 
     def __init__(
         self, post: Callable[[Message], object], control: RunControl,
-        hz: float = FLUSH_HZ, metrics_hz: float = METRICS_HZ,
-        cadences: Mapping[str, Cadence] | None = None,
+        cadence: Cadence = FULL, cadences: Mapping[str, Cadence] | None = None,
     ) -> None:
-        """``cadences``: per arm, the rates to use while it runs (see
-        cadence.py); other arms use ``hz`` and ``metrics_hz``."""
+        """``cadence``: how often text and figures are posted (figures, which
+        a person reads, less often than text; status changes and finished
+        cells always carry the latest). ``cadences``: per arm, the cadence
+        to switch to when it starts loading (see cadence.py)."""
         self.post = post
         self.control = control
-        self.cadence = Cadence(hz, metrics_hz)
+        self.cadence = cadence
         self.cadences = dict(cadences or {})
-        self.interval = 1.0 / hz
-        self.metrics_interval = 1.0 / metrics_hz
         self._lock = threading.RLock()
         self._live: dict[str, _Live] = {}
-        self._current: _Live | None = None
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         self.running_arm: str | None = None
@@ -222,11 +214,7 @@ class EventBridge:
         if cell.round < 0 and event.status == Status.LOADING:
             with self._lock:
                 self.running_arm = cell.arm
-                cadence = self.cadences.get(cell.arm)
-                if cadence is not None and cadence != self.cadence:
-                    self.cadence = cadence
-                    self.interval = 1.0 / cadence.text_hz
-                    self.metrics_interval = 1.0 / cadence.metrics_hz
+                self.cadence = self.cadences.get(cell.arm, self.cadence)
         if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
             with self._lock:
                 self._arm(cell.arm).start_cell(cell.prompt, cell.round)
@@ -235,6 +223,14 @@ class EventBridge:
             self.post(ArmStatusChanged(event))
 
     # -- flushing ---------------------------------------------------------------
+    @property
+    def interval(self) -> float:
+        return 1.0 / self.cadence.text_hz
+
+    @property
+    def metrics_interval(self) -> float:
+        return 1.0 / self.cadence.metrics_hz
+
     def _arm(self, arm: str) -> _Live:
         live = self._live.get(arm)
         if live is None:
@@ -257,7 +253,7 @@ class EventBridge:
 
     def _flush_locked(self, force: bool = True) -> None:
         """Post what is pending. Text and steps go every time; figures at
-        most METRICS_HZ times a second unless ``force``."""
+        most ``cadence.metrics_hz`` times a second unless ``force``."""
         now = time.monotonic()
         for live in self._live.values():
             if not live.dirty:

@@ -21,6 +21,7 @@ from lab.events import (
 )
 from lab.runner import RunControl
 from lab.tui.bridge import EventBridge
+from lab.tui.cadence import FULL_METRICS_HZ, Cadence
 from lab.tui.messages import (
     ArmMetrics,
     ArmMetricsUpdated,
@@ -40,7 +41,7 @@ def _bridge(hz: float = 30.0) -> tuple[EventBridge, list[object]]:
         with lock:
             posted.append(message)
 
-    return EventBridge(post, RunControl(), hz=hz), posted
+    return EventBridge(post, RunControl(), Cadence(hz, FULL_METRICS_HZ)), posted
 
 
 def test_tokens_are_batched_and_arrive_whole_before_the_cell_finishes() -> None:
@@ -94,7 +95,7 @@ def test_live_metrics_come_from_event_timestamps() -> None:
 
 def test_figures_are_posted_less_often_than_text_and_the_last_ones_always_arrive() -> None:
     posted: list[object] = []
-    bridge = EventBridge(posted.append, RunControl(), hz=200, metrics_hz=2)
+    bridge = EventBridge(posted.append, RunControl(), Cadence(200, 2))
     cell = Cell("spec", "prose", 1)
     bridge(RunStarted("p", "/tmp/x", ("spec",), ("prose",), 1))
     bridge(StatusChanged(cell, Status.RUNNING))
