@@ -147,12 +147,20 @@ class Backend(ABC):
         to end (a server keeps generating while a client waits)."""
         return False
 
+    # The option that puts layers on a GPU (llama.cpp's n_gpu_layers), if
+    # the backend has one: set to a non-zero value, its CPU threads mostly
+    # wait for the GPU.
+    gpu_layers_option: ClassVar[str | None] = None
+
     @classmethod
     def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
         """CPU cores this arm's engine keeps busy while it generates, given
         ``[run] threads`` (0: the engine's default). The TUI repaints less
         often when none is left for it. Default: every thread computes on
-        the CPU; an engine that offloads to a GPU says 1."""
+        the CPU, unless ``gpu_layers_option`` offloads (then 1). An engine
+        that always computes elsewhere overrides this."""
+        if cls.gpu_layers_option and int(arm_options.get(cls.gpu_layers_option) or 0):
+            return 1
         return threads or available_cores()
 
     @abstractmethod

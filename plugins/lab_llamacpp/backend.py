@@ -3,7 +3,7 @@ for drafter plugins, on llama.cpp in this process."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -59,16 +59,12 @@ class LlamaCppBackend(Backend):
     stack = "llamacpp"
     description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
     accepts_drafters = True
+    gpu_layers_option = "n_gpu_layers"
     options = (
         Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)"),
         Option("n_batch", int, 512, "logical batch size for prompt processing (-b)"),
         Option("extra_bufts", bool, True, "let llama.cpp repack weights for faster CPU kernels (--no-repack turns it off)"),
     )
-
-    @classmethod
-    def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
-        # With layers on a GPU the CPU threads mostly wait for it.
-        return 1 if int(arm_options.get("n_gpu_layers") or 0) else super().busy_cores(arm_options, threads)
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)

@@ -99,6 +99,8 @@ class LlamaServerBackend(Backend):
         *COMMON_OPTIONS,
     )
     fixed_spec_type: ClassVar[str | None] = None
+    # The server is another process, but on the same cores.
+    gpu_layers_option = "n_gpu_layers"
 
     @classmethod
     def spec_type_of(cls, arm_options: Mapping[str, Any]) -> str:
@@ -109,12 +111,6 @@ class LlamaServerBackend(Backend):
     @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return cls.spec_type_of(arm_options) != "none"
-
-    @classmethod
-    def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
-        # The server is another process, but on the same cores; with -ngl
-        # its CPU threads mostly wait for the GPU.
-        return 1 if int(arm_options.get("n_gpu_layers") or 0) else super().busy_cores(arm_options, threads)
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
