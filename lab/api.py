@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 def available_cores() -> int:
     """CPU cores this process may run on: the affinity set where the system
     has one (containers and taskset narrow it), else the logical count. The
-    engines' default thread count, and what the TUI weighs its refresh
-    against."""
+    engines' default thread count (llama-bench and llama-server count
+    physical cores instead), and what the TUI weighs its refresh against."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1  # pragma: no cover - macOS

@@ -16,6 +16,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 from lab import models  # noqa: E402
+from lab.api import available_cores  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -35,7 +36,7 @@ def _greedy_llamacpp(path: str, ids: list[int]) -> tuple[list[int], list[np.ndar
     from lab_llamacpp import engine
 
     model = engine.Model(path)
-    ctx = engine.Context(model, 512, 512, engine.default_threads())
+    ctx = engine.Context(model, 512, 512, available_cores())
     ctx.set_sampling(engine.Sampling(0.0, 0, False))
     out, logits = [], []
     try:

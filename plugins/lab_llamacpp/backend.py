@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from lab import models
-from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, Option
+from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, Option, available_cores
 from lab.events import Emit, Status, StatusChanged, arm_cell
 from lab.speculative import LoopStats, generate, softmax
 
@@ -84,7 +84,7 @@ class LlamaCppBackend(Backend):
         emit(StatusChanged(cell, Status.LOADING, phase="loading target", progress=0.3))
         opts = self.arm.options
         self.model = engine.Model(str(path), n_gpu_layers=int(opts.get("n_gpu_layers", 0)), extra_bufts=bool(opts.get("extra_bufts", True)))
-        threads = self.ctx.run.threads or engine.default_threads()
+        threads = self.ctx.run.threads or available_cores()
         emit(StatusChanged(cell, Status.LOADING, phase="creating context", progress=0.7))
         try:
             self.context = engine.Context(self.model, self.ctx.run.n_ctx, int(opts.get("n_batch", 512)), threads)
@@ -165,13 +165,13 @@ class LlamaCppBackend(Backend):
                 raise RuntimeError("load() the backend before measuring by decode")
             self._probe_notes = {
                 "prefix_tokens": probe.PREFIX_TOKENS, "inner_passes": probe.INNER_PASSES,
-                "threads": self.ctx.run.threads or probe.default_threads(),
+                "threads": self.ctx.run.threads or available_cores(),
             }
             return probe.decode_pass_seconds(self.context, widths)
         if method == "batched-bench":
             if self.arm.model is None:
                 raise ValueError("the probe needs a model")
-            threads = self.ctx.run.threads or probe.default_threads()
+            threads = self.ctx.run.threads or available_cores()
             seconds, notes = probe.batched_bench_seconds(str(models.resolve(self.arm.model)), widths, threads)
             self._probe_notes = {**notes, "threads": threads}
             return seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lab import models
+from lab.api import available_cores
 from lab.speculative import TargetDrafter
 
 
@@ -24,7 +25,7 @@ class LlamaDraftModel(TargetDrafter):
             self.close()
             raise ValueError(f"draft model {path} has {n} tokens, the target {self.ctx.vocab_size}: vocabularies must match")
         n_ctx = int(self.opts.get("n_ctx") or 0) or self.ctx.n_ctx
-        threads = int(self.opts.get("threads") or 0) or self.ctx.threads or engine.default_threads()
+        threads = int(self.opts.get("threads") or 0) or self.ctx.threads or available_cores()
         self.context = engine.Context(self.model, n_ctx, 512, threads)
         self.context.set_sampling(engine.Sampling(self.ctx.temperature, self.ctx.seed, True))
         self.target = LlamaTarget(self.context, self.ctx.temperature, ignore_eos=True)

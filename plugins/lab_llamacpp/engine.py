@@ -42,12 +42,6 @@ def init_backend(verbose: bool = False) -> None:
         _initialized = True
 
 
-def default_threads() -> int:
-    # llama-bench and llama-server default to the number of physical cores;
-    # os.cpu_count() counts logical ones. The affinity set is the lab's rule.
-    return available_cores()
-
-
 class LlamaError(RuntimeError):
     pass
 
@@ -268,7 +262,7 @@ def quantize(src: str, dst: str, ftype_name: str = "Q4_0", threads: int = 0) -> 
     params = ll.llama_model_quantize_default_params()
     params.ftype = getattr(ll, f"LLAMA_FTYPE_MOSTLY_{ftype_name}")
     params.allow_requantize = True
-    params.nthread = threads or default_threads()
+    params.nthread = threads or available_cores()
     rc = ll.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
     if rc != 0:
         raise LlamaError(f"llama_model_quantize({src} -> {ftype_name}) returned {rc}")

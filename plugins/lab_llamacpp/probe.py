@@ -17,7 +17,6 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from lab.api import available_cores
 from lab.llama_tools import find_llama_tool
 
 if TYPE_CHECKING:
@@ -32,12 +31,6 @@ _PREFIX_TEXT = (
     "The lighthouse keeper climbed the spiral stairs every evening at dusk, trimmed the wick, "
     "polished the great lens and wrote the weather into the log before the lamp was lit. "
 )
-
-
-def default_threads() -> int:
-    # The engine's rule, without importing llama_cpp (the external tool
-    # does not need it).
-    return available_cores()
 
 
 def decode_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES) -> list[float]:
