@@ -47,13 +47,12 @@ from lab.runner import RunControl, Runner  # noqa: E402
 from lab.store import RunStore  # noqa: E402
 from lab.tui.app import LabApp  # noqa: E402
 from lab.tui.bridge import EventBridge  # noqa: E402
-from lab.tui.cadence import FULL, LEAN_METRICS_HZ, LEAN_TEXT_HZ, Cadence, cadence_for  # noqa: E402
+from lab.tui.cadence import FULL, LEAN, Cadence, cadence_for  # noqa: E402
 from lab.tui.screens.run import RunScreen  # noqa: E402
 
 LANES = 4
 SIZE = (200, 50)
 TOKEN_CHARS = 4
-LEAN = Cadence(LEAN_TEXT_HZ, LEAN_METRICS_HZ)
 
 
 def _stats(xs: list[float]) -> str:

@@ -12,7 +12,7 @@ CPU's cores to the view.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lab.api import available_cores
 
@@ -31,6 +31,7 @@ class Cadence:
 
 
 FULL = Cadence(FULL_TEXT_HZ, FULL_METRICS_HZ)
+LEAN = Cadence(LEAN_TEXT_HZ, LEAN_METRICS_HZ)
 
 
 def cadence_for(busy_cores: int, cores: int | None = None, text_hz: float | None = None) -> Cadence:
@@ -42,4 +43,4 @@ def cadence_for(busy_cores: int, cores: int | None = None, text_hz: float | None
         return Cadence(text_hz, min(FULL_METRICS_HZ, text_hz), reason)
     if cores - busy_cores >= 1:
         return FULL
-    return Cadence(LEAN_TEXT_HZ, LEAN_METRICS_HZ, f"view {LEAN_TEXT_HZ:g} Hz: the engine keeps all {cores} cores busy")
+    return replace(LEAN, reason=f"view {LEAN.text_hz:g} Hz: the engine keeps all {cores} cores busy")
