@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from lab.events import Cell, Emit
+from lab.events import Cell, Emit, Status
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,7 +59,7 @@ class Option:
 class EngineFailure(Exception):
     """An engine failed in a way that is a result, not a bug in the lab."""
 
-    status = "error"
+    status: ClassVar[Status] = Status.ERROR
 
     def __init__(self, message: str, log_excerpt: str = "") -> None:
         super().__init__(message)
@@ -67,11 +67,11 @@ class EngineFailure(Exception):
 
 
 class EngineOOM(EngineFailure):
-    status = "oom"
+    status = Status.OOM
 
 
 class EngineCrashed(EngineFailure):
-    status = "crashed"
+    status = Status.CRASHED
 
 
 class Cancelled(Exception):

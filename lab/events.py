@@ -68,14 +68,53 @@ class TokenEvent:
     t: float = field(default_factory=now)
 
 
+class Clock(str, Enum):
+    """Where one of a step's seconds came from."""
+
+    MEASURED = "measured"  # the lab's clock around the engine call, after it synchronized
+    SERVER_LOG = "server-log"  # timestamps of the engine's own per-step log lines
+    SERVER_TIMINGS = "server-timings"  # the engine's streamed generation clock
+    CLIENT = "client-clock"  # arrival times of streamed chunks at the lab
+    SERVER_TOTAL_PER_CALL = "server-total/calls"  # derived: an engine total / its calls
+    STEP_MINUS_DRAFT = "step-draft"  # derived: step seconds less draft seconds
+    UNKNOWN = "unknown"
+    NONE = "none"  # not known: the figure is None
+
+
+@dataclass(frozen=True)
+class StepClocks:
+    """Which of a step's draft_s / verify_s / step_s are clocks and which are
+    derived, and from what."""
+
+    draft: Clock = Clock.MEASURED
+    verify: Clock = Clock.MEASURED
+    step: Clock = Clock.MEASURED
+
+    def label(self) -> str:
+        """The form saved in steps.jsonl and results (``measured``):
+        "draft,verify,step" when the lab clocked all three, else
+        "step=...;draft=...;verify=..."."""
+        if self == ALL_MEASURED:
+            return "draft,verify,step"
+        if self == STEP_ONLY:
+            return "step"
+        return f"step={self.step.value};draft={self.draft.value};verify={self.verify.value}"
+
+
+ALL_MEASURED = StepClocks()
+# A fused pass the lab times only as a whole (draft and verify in one call).
+STEP_ONLY = StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=Clock.MEASURED)
+
+
 @dataclass(frozen=True)
 class StepEvent:
     """One speculative step: draft a block, verify it in one target pass.
 
-    ``landed`` is the number of tokens the step added to the output
-    (accepted + 1, less when the token budget ran out). Seconds are measured
-    after the engine synchronized; ``measured`` says which of draft_s/verify_s
-    are clocks and which are derived by the backend.
+    ``index`` counts the cell's steps from 0 on every backend. ``landed`` is
+    the number of tokens the step added to the output (accepted + 1, less
+    when the token budget ran out). Seconds are measured after the engine
+    synchronized; ``clocks`` says which of draft_s/verify_s/step_s are clocks
+    and which the backend derived.
     """
 
     cell: Cell
@@ -86,8 +125,13 @@ class StepEvent:
     draft_s: float | None
     verify_s: float | None
     step_s: float
-    measured: str = "draft,verify,step"
+    clocks: StepClocks = ALL_MEASURED
     t: float = field(default_factory=now)
+
+    @property
+    def measured(self) -> str:
+        """``clocks`` in its saved form."""
+        return self.clocks.label()
 
 
 @dataclass(frozen=True)

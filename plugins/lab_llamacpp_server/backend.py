@@ -28,7 +28,7 @@ from lab.api import (
     GenerationRequest,
     Option,
 )
-from lab.events import Emit, Status, StatusChanged, StepEvent, TokenEvent, arm_cell, now
+from lab.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
 from lab_llamacpp_server import logparse
 from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, server_info
 from lab_llamacpp_server.metrics import counter_delta, device_bytes, parse_metrics, per_position
@@ -516,7 +516,7 @@ class LlamaServerBackend(Backend):
         steps = self._steps(tracker.steps, req.accepted, draft_per_call, request, report)
         clocks: dict[str, int] = {}
         for st_ev in steps:
-            how = st_ev.measured.split(";")[0].split("=")[1]
+            how = st_ev.clocks.step.value
             clocks[how] = clocks.get(how, 0) + 1
         report["step_clock"] = clocks
         report["measured"] = {
@@ -580,23 +580,27 @@ class LlamaServerBackend(Backend):
             landed = sstep.landed if sstep is not None else line.accepted + 1
             if sstep is not None and sstep.after_step and prev_end is not None and end_us is not None:
                 step_s = (end_us - prev_end) / 1e6
-                how = "step=server-log"
+                how = Clock.SERVER_LOG
             elif sstep is not None and sstep.first_server_ms is not None and sstep.prev_server_ms is not None:
                 # after plain tokens or first of the request the log has no
                 # start mark; the server's generation clock in the stream does
                 step_s = max(sstep.first_server_ms - sstep.prev_server_ms, 0.0) / 1000.0
-                how = "step=server-timings"
+                how = Clock.SERVER_TIMINGS
             elif sstep is not None:
                 step_s = max(sstep.first_t - sstep.prev_t, 0.0)
-                how = "step=client-clock"
+                how = Clock.CLIENT
             else:
                 step_s = 0.0
-                how = "step=unknown"
+                how = Clock.UNKNOWN
             prev_end = end_us
             d = draft_s
             v = max(step_s - d, 0.0) if d is not None else None
-            measured = how + (";draft=server-total/calls;verify=step-draft" if d is not None else ";draft=none;verify=none")
-            out.append(StepEvent(request.cell, k, line.drafted, line.accepted, landed, d, v, step_s, measured=measured))
+            clocks = StepClocks(
+                draft=Clock.SERVER_TOTAL_PER_CALL if d is not None else Clock.NONE,
+                verify=Clock.STEP_MINUS_DRAFT if d is not None else Clock.NONE,
+                step=how,
+            )
+            out.append(StepEvent(request.cell, k, line.drafted, line.accepted, landed, d, v, step_s, clocks=clocks))
         return out
 
     def report(self) -> dict[str, Any]:

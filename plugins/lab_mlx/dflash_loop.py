@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from lab.api import Cancelled, Generation, GenerationRequest
-from lab.events import Emit, StepEvent, now
+from lab.events import ALL_MEASURED, STEP_ONLY, Emit, StepEvent, now
 from lab.speculative import LoopStats, OutputStream, accept_greedy, accept_sampled, check_room
 from lab_mlx.dflash_model import DFlashDraft
 from lab_mlx.target import MlxTarget
@@ -177,7 +177,7 @@ def generate_dflash(
             StepEvent(
                 req.cell, stats.steps, drafted=len(drafted), accepted=accepted, landed=len(landed),
                 draft_s=t_b - t_a if split else None, verify_s=t_d - t_b if split else None, step_s=t_d - t_a,
-                measured="draft,verify,step" if split else "step",
+                clocks=ALL_MEASURED if split else STEP_ONLY,
             )
         )
         stats.loop_s += now() - t_a
