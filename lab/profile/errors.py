@@ -1,0 +1,165 @@
+"""ProfileError and where it points: file, line, key path.
+
+Every refusal of a profile is one ProfileError. Profile text echoed in a
+message (names, values, paths) is escaped first, so a hostile profile cannot
+put terminal escape sequences or fake lines on the user's screen.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any, Sequence
+
+KeyPath = Sequence["str | int"]
+
+# Categories that a terminal may act on or that render invisibly:
+# control, format (bidi overrides), surrogates, private use, unassigned.
+_HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn"}
+# What a message quotes from a profile at most; the rest is elided.
+SHOWN_CHARS = 80
+
+
+def clean(text: str) -> str:
+    """``text`` with every character a terminal could act on written as a
+    Python escape (``\\x1b``, ``\\u202e``, ``\\n``)."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) in _HIDDEN:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def shown(value: Any) -> str:
+    """A profile value as a message quotes it: repr-like, escaped, bounded."""
+    if isinstance(value, str):
+        cut = value[: SHOWN_CHARS + 1]
+        text = repr(cut[:SHOWN_CHARS]) + ("..." if len(cut) > SHOWN_CHARS else "")
+    elif isinstance(value, (list, dict)):
+        # Nested values can be deep or huge: name the size, not the contents.
+        text = f"[{len(value)} items]" if isinstance(value, list) else f"{{{len(value)} keys}}"
+    else:
+        text = repr(value)
+        if len(text) > SHOWN_CHARS:
+            text = text[:SHOWN_CHARS] + "..."
+    return clean(text)
+
+
+def key_path(path: KeyPath) -> str:
+    """``["arms", 2, "options", "n_max"]`` as ``arms[2].options.n_max``."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return clean(out)
+
+
+class ProfileError(ValueError):
+    """A profile the lab refuses: ``path:line: [key] message``."""
+
+    def __init__(self, path: str, key: str, message: str, line: int | None = None) -> None:
+        self.path = path
+        self.key = key
+        self.line = line
+        self.message = message
+        where = f"{clean(path)}:{line}" if line else clean(path)
+        at = f" [{clean(key)}]" if key else ""
+        super().__init__(f"{where}:{at} {clean(message)}")
+
+
+class Locator:
+    """Finds the line of a key path in TOML source. tomllib keeps no
+    positions, so this scans headers and ``key =`` lines; it is exact for the
+    ordinary layouts profiles use and returns None when unsure."""
+
+    _header = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(#.*)?$")
+    _key = re.compile(r"^\s*([A-Za-z0-9_\-\"']+)\s*=")
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+
+    def find(self, path: KeyPath) -> int | None:
+        section: list[str] = []
+        counts: dict[str, int] = {}
+        # Track the current table while walking the lines; match the deepest
+        # table prefix of ``path``, then the key.
+        want_tables, key = self._split(path)
+        best: int | None = None
+        table_line: int | None = None  # the key's own [table] header, if it is one
+        for lineno, raw in enumerate(self.lines, start=1):
+            m = self._header.match(raw)
+            if m:
+                name = m.group(2).replace('"', "").replace("'", "").replace(" ", "")
+                parts = name.split(".")
+                if m.group(1) == "[[":
+                    idx = counts.get(name, -1) + 1
+                    counts[name] = idx
+                    section = parts[:-1] + [f"{parts[-1]}#{idx}"]
+                elif len(parts) > 1 and parts[0] in counts:
+                    # a sub-table of the last array element: [arms.options]
+                    section = [f"{parts[0]}#{counts[parts[0]]}"] + parts[1:]
+                else:
+                    section = parts
+                if section == want_tables and key is None:
+                    return lineno
+                if key is not None and section == [*want_tables, key]:
+                    table_line = lineno
+                continue
+            if key is None:
+                continue
+            stripped = raw.split("#", 1)[0]
+            km = self._key.match(stripped)
+            if not km:
+                continue
+            k = km.group(1).strip("\"'")
+            if section == want_tables and k == key:
+                return lineno
+            # inline table form: options = { n_max = 3 }
+            if (
+                want_tables
+                and section == want_tables[:-1]
+                and k == want_tables[-1]
+                and re.search(rf"\b{re.escape(key)}\s*=", stripped)
+            ):
+                best = lineno
+        if best is None:
+            best = table_line
+        if best is None and len(path) > 1:
+            # The key is absent (a missing required key): point at what holds it.
+            return self.find(list(path)[:-1])
+        return best
+
+    @staticmethod
+    def _split(path: KeyPath) -> tuple[list[str], str | None]:
+        tables: list[str] = []
+        items = list(path)
+        key: str | None = None
+        i = 0
+        while i < len(items):
+            item = items[i]
+            if i + 1 < len(items) and isinstance(items[i + 1], int):
+                tables.append(f"{item}#{items[i + 1]}")
+                i += 2
+                continue
+            if i == len(items) - 1:
+                key = str(item)
+            else:
+                tables.append(str(item))
+            i += 1
+        return tables, key
+
+
+class Source:
+    """One profile's path and text: makes errors that point into it."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.text = text
+        self.locator = Locator(text)
+
+    def error(self, key: KeyPath, message: str) -> ProfileError:
+        return ProfileError(self.path, key_path(key), message, self.locator.find(key))

@@ -1,0 +1,81 @@
+"""Files a profile reads: prompt ``file`` and ``[run] probe``.
+
+They are resolved relative to the profile's directory and must stay inside
+its tree, so that a profile someone hands you cannot read (and echo into a
+run directory) whatever it likes. ``[run] allow_outside_paths = true`` in the
+profile, or ``LAB_ALLOW_OUTSIDE_PATHS=1`` in the environment, lets them be
+absolute, start with ``~`` or climb out with ``..``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from lab.profile.errors import KeyPath, Source, clean, shown
+from lab.profile.read import Unreadable, read_text
+
+ALLOW_ENV = "LAB_ALLOW_OUTSIDE_PATHS"
+_HOW_TO_ALLOW = f"set [run] allow_outside_paths = true (or {ALLOW_ENV}=1) to allow it"
+
+
+def outside_allowed(in_profile: bool) -> bool:
+    return in_profile or os.environ.get(ALLOW_ENV, "") not in ("", "0")
+
+
+def base_dir(profile_path: str) -> Path:
+    """The directory a profile's relative paths start from."""
+    return Path(profile_path).parent
+
+
+def resolve(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bool) -> Path:
+    """The path ``value`` names, relative to ``base``, held inside it unless allowed."""
+    if not value.strip():
+        raise src.error(key, "the path is empty")
+    if "\x00" in value:
+        raise src.error(key, f"the path {shown(value)} holds a NUL character")
+    given = Path(os.path.expanduser(value) if allow_outside else value)
+    if given.is_absolute() and not allow_outside:
+        raise src.error(key, f"{shown(value)} is an absolute path; a profile reads files inside its own directory; {_HOW_TO_ALLOW}")
+    full = base / given
+    if allow_outside:
+        return full
+    try:
+        inside = full.resolve().is_relative_to(base.resolve())
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise src.error(key, f"cannot resolve {shown(value)}: {clean(str(exc))}") from None
+    if not inside:
+        raise src.error(key, f"{shown(value)} leads outside the profile's directory {shown(str(base.resolve()))}; {_HOW_TO_ALLOW}")
+    return full
+
+
+def read_prompt(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bool) -> str:
+    path = resolve(src, base, value, key, allow_outside)
+    try:
+        return read_text(path, "prompt file")
+    except Unreadable as exc:
+        raise src.error(key, f"prompt file {shown(value)}: {exc}") from None
+
+
+def check_probe(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bool) -> None:
+    """The probe file (or run directory holding probe.json) exists and reads
+    as a probe; the report loads it again later."""
+    from lab.probe import PROBE_FILE, Probe, ProbeError
+
+    path = resolve(src, base, value, key, allow_outside)
+    if path.is_dir():
+        path = path / PROBE_FILE
+    try:
+        data: Any = json.loads(read_text(path, "probe file"))
+    except Unreadable as exc:
+        raise src.error(key, f"probe {shown(str(path))}: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise src.error(key, f"probe {shown(str(path))} is not valid JSON ({clean(str(exc))[:200]})") from None
+    if not isinstance(data, dict):
+        raise src.error(key, f"probe {shown(str(path))} is not a speclab probe")
+    try:
+        Probe.from_json(data, "probe")
+    except (ProbeError, AttributeError) as exc:
+        raise src.error(key, f"probe {shown(str(path))}: {clean(str(exc))[:200]}") from None

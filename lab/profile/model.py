@@ -1,0 +1,79 @@
+"""What a profile is once read: frozen dataclasses the whole lab shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    max_tokens: int = 400
+    temperature: float = 0.0
+    seed: int = 0
+    rounds: int = 2
+    warmup: int = 1
+    chat_template: bool = True
+    ignore_eos: bool = True
+    n_ctx: int = 4096
+    threads: int = 0
+    memory_interval_s: float = 0.1
+    # A saved verify-cost probe (lab probe --out FILE) the analysis predicts from.
+    probe: str | None = None
+    # Files the profile reads may lie outside its own directory tree (absolute
+    # paths, ``..``); off so that a shared profile cannot read what it likes.
+    allow_outside_paths: bool = False
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    text: str
+    system: str | None = None
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    backend: str
+    model: str | None
+    drafter: str | None
+    n_max: int | None
+    options: Mapping[str, Any]
+    drafter_options: Mapping[str, Any]
+    baseline: str | None  # name of this arm's baseline; None for a baseline arm
+    is_baseline: bool
+    stack: str
+    group: str  # the profile entry a sweep came from
+    sweep: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: str
+    description: str
+    run: RunSettings
+    prompts: tuple[Prompt, ...]
+    arms: tuple[Arm, ...]
+    source: str
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(name)
+
+    def ordered_arms(self) -> list[Arm]:
+        """Baselines first (speculative arms and the oracle need their
+        tokens), then the rest in profile order, except that an arm compared
+        to another compared arm (``baseline = "..."``) runs after it."""
+        out = [a for a in self.arms if a.is_baseline]
+        placed = {a.name for a in out}
+        rest = [a for a in self.arms if not a.is_baseline]
+        while rest:
+            ready = next((a for a in rest if a.baseline is None or a.baseline in placed), rest[0])
+            out.append(ready)
+            placed.add(ready.name)
+            rest.remove(ready)
+        return out

@@ -1,0 +1,90 @@
+"""Sweeps: a list given for n_max or for a non-list option makes one arm per
+value, and several lists their cartesian product. The product is counted
+before anything is built, and capped (:data:`lab.profile.limits.MAX_ARMS`).
+Generated names go through the same rules as written ones."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from lab.profile.errors import KeyPath, Source, shown
+from lab.profile.limits import MAX_ARMS
+from lab.profile.names import UniqueNames, name_problem, swept_name
+from lab.profile.validate import ArmEntry
+
+
+@dataclass(frozen=True)
+class ArmDraft:
+    """One arm after expansion, before its baseline is known."""
+
+    index: int  # the [[arms]] entry it came from
+    name: str
+    backend: str
+    model: str | None
+    drafter: str | None
+    n_max: int | None
+    options: Mapping[str, Any]
+    drafter_options: Mapping[str, Any]
+    baseline: str | None
+    stack: str
+    group: str
+    sweep: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _axes(entry: ArmEntry) -> list[tuple[str, str, Sequence[Any]]]:
+    axes: list[tuple[str, str, Sequence[Any]]] = [("n_max", "n_max", entry.n_max)]
+    axes += [("options", k, v) for k, v in entry.options.items()]
+    axes += [("drafter_options", k, v) for k, v in entry.drafter_options.items()]
+    return axes
+
+
+def _axis_key(entry: ArmEntry, table: str, k: str) -> KeyPath:
+    return ["arms", entry.index, "n_max"] if table == "n_max" else ["arms", entry.index, table, k]
+
+
+def expand(src: Source, entries: Sequence[ArmEntry]) -> list[ArmDraft]:
+    total = 0
+    for e in entries:
+        axes = _axes(e)
+        n = math.prod(len(v) for _, _, v in axes)
+        total += n
+        if total > MAX_ARMS:
+            swept = [(t, k, v) for t, k, v in axes if len(v) > 1]
+            key: KeyPath = _axis_key(e, swept[0][0], swept[0][1]) if swept else ["arms", e.index]
+            shape = " x ".join(str(len(v)) for _, _, v in swept)
+            what = "this entry" if not swept else f"this entry sweeps {n:,} values" if len(swept) == 1 else f"this entry sweeps {shape} = {n:,} arms"
+            raise src.error(
+                key, f"{what}, {total:,} arms so far; a profile may have at most {MAX_ARMS}: sweep fewer values or split the profile"
+            )
+
+    out: list[ArmDraft] = []
+    names = UniqueNames()
+    for e in entries:
+        axes = _axes(e)
+        swept_axes = [(t, k) for t, k, v in axes if len(v) > 1]
+        for combo in itertools.product(*[v for _, _, v in axes]):
+            values = {(t, k): val for (t, k, _), val in zip(axes, combo)}
+            sweep = {k: values[(t, k)] for t, k in swept_axes}
+            name = swept_name(e.name, sweep)
+            name_key: KeyPath = ["arms", e.index, "name"]
+            problem = name_problem(name)
+            if problem:
+                raise src.error(name_key, f"the sweep makes arm name {shown(name)}: {problem}")
+            earlier = names.clash(name)
+            if earlier is not None:
+                how = "duplicate arm name" if earlier == name else f"arm name differs from {shown(earlier)} only by case:"
+                made = "" if name == e.name else " (made by the sweep)"
+                raise src.error(name_key, f"{how} {shown(name)}{made}")
+            out.append(
+                ArmDraft(
+                    index=e.index, name=name, backend=e.backend, model=e.model, drafter=e.drafter,
+                    n_max=values[("n_max", "n_max")],
+                    options={k: values[("options", k)] for k in e.options},
+                    drafter_options={k: values[("drafter_options", k)] for k in e.drafter_options},
+                    baseline=e.baseline, stack=e.stack, group=e.name, sweep=sweep,
+                )
+            )
+    return out

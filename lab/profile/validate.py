@@ -1,0 +1,267 @@
+"""Validation: every table of a profile checked against what the lab and the
+plugins declare, before any sweep is expanded or any engine started.
+
+What is known here without loading a model is refused here: unknown keys,
+types, ranges, names, files, plugins and their options, drafter/backend
+fit. What a combination of swept values decides (an option one value of
+another needs) is checked per arm after expansion (:func:`check_arm`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lab.profile import files
+from lab.profile.errors import KeyPath, Source, shown
+from lab.profile.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
+from lab.profile.model import Prompt, RunSettings
+from lab.profile.names import UniqueNames, name_problem
+from lab.profile.options import check_options, check_requires
+from lab.profile.read import no_unknown, table, typed
+
+if TYPE_CHECKING:
+    from lab.plugins import Registry
+    from lab.profile.sweeps import ArmDraft
+
+TOP_KEYS = ("profile", "run", "prompts", "arms")
+PROFILE_KEYS = ("name", "description")
+PROMPT_KEYS = ("name", "text", "system", "file")
+ARM_KEYS = ("name", "backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline")
+RUN_TYPES: dict[str, tuple[type, ...]] = {
+    "max_tokens": (int,),
+    "temperature": (float, int),
+    "seed": (int,),
+    "rounds": (int,),
+    "warmup": (int,),
+    "chat_template": (bool,),
+    "ignore_eos": (bool,),
+    "n_ctx": (int,),
+    "threads": (int,),
+    "memory_interval_s": (float, int),
+    "probe": (str,),
+    "allow_outside_paths": (bool,),
+}
+_FLOAT_KEYS = ("temperature", "memory_interval_s")
+
+
+@dataclass(frozen=True)
+class ArmEntry:
+    """One [[arms]] table, checked; each axis holds its values (one unless swept)."""
+
+    index: int
+    name: str
+    backend: str
+    model: str | None
+    drafter: str | None
+    n_max: tuple[int | None, ...]
+    options: dict[str, list[Any]]
+    drafter_options: dict[str, list[Any]]
+    baseline: str | None
+    stack: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A profile's tables, checked, sweeps not yet expanded."""
+
+    name: str
+    description: str
+    run: RunSettings
+    prompts: tuple[Prompt, ...]
+    arms: tuple[ArmEntry, ...]
+
+
+def validate(src: Source, data: dict[str, Any], registry: Registry | None, default_name: str) -> Checked:
+    no_unknown(src, data, TOP_KEYS, [])
+    name, description = validate_meta(src, data.get("profile", {}), default_name)
+    run = validate_run(src, data.get("run", {}))
+    prompts = validate_prompts(src, data.get("prompts"), run)
+    arms = validate_arms(src, data.get("arms"), registry)
+    return Checked(name, description, run, prompts, arms)
+
+
+def _has_hidden(text: str, allowed: str = "") -> bool:
+    return not all(ch.isprintable() or ch in allowed for ch in text)
+
+
+def validate_meta(src: Source, raw: Any, default_name: str) -> tuple[str, str]:
+    meta = table(src, raw, ["profile"])
+    no_unknown(src, meta, PROFILE_KEYS, ["profile"])
+    key: KeyPath = ["profile", "name"]
+    name = typed(src, meta.get("name", default_name), (str,), key)
+    if not name.strip():
+        raise src.error(key, "the profile name is empty")
+    if len(name) > MAX_NAME or _has_hidden(name):
+        raise src.error(key, f"a profile name is at most {MAX_NAME} printable characters, got {shown(name)}")
+    key = ["profile", "description"]
+    description = typed(src, meta.get("description", ""), (str,), key)
+    if len(description) > MAX_DESCRIPTION or _has_hidden(description, "\n\t"):
+        raise src.error(key, f"a description is at most {MAX_DESCRIPTION} printable characters (lines and tabs allowed)")
+    return name, description
+
+
+def validate_run(src: Source, raw: Any) -> RunSettings:
+    t = table(src, raw, ["run"])
+    no_unknown(src, t, RUN_TYPES, ["run"])
+    values: dict[str, Any] = {}
+    for k, v in t.items():
+        values[k] = typed(src, v, RUN_TYPES[k], ["run", k])
+        if k in _FLOAT_KEYS:
+            values[k] = float(v)
+        if k in RUN_RANGES:
+            why = out_of_range(values[k], RUN_RANGES[k])
+            if why:
+                raise src.error(["run", k], why)
+    settings = RunSettings(**values)
+    if settings.probe is not None:
+        allow = files.outside_allowed(settings.allow_outside_paths)
+        files.check_probe(src, files.base_dir(src.path), settings.probe, ["run", "probe"], allow)
+    return settings
+
+
+def validate_prompts(src: Source, raw: Any, run: RunSettings) -> tuple[Prompt, ...]:
+    if raw is None:
+        raise src.error(["prompts"], "a profile needs at least one [[prompts]] entry")
+    if not isinstance(raw, list) or not raw:
+        raise src.error(["prompts"], "expected an array of tables ([[prompts]])")
+    if len(raw) > MAX_PROMPTS:
+        raise src.error(["prompts"], f"{len(raw)} prompts; a profile may have at most {MAX_PROMPTS}")
+    base = files.base_dir(src.path)
+    allow = files.outside_allowed(run.allow_outside_paths)
+    out: list[Prompt] = []
+    names = UniqueNames()
+    for i, item in enumerate(raw):
+        key: list[str | int] = ["prompts", i]
+        t = table(src, item, key)
+        no_unknown(src, t, PROMPT_KEYS, key)
+        if "name" not in t:
+            raise src.error([*key, "name"], "missing key 'name'")
+        name = typed(src, t["name"], (str,), [*key, "name"])
+        problem = name_problem(name)
+        if problem:
+            raise src.error([*key, "name"], f"prompt name {shown(name)}: {problem}")
+        earlier = names.clash(name)
+        if earlier is not None:
+            how = "duplicate prompt name" if earlier == name else f"prompt name differs from {shown(earlier)} only by case:"
+            raise src.error([*key, "name"], f"{how} {shown(name)}")
+        if ("text" in t) == ("file" in t):
+            raise src.error([*key, "text"], "give exactly one of 'text' or 'file'")
+        if "file" in t:
+            text_key: KeyPath = [*key, "file"]
+            value = typed(src, t["file"], (str,), text_key)
+            text = files.read_prompt(src, base, value, text_key, allow)
+        else:
+            text_key = [*key, "text"]
+            text = typed(src, t["text"], (str,), text_key)
+        if not text.strip():
+            raise src.error(text_key, "prompt text is empty")
+        if "\x00" in text:
+            raise src.error(text_key, "prompt text holds a NUL character")
+        system = t.get("system")
+        if system is not None:
+            typed(src, system, (str,), [*key, "system"])
+            if "\x00" in system:
+                raise src.error([*key, "system"], "the system prompt holds a NUL character")
+        out.append(Prompt(name, text, system))
+    return tuple(out)
+
+
+def validate_arms(src: Source, raw: Any, registry: Registry | None) -> tuple[ArmEntry, ...]:
+    if raw is None:
+        raise src.error(["arms"], "a profile needs at least one [[arms]] entry")
+    if not isinstance(raw, list) or not raw:
+        raise src.error(["arms"], "expected an array of tables ([[arms]])")
+    return tuple(validate_arm(src, i, item, registry) for i, item in enumerate(raw))
+
+
+def _text(src: Source, t: dict[str, Any], k: str, key: KeyPath) -> str | None:
+    """An optional string key: absent is None; empty or with a NUL is refused."""
+    value = t.get(k)
+    if value is None:
+        return None
+    typed(src, value, (str,), [*key, k])
+    if not value.strip():
+        raise src.error([*key, k], f"{k} is an empty string; leave it out or name one")
+    if "\x00" in value:
+        raise src.error([*key, k], f"{k} holds a NUL character")
+    return value
+
+
+def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> ArmEntry:
+    key: list[str | int] = ["arms", i]
+    t = table(src, item, key)
+    no_unknown(src, t, ARM_KEYS, key)
+    for required in ("name", "backend"):
+        if required not in t:
+            raise src.error([*key, required], f"missing key {required!r}")
+    name = typed(src, t["name"], (str,), [*key, "name"])
+    problem = name_problem(name)
+    if problem:
+        raise src.error([*key, "name"], f"arm name {shown(name)}: {problem}")
+    backend = typed(src, t["backend"], (str,), [*key, "backend"])
+    model = _text(src, t, "model", key)
+    drafter = t.get("drafter")
+    if drafter is not None:
+        typed(src, drafter, (str,), [*key, "drafter"])
+        # "" and "none" spell out a baseline arm
+        if drafter.strip() in ("", "none"):
+            drafter = None
+    baseline = _text(src, t, "baseline", key)
+    options = table(src, t.get("options", {}), [*key, "options"])
+    drafter_options = table(src, t.get("drafter_options", {}), [*key, "drafter_options"])
+    n_max = _n_max(src, t.get("n_max"), [*key, "n_max"])
+
+    stack = backend
+    opt_axes: dict[str, list[Any]] = {k: [v] for k, v in options.items()}
+    dopt_axes: dict[str, list[Any]] = {k: [v] for k, v in drafter_options.items()}
+    if registry is not None:
+        try:
+            bcls = registry.backend(backend)
+        except KeyError as exc:
+            raise src.error([*key, "backend"], str(exc.args[0])) from None
+        stack = bcls.stack
+        if model is None and getattr(bcls, "needs_model", False):
+            raise src.error([*key, "model"], f"backend {backend!r} runs a target model: add model = \"...\"")
+        opt_axes = check_options(src, options, bcls.options, [*key, "options"], f"backend {backend!r}")
+        if drafter is not None:
+            try:
+                dcls = registry.drafter(drafter)
+            except KeyError as exc:
+                raise src.error([*key, "drafter"], str(exc.args[0])) from None
+            if not bcls.accepts_drafters:
+                raise src.error([*key, "drafter"], f"backend {backend!r} does not run drafter plugins; use its own options")
+            if dcls.stacks is not None and stack not in dcls.stacks:
+                raise src.error([*key, "drafter"], f"drafter {drafter!r} drafts for {sorted(dcls.stacks)}, not {stack!r}")
+            dopt_axes = check_options(src, drafter_options, dcls.options, [*key, "drafter_options"], f"drafter {drafter!r}")
+        elif drafter_options:
+            raise src.error([*key, "drafter_options"], "drafter_options given but no drafter")
+        if drafter is not None and t.get("n_max") is None:
+            raise src.error([*key, "n_max"], "a drafter arm needs n_max (tokens drafted per step)")
+    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack)
+
+
+def _n_max(src: Source, raw: Any, key: KeyPath) -> tuple[int | None, ...]:
+    if raw is None:
+        return (None,)
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise src.error(key, "an empty list sweeps nothing")
+    for v in values:
+        typed(src, v, (int,), key)
+        why = out_of_range(v, N_MAX)
+        if why:
+            raise src.error(key, f"n_max {why}")
+    return tuple(values)
+
+
+def check_arm(src: Source, arm: ArmDraft, registry: Registry | None) -> None:
+    """What one expanded arm's combination of values decides."""
+    if registry is None:
+        return
+    key: list[str | int] = ["arms", arm.index]
+    bcls = registry.backend(arm.backend)
+    check_requires(src, arm.options, bcls.options, [*key, "options"], f"backend {arm.backend!r}")
+    if arm.drafter is not None:
+        dcls = registry.drafter(arm.drafter)
+        check_requires(src, arm.drafter_options, dcls.options, [*key, "drafter_options"], f"drafter {arm.drafter!r}")
