@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from lab.plugins import load_registry
+from lab.profile.errors import clean
 from lab.profiles import ProfileError, check_profile, load_profile, parse_profile
 
 HEAD = """[profile]
@@ -156,6 +157,7 @@ def generate() -> list[Case]:
     add("toml", "empty file", "", "prompts")
     add("toml", "profile is a directory", "", "", files=(("dir.toml", None),), profile_is="dir.toml")
     add("toml", "profile is missing", "", "", profile_is="missing.toml")
+    add("toml", "profile path holds a NUL", "", "", profile_is="a\x00b.toml")
     add("toml", "unknown top key", GOOD + "\n[extra]\nx = 1\n", "extra")
     add("toml", "profile not a table", "profile = 3\n" + GOOD.replace('[profile]\nname = "hostile"\n', ""), "profile")
     add("toml", "profile name empty", GOOD.replace('name = "hostile"', 'name = ""'), "profile.name")
@@ -344,7 +346,9 @@ def generate() -> list[Case]:
         if getattr(bcls, "needs_model", False):
             add("arms", f"{bname} without model", GOOD + arm("t", bname, model=None), "arms[1].model")
     add("arms", "prompts missing", HEAD + BASE_ARM, "prompts")
-    add("arms", "too many prompts", HEAD + "".join(prompt(f"p{i}") for i in range(101)) + BASE_ARM, "prompts")
+    from lab.profile.limits import MAX_PROMPTS
+
+    add("arms", "too many prompts", HEAD + "".join(prompt(f"p{i}") for i in range(MAX_PROMPTS + 1)) + BASE_ARM, "prompts")
     return cases
 
 
@@ -437,7 +441,7 @@ def test_hostile_profile_is_refused_naming_file_and_key(registry, tmp_path: Path
     err = info.value
     message = str(err)
     assert err.path == str(path), message
-    assert message.startswith(str(path)), message
+    assert message.startswith(clean(str(path))), message
     assert err.key == case.key, f"{case.label}: {message}"
     if case.key:
         assert f"[{case.key}]" in message

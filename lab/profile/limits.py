@@ -61,7 +61,8 @@ INT32 = Range(-(2**31), 2**31 - 1)
 
 # A sweep multiplies arms: 100 x 100 values once started 10,001 of them.
 MAX_ARMS = 256
-MAX_PROMPTS = 100
+# Question sets such as Spec-Bench hold about 500 prompts.
+MAX_PROMPTS = 1000
 # Arm and prompt names go into file names.
 MAX_NAME = 100
 MAX_DESCRIPTION = 2000

@@ -35,6 +35,8 @@ def read_text(path: Path, what: str) -> str:
         raise Unreadable("no such file") from None
     except OSError as exc:
         raise Unreadable(f"cannot read: {exc.strerror or type(exc).__name__}") from None
+    except ValueError:  # a NUL in the path
+        raise Unreadable("cannot read: the path holds a NUL character") from None
     if stat.S_ISDIR(st.st_mode):
         raise Unreadable(f"is a directory, not a {what}")
     if not stat.S_ISREG(st.st_mode):
