@@ -170,3 +170,13 @@ def test_shipped_profiles_parse(registry) -> None:
             if "unknown backend" in str(exc) and registry.errors:
                 pytest.skip(f"{path.name}: its backend plugin failed to load: {registry.errors}")
             raise
+
+
+def test_the_public_names_stay_where_the_lab_imports_them() -> None:
+    import lab.profiles as profiles
+    from lab.profile import errors, model
+
+    for name in ("Profile", "Arm", "RunSettings", "Prompt"):
+        assert getattr(profiles, name) is getattr(model, name)
+    assert profiles.ProfileError is errors.ProfileError
+    assert callable(profiles.check_profile) and callable(profiles.load_profile) and callable(profiles.parse_profile)
