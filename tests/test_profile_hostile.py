@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -449,6 +450,12 @@ def test_hostile_profile_is_refused_naming_file_and_key(registry, tmp_path: Path
     if err.line is not None:
         text = case.content if isinstance(case.content, str) else ""
         assert 1 <= err.line <= max(1, len(text.splitlines())), (err.line, message)
+        if case.key:
+            # the line named holds the key at fault, or the table it is missing from
+            line = text.splitlines()[err.line - 1]
+            parts = re.sub(r"\[\d+\]", "", case.key).split(".")
+            holds = line.startswith("[") or any(re.search(rf"\b{re.escape(p)}\s*=", line) for p in parts)
+            assert holds, (err.line, line, message)
 
 
 def test_generated_cases_differ_from_a_profile_that_passes(registry, tmp_path: Path) -> None:
