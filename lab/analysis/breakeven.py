@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from lab import figures
+
 # Within this band a speedup is too close to 1 to call either way.
 NEUTRAL_BAND = 0.02
 
@@ -45,7 +47,7 @@ class StepEconomics:
 
     @property
     def max_yield(self) -> int | None:
-        return self.n_max + 1 if self.n_max else None
+        return figures.max_yield(self.n_max)
 
     @property
     def break_even_len(self) -> float:
@@ -90,7 +92,7 @@ def from_totals(
         step_s=gen_s / steps,
         baseline_token_s=1.0 / baseline_tok_per_s,
         n_max=n_max,
-        mean_accepted_len=n_tokens / steps,
+        mean_accepted_len=figures.mean_accepted_len(n_tokens, steps),
         drafted_per_step=(drafted / steps) if drafted else None,
     )
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from lab import figures
 from lab.analysis.breakeven import NEUTRAL_BAND
 
 # Rounds whose tok/s spread (max - min over median) exceeds this are flagged.
@@ -93,9 +94,10 @@ def paired_ratios(
             continue
         base_arm = r.get("baseline_arm")
         base = ok.get((base_arm, p, rnd)) if base_arm else None
-        if base is None or not r.get("tok_per_s") or not base.get("tok_per_s"):
+        ratio = figures.speedup(r.get("tok_per_s"), base.get("tok_per_s")) if base is not None else None
+        if ratio is None:
             continue
-        out.append((p, rnd, float(r["tok_per_s"]) / float(base["tok_per_s"])))
+        out.append((p, rnd, ratio))
     out.sort(key=lambda t: (t[0], t[1]))
     return out
 
