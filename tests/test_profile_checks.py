@@ -156,6 +156,16 @@ def test_declared_option_metadata_is_enforced(declaring, options: str, key: str,
     assert fragment in err.message
 
 
+def test_declared_ranges_print_for_listings() -> None:
+    from lab.profile.limits import range_note
+
+    by_name = {o.name: o for o in DeclaringBackend.options}
+    assert range_note(by_name["batch"]) == " [1..4_096]"
+    assert range_note(by_name["timeout_s"]) == " [>= 0.5]"
+    assert range_note(by_name["plain"]) == " [-2_147_483_648..2_147_483_647]"
+    assert range_note(by_name["spec"]) == ""
+
+
 def test_declared_ranges_accept_their_bounds(declaring) -> None:
     p = parse_profile(HEAD + declaring_arm('batch = [1, 4096], timeout_s = 0.5, args = ["-x", "1"]'), "t.toml", declaring)
     assert [a.options["batch"] for a in p.arms] == [1, 4096]

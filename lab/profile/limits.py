@@ -76,6 +76,15 @@ def option_range(option: Any) -> Range | None:
     return Range(low, high)
 
 
+def range_note(option: Any) -> str:
+    """The bound a profile check holds an option to, for listings such as
+    ``lab plugins``: `` [1..4_096]``, or empty when nothing beyond its type."""
+    rng = option_range(option)
+    if rng is None and getattr(option, "type", None) is int:
+        rng = INT32
+    return f" [{rng.describe()}]" if rng is not None else ""
+
+
 def out_of_range(value: float, rng: Range | None) -> str | None:
     """Why ``value`` is refused, or None. Floats must be finite anyway: no
     engine option means anything by inf or NaN."""
