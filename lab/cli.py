@@ -15,9 +15,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Sequence, TextIO
 
-from lab.events import Event, Finished, RunStarted, Status, StatusChanged
+from lab.events import Finished, RunStarted, Status, StatusChanged
+from lab.run_events import Listener, RunEvent, finished_row
+
+if TYPE_CHECKING:
+    from lab.results import ResultRow
 
 DEFAULT_PROFILE = "profiles/demo.toml"
 
@@ -32,12 +36,13 @@ def default_profile() -> Path:
 
 
 class Progress:
-    """Headless progress: one line per status change and per finished cell."""
+    """Headless progress, a listener of the run: one line per status change
+    and per finished cell."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
             self.out.write(f"run {event.profile}: {len(event.arms)} arms x {len(event.prompts)} prompts x {event.rounds} rounds -> {event.run_dir}\n")
         elif isinstance(event, StatusChanged):
@@ -50,21 +55,26 @@ class Progress:
                 first = event.detail.splitlines()[0] if event.detail else ""
                 self.out.write(f"  [{where}] {event.status.value} {first}\n")
         elif isinstance(event, Finished):
-            r = event.result
-            if r["status"] == "ok":
-                extra = ""
-                if r.get("acceptance_rate") is not None:
-                    extra = f", accept {r['acceptance_rate'] * 100:.0f}%, len {r['mean_accepted_len']:.2f}"
-                if r.get("speedup") is not None:
-                    extra += f", {r['speedup']:.2f}x"
-                self.out.write(f"  [{r['arm']} {r['prompt']} r{r['round']}] {r['n_tokens']} tokens, {r['tok_per_s']:.1f} tok/s{extra}\n")
-            else:
-                lines = str(r.get("detail") or "").splitlines()[:1]
-                self.out.write(f"  [{r['arm']} {r['prompt']} r{r['round']}] {r['status']} {lines[0] if lines else ''}\n")
+            self._finished(finished_row(event))
+        else:
+            return
         self.out.flush()
 
+    def _finished(self, r: ResultRow) -> None:
+        where = f"[{r.arm} {r.prompt} r{r.round}]"
+        if not r.ok:
+            lines = r.detail.splitlines()[:1]
+            self.out.write(f"  {where} {r.status.value} {lines[0] if lines else ''}\n")
+            return
+        extra = ""
+        if r.acceptance_rate is not None:
+            extra = f", accept {r.acceptance_rate * 100:.0f}%, len {r.mean_accepted_len or 0:.2f}"
+        if r.speedup is not None:
+            extra += f", {r.speedup:.2f}x"
+        self.out.write(f"  {where} {r.n_tokens} tokens, {r.tok_per_s or 0:.1f} tok/s{extra}\n")
 
-def _table(rows: list[dict[str, Any]]) -> str:
+
+def _table(rows: Sequence[ResultRow]) -> str:
     from lab.report import summarize
 
     head = ["arm", "prompt", "tok/s", "speedup", "accept", "len", "cost/yield", "identical", "verdict"]
@@ -91,6 +101,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from lab.plugins import load_registry
     from lab.profiles import ProfileError, load_profile
+    from lab.report import ReportWriter
     from lab.runner import Runner
     from lab.store import RunStore
 
@@ -101,7 +112,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"lab: {exc}", file=sys.stderr)
         return 2
     store = RunStore(profile, args.out)
-    listeners = [] if args.quiet else [Progress(sys.stderr)]
+    listeners: list[Listener] = [ReportWriter()]
+    if not args.quiet:
+        listeners.append(Progress(sys.stderr))
     runner = Runner(profile, registry, store, listeners)
     try:
         results = runner.run()

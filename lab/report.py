@@ -4,7 +4,9 @@ to paste), CSV of every row, JSON as saved plus the analysis.
 ``data`` is what :func:`lab.store.load_run` returns; :func:`load_for_report`
 adds the run's steps (per-position acceptance) and a probe (the prediction
 and the roofline) when there are any. Without them those sections say what
-is missing instead of guessing.
+is missing instead of guessing. A report is always rendered from a saved
+run directory, whoever asks for it: :class:`ReportWriter` as a run ends
+(``lab run``, the TUI subscribe it), ``lab report`` on demand.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any, Mapping, Sequence
 
 from lab.analysis import breakeven
 from lab.analysis import run as analysis
+from lab.events import RunFinished
 from lab.results import RESULT_KEYS
+from lab.run_events import RunEvent
 
 
 def _fmt(value: Any, spec: str = ".2f", none: str = "—") -> str:
@@ -70,6 +74,24 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
     elif p.is_dir():
         data["probe"] = probes.find(p)
     return data
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Render a run directory's report.md from what it saved, with its steps
+    and any probe attached (so the per-position acceptance and the
+    prediction are in it too)."""
+    path = Path(run_dir) / "report.md"
+    path.write_text(render_markdown(load_for_report(run_dir)), encoding="utf-8")
+    return path
+
+
+class ReportWriter:
+    """A listener of a run: when it ends, its run directory gets report.md.
+    Subscribe it after the store, which has then closed the run's files."""
+
+    def __call__(self, event: RunEvent) -> None:
+        if isinstance(event, RunFinished) and event.run_dir:
+            write_report(event.run_dir)
 
 
 def _probe(data: Mapping[str, Any]) -> Any:

@@ -1,10 +1,12 @@
 """The runner: arms in order (baselines first), one engine loaded at a time,
-warmup unrecorded, then every prompt x round. It knows nothing of Textual:
-it emits events to whoever listens (store, CLI progress, TUI).
+warmup unrecorded, then every prompt x round. It knows nothing of Textual
+or of where a run is saved: it emits events to whoever listens (the store,
+CLI progress, the TUI), see :mod:`lab.run_events`.
 
-Failures are results: an arm that fails to load or whose engine runs out of
-memory or crashes gets that status in its rows and the run goes on. Every
-backend is closed on every path, Ctrl-C included.
+It builds every result row (:class:`lab.results.ResultRow`) and keeps the
+only list of them. Failures are results: an arm that fails to load or whose
+engine runs out of memory or crashes gets that status in its rows and the
+run goes on. Every backend is closed on every path, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import dataclasses
 import threading
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
 
 from lab.api import (
     Backend,
@@ -27,7 +30,6 @@ from lab.api import (
 )
 from lab.events import (
     Cell,
-    Emit,
     Event,
     Finished,
     Held,
@@ -43,18 +45,17 @@ from lab.events import (
 from lab.memory import MemorySampler
 from lab.plugins import Registry
 from lab.profiles import Arm, Profile
-from lab.results import add_origin, build_result, pick_baseline
-from lab.store import RunStore
+from lab.results import ResultRow, add_origin, build_result, pick_baseline
+from lab.run_events import ArmReported, Listener, Logged, RunEvent
 
-
-@dataclass
-class _ArmState:
-    skip: bool = False
+# An arm's cells are as bad as their worst status.
+_WORST_FIRST = (Status.CRASHED, Status.OOM, Status.ERROR, Status.CANCELLED)
 
 
 @dataclass
 class RunControl:
-    """Thread-safe controls a UI can use while a run is going."""
+    """Thread-safe controls a UI can use while a run is going, and what the
+    runner reads of them."""
 
     _cancel: threading.Event = field(default_factory=threading.Event)
     _skip_arm: threading.Event = field(default_factory=threading.Event)
@@ -69,7 +70,21 @@ class RunControl:
         self._cancel.set()
 
     def skip_arm(self) -> None:
+        """Stop the running arm at its next step; the run goes on."""
         self._skip_arm.set()
+
+    def begin_arm(self) -> None:
+        """An arm starts: a skip asked for the one before it is spent."""
+        self._skip_arm.clear()
+
+    @property
+    def skip_requested(self) -> bool:
+        return self._skip_arm.is_set()
+
+    @property
+    def stop_requested(self) -> bool:
+        """The running arm should stop: the run was cancelled or the arm skipped."""
+        return self._cancel.is_set() or self._skip_arm.is_set()
 
     def cancel_arm(self, arm: str) -> None:
         """Cancel one arm that has not started: the runner records its cells
@@ -98,7 +113,7 @@ class RunControl:
         returns the seconds held."""
         t0 = now()
         while not self._resume.wait(0.05):
-            if self._cancel.is_set() or self._skip_arm.is_set():
+            if self.stop_requested:
                 break
         return now() - t0
 
@@ -107,46 +122,74 @@ class RunControl:
         return self._cancel.is_set()
 
 
+class RunSink(Protocol):
+    """A listener that keeps the run somewhere (lab.store.RunStore): it
+    hears every event first, and engines write their own logs beside it."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def __call__(self, event: RunEvent) -> None: ...
+
+
 class Runner:
     def __init__(
         self,
         profile: Profile,
         registry: Registry,
-        store: RunStore | None = None,
-        listeners: Sequence[Emit] = (),
+        store: RunSink | None = None,
+        listeners: Sequence[Listener] = (),
         control: RunControl | None = None,
     ) -> None:
+        """``store`` is subscribed ahead of ``listeners``, so a row is saved
+        before anyone else hears that its cell finished."""
         self.profile = profile
         self.registry = registry
-        self.store = store
-        self.listeners = list(listeners)
+        self.run_dir = str(store.path) if store is not None else ""
+        self.listeners: list[Listener] = ([store] if store is not None else []) + list(listeners)
         self.control = control or RunControl()
-        self.results: list[dict[str, Any]] = []
+        self._rows: list[ResultRow] = []
+        self._rows_lock = threading.Lock()
         # (arm, prompt, round) -> output ids of baseline arms, for the oracle
         self.reference_ids: dict[tuple[str, str, int], list[int]] = {}
-        self._lock = threading.Lock()
+        self._emit_lock = threading.RLock()
 
     # -- events -------------------------------------------------------------
-    def emit(self, event: Event) -> None:
-        if self.store is not None and isinstance(event, StepEvent):
-            self.store.add_step(event)
-        for listener in self.listeners:
-            try:
-                listener(event)
-            except Exception:  # noqa: BLE001 - a broken listener must not stop a run
-                traceback.print_exc()
+    def emit(self, event: RunEvent) -> None:
+        """Hand ``event`` to every listener, in the order they subscribed.
+
+        Safe from any thread, by construction: the runner's worker, an
+        engine's own thread (MLX) and the memory sampler all emit, and one
+        lock around the dispatch lets a single event reach every listener
+        before the next one starts. No listener is ever called from two
+        threads at once, and all of them hear the events in one order. The
+        lock is re-entrant so a listener may emit on its own thread.
+        """
+        with self._emit_lock:
+            for listener in self.listeners:
+                try:
+                    listener(event)
+                except Exception:  # noqa: BLE001 - a broken listener must not stop a run
+                    traceback.print_exc()
 
     def _log(self, text: str) -> None:
-        if self.store is not None:
-            with open(self.store.log_path("lab.log"), "a", encoding="utf-8") as fh:
-                fh.write(text.rstrip("\n") + "\n")
+        self.emit(Logged(text))
+
+    # -- rows -----------------------------------------------------------------
+    def rows(self) -> tuple[ResultRow, ...]:
+        """The rows recorded so far, in the order their cells finished (any
+        thread may ask while the run goes)."""
+        with self._rows_lock:
+            return tuple(self._rows)
+
+    def _has_row(self, cell: Cell) -> bool:
+        return any(r.cell == cell for r in self.rows())
 
     # -- run ------------------------------------------------------------------
-    def run(self) -> list[dict[str, Any]]:
-        run_dir = str(self.store.path) if self.store else ""
+    def run(self) -> list[ResultRow]:
         self.emit(
             RunStarted(
-                self.profile.name, run_dir, tuple(a.name for a in self.profile.arms),
+                self.profile.name, self.run_dir, tuple(a.name for a in self.profile.arms),
                 tuple(p.name for p in self.profile.prompts), self.profile.run.rounds,
             )
         )
@@ -154,29 +197,26 @@ class Runner:
         try:
             for arm in self.profile.ordered_arms():
                 if self.control.cancelled:
-                    self._fill(arm, "cancelled", "run cancelled before this arm started")
+                    self._fill(arm, Status.CANCELLED, "run cancelled before this arm started")
                     continue
                 if self.control.arm_cancelled(arm.name):
-                    self._fill(arm, "cancelled", "arm cancelled before it started")
+                    self._fill(arm, Status.CANCELLED, "arm cancelled before it started")
                     continue
-                self.control._skip_arm.clear()
+                self.control.begin_arm()
                 self._run_arm(arm)
         except KeyboardInterrupt:
             interrupted = True
             self.control.cancel()
-            done = {(r["arm"], r["prompt"], r["round"]) for r in self.results}
             for arm in self.profile.arms:
-                self._fill(arm, "cancelled", "interrupted", skip=done)
+                self._fill(arm, Status.CANCELLED, "interrupted")
             raise
         finally:
-            if self.store is not None:
-                self.store.finish(cancelled=self.control.cancelled or interrupted)
-            self.emit(RunFinished(run_dir, cancelled=self.control.cancelled or interrupted))
-        return self.results
+            self.emit(RunFinished(self.run_dir, cancelled=self.control.cancelled or interrupted))
+        return list(self.rows())
 
     def _hold(self, cell: Cell, in_cell: bool) -> float:
         """Wait here while the run is paused; returns the seconds held."""
-        if not self.control.paused or self.control.cancelled or self.control._skip_arm.is_set():
+        if not self.control.paused or self.control.stop_requested:
             return 0.0
         self.emit(Held(cell, None, in_cell))
         seconds = self.control.hold()
@@ -190,20 +230,17 @@ class Runner:
             for r in range(1, self.profile.run.rounds + 1)
         ]
 
-    def _fill(self, arm: Arm, status: str, detail: str, skip: set[tuple[str, str, int]] | None = None) -> None:
-        """Give every (remaining) cell of an arm a failure row."""
+    def _fill(self, arm: Arm, status: Status, detail: str) -> None:
+        """Give every cell of an arm that has no row yet a failure row."""
         for cell in self._cells(arm):
-            if skip is not None and (cell.arm, cell.prompt, cell.round) in skip:
-                continue
-            if any(r["arm"] == cell.arm and r["prompt"] == cell.prompt and r["round"] == cell.round for r in self.results):
-                continue
-            self._record(arm, cell, status, detail=detail)
-        self.emit(StatusChanged(arm_cell(arm.name), Status(status), detail=detail))
+            if not self._has_row(cell):
+                self._record(arm, cell, status, detail=detail)
+        self.emit(StatusChanged(arm_cell(arm.name), status, detail=detail))
 
-    def _record(self, arm: Arm, cell: Cell, status: str, gen: Generation | None = None,
+    def _record(self, arm: Arm, cell: Cell, status: Status, gen: Generation | None = None,
                 steps: Sequence[StepEvent] = (), detail: str = "", peak: int | None = None,
-                origin: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
-        baseline = pick_baseline(self.results, arm.baseline, cell.prompt, cell.round) if arm.baseline else None
+                origin: Sequence[Sequence[int]] | None = None) -> ResultRow:
+        baseline = pick_baseline(self.rows(), arm.baseline, cell.prompt, cell.round) if arm.baseline else None
         row = build_result(
             arm=arm, prompt=cell.prompt, round=cell.round, status=status, steps=steps,
             n_tokens=len(gen.ids) if gen else None, gen_s=gen.gen_s if gen else None,
@@ -212,10 +249,11 @@ class Runner:
             engine_bytes=gen.engine_bytes if gen else None, detail=detail,
             engine_report=gen.engine_report if gen else None, text_origin=origin,
         )
-        self.results.append(row)
-        if self.store is not None:
-            self.store.add_result(row)
-        self.emit(Finished(cell, row))
+        with self._rows_lock:
+            self._rows.append(row)
+        # Finished.result is typed as the saved form in lab.events; the row
+        # reads as that form (ResultRow is a Mapping of it).
+        self.emit(Finished(cell, row))  # type: ignore[arg-type]
         return row
 
     def _reference(self, arm: Arm) -> Callable[[str, int], Sequence[int] | None]:
@@ -242,7 +280,7 @@ class Runner:
 
     def _run_arm(self, arm: Arm) -> None:
         cell0 = arm_cell(arm.name)
-        ctx = BackendContext(self.profile.run, str(self.store.path) if self.store else "", self._log)
+        ctx = BackendContext(self.profile.run, self.run_dir, self._log)
         backend: Backend | None = None
         drafter: Drafter | None = None
         engine_bytes: list[int | None] = [None]
@@ -267,9 +305,9 @@ class Runner:
                     return
                 except Exception as exc:  # noqa: BLE001 - a broken arm is a result
                     self._log(traceback.format_exc())
-                    self._fill(arm, "error", f"load failed: {type(exc).__name__}: {exc}")
+                    self._fill(arm, Status.ERROR, f"load failed: {type(exc).__name__}: {exc}")
                     return
-                self._run_cells(arm, backend, sampler, engine_bytes)
+                self._run_cells(arm, backend, sampler)
         finally:
             if drafter is not None:
                 try:
@@ -278,8 +316,7 @@ class Runner:
                     self._log(traceback.format_exc())
             if backend is not None:
                 try:
-                    if self.store is not None:
-                        self.store.set_arm_report(arm.name, backend.report())
+                    self.emit(ArmReported(arm.name, dict(backend.report())))
                 except Exception:  # noqa: BLE001
                     self._log(traceback.format_exc())
                 backend.close()
@@ -294,7 +331,7 @@ class Runner:
         )
         return dcls(arm.drafter_options, dctx)
 
-    def _run_cells(self, arm: Arm, backend: Backend, sampler: MemorySampler, engine_bytes: list[int | None]) -> None:
+    def _run_cells(self, arm: Arm, backend: Backend, sampler: MemorySampler) -> None:
         cell0 = arm_cell(arm.name)
         run = self.profile.run
         warm_cells = [Cell(arm.name, self.profile.prompts[0].name, 0)] * run.warmup
@@ -302,12 +339,12 @@ class Runner:
         for cell in [*warm_cells, *self._cells(arm)]:
             if crashed is not None:
                 if not cell.is_warmup:
-                    self._record(arm, cell, "crashed", detail=crashed, peak=sampler.peak)
+                    self._record(arm, cell, Status.CRASHED, detail=crashed, peak=sampler.peak)
                 continue
             self._hold(cell, in_cell=False)
-            if self.control.cancelled or self.control._skip_arm.is_set():
+            if self.control.stop_requested:
                 if not cell.is_warmup:
-                    self._record(arm, cell, "cancelled", detail="cancelled", peak=sampler.peak)
+                    self._record(arm, cell, Status.CANCELLED, detail="cancelled", peak=sampler.peak)
                 continue
             status = Status.WARMUP if cell.is_warmup else Status.RUNNING
             self.emit(StatusChanged(cell, status, phase="warmup" if cell.is_warmup else "generating"))
@@ -326,24 +363,24 @@ class Runner:
             def cancelled(cell: Cell = cell, held: list[float] = held, pausable: bool = pausable) -> bool:
                 if pausable:
                     held[0] += self._hold(cell, in_cell=True)
-                return self.control.cancelled or self.control._skip_arm.is_set()
+                return self.control.stop_requested
 
             try:
                 gen = backend.generate(self._request(cell, arm), collect, cancelled)
             except Cancelled:
                 if not cell.is_warmup:
-                    self._record(arm, cell, "cancelled", detail="cancelled", peak=sampler.peak)
+                    self._record(arm, cell, Status.CANCELLED, detail="cancelled", peak=sampler.peak)
                 continue
             except EngineFailure as exc:
                 if not cell.is_warmup:
                     self._record(arm, cell, exc.status, detail=_detail(exc), peak=sampler.peak)
-                if exc.status == "crashed":
+                if exc.status == Status.CRASHED:
                     crashed = f"engine crashed earlier in this arm: {exc}"
                 continue
             except Exception as exc:  # noqa: BLE001
                 self._log(traceback.format_exc())
                 if not cell.is_warmup:
-                    self._record(arm, cell, "error", detail=f"{type(exc).__name__}: {exc}", peak=sampler.peak)
+                    self._record(arm, cell, Status.ERROR, detail=f"{type(exc).__name__}: {exc}", peak=sampler.peak)
                 continue
             sampler.sample()
             if held[0]:
@@ -354,10 +391,10 @@ class Runner:
             if arm.is_baseline:
                 self.reference_ids[(arm.name, cell.prompt, cell.round)] = list(gen.ids)
             if not cell.is_warmup:
-                self._record(arm, cell, "ok", gen, steps, peak=sampler.peak, origin=origin)
-        final = [r["status"] for r in self.results if r["arm"] == arm.name]
-        worst = next((s for s in ("crashed", "oom", "error", "cancelled") if s in final), "ok")
-        self.emit(StatusChanged(cell0, Status(worst)))
+                self._record(arm, cell, Status.OK, gen, steps, peak=sampler.peak, origin=origin)
+        final = {r.status for r in self.rows() if r.arm == arm.name}
+        worst = next((s for s in _WORST_FIRST if s in final), Status.OK)
+        self.emit(StatusChanged(cell0, worst))
 
 
 def _detail(exc: EngineFailure) -> str:

@@ -3,7 +3,12 @@
 ``runs/<timestamp>-<profile>/`` holds profile.toml (the source as run),
 steps.jsonl (one line per speculative step, appended and flushed as it
 happens), results.json (rewritten atomically after every cell) and report.md
-(written at the end, and again by ``lab report``). Engine logs go beside them.
+(written by whoever wants it once the run ended: ``lab run``, the TUI,
+``lab report``; see :func:`lab.report.write_report`). Engine logs and
+lab.log go beside them.
+
+The store is a listener of the run's events (:mod:`lab.run_events`): the
+runner never calls it.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import time
 from pathlib import Path
 from typing import IO, Any, Mapping
 
-from lab.events import StepEvent
+from lab.events import Finished, RunFinished, StepEvent
 from lab.profiles import Profile
+from lab.results import ResultRow
+from lab.run_events import ArmReported, Logged, RunEvent, finished_row
 
 SCHEMA_VERSION = 1
 
@@ -59,6 +66,8 @@ def profile_summary(profile: Profile) -> dict[str, Any]:
 
 
 class RunStore:
+    """Saves one run into a new run directory as its events arrive."""
+
     def __init__(self, profile: Profile, out: str | Path | None = None) -> None:
         root = Path(out) if out is not None else Path("runs")
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -73,7 +82,9 @@ class RunStore:
         self.profile = profile
         (path / "profile.toml").write_text(profile.source, encoding="utf-8")
         self._steps: IO[str] = open(path / "steps.jsonl", "a", encoding="utf-8")
-        self.results: list[dict[str, Any]] = []
+        # the rows as results.json holds them: what this store writes, not
+        # a list anyone reads (the runner owns the rows)
+        self._saved: list[dict[str, Any]] = []
         self.meta: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -92,6 +103,18 @@ class RunStore:
     def log_path(self, name: str) -> Path:
         return self.path / name
 
+    def __call__(self, event: RunEvent) -> None:
+        if isinstance(event, StepEvent):
+            self.add_step(event)
+        elif isinstance(event, Finished):
+            self.add_result(finished_row(event))
+        elif isinstance(event, ArmReported):
+            self.set_arm_report(event.arm, event.report)
+        elif isinstance(event, Logged):
+            self.log(event.text)
+        elif isinstance(event, RunFinished):
+            self.finish(cancelled=event.cancelled)
+
     def add_step(self, event: StepEvent) -> None:
         if event.cell.is_warmup:
             return
@@ -104,30 +127,29 @@ class RunStore:
         self._steps.write(json.dumps(row) + "\n")
         self._steps.flush()
 
-    def add_result(self, row: Mapping[str, Any]) -> None:
-        self.results.append(dict(row))
+    def add_result(self, row: ResultRow) -> None:
+        self._saved.append(row.to_json())
         self._write_results()
 
     def set_arm_report(self, arm: str, report: Mapping[str, Any]) -> None:
         self.meta["arm_reports"][arm] = dict(report)
         self._write_results()
 
+    def log(self, text: str) -> None:
+        with open(self.log_path("lab.log"), "a", encoding="utf-8") as fh:
+            fh.write(text.rstrip("\n") + "\n")
+
     def _write_results(self) -> None:
-        data = {"profile": profile_summary(self.profile), **self.meta, "results": self.results}
+        data = {"profile": profile_summary(self.profile), **self.meta, "results": self._saved}
         write_json_atomic(self.path / "results.json", data)
 
     def finish(self, cancelled: bool = False) -> None:
-        from lab.report import load_for_report, render_markdown
-
+        """The run ended: stamp it and close steps.jsonl."""
         self.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.meta["cancelled"] = cancelled
         self._write_results()
         if not self._steps.closed:
             self._steps.close()
-        # With steps and any probe attached, so the saved report carries the
-        # per-position acceptance and the prediction too.
-        data = load_for_report(self.path)
-        (self.path / "report.md").write_text(render_markdown(data), encoding="utf-8")
 
 
 def load_run(path: str | Path) -> dict[str, Any]:

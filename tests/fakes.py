@@ -11,7 +11,10 @@ Register it with ``load_registry(extra_plugins=[fake_plugin])`` (or use
 
 Each step drafts ``n_max`` tokens (or ``drafted``) and accepts the next number of the
 ``accepted`` pattern (cycled), so acceptance and mean accepted length are
-known in advance. ``mode`` makes an arm fail (oom, crash, error) after
+known in advance. With ``overdraft`` a step drafts n_max tokens however few
+the budget leaves, and the last step lands only what is left (fewer than
+accepted + 1), as a server does when the token limit cuts a step.
+``mode`` makes an arm fail (oom, crash, error) after
 ``fail_after`` tokens (0: while loading) or run slowly (slow). With
 ``virtual_clock`` every timestamp and duration is synthetic, so tok/s,
 speedup and step cost are exact numbers; otherwise it streams as fast as
@@ -66,6 +69,7 @@ class FakeBackend(Backend):
         Option("virtual_clock", bool, False, "synthetic timestamps and durations"),
         Option("virtual_token_s", float, 0.01, "virtual seconds per target token"),
         Option("virtual_draft_s", float, 0.002, "virtual seconds per drafted token"),
+        Option("overdraft", bool, False, "draft n_max even at the end; the last step lands what the budget leaves"),
         Option("spawn_child", bool, False, "start a stand-in engine process"),
         Option("text", str, "", "words to stream (default: a fixed sentence)"),
     )
@@ -133,6 +137,7 @@ class FakeBackend(Backend):
         delay = float(self._opt("token_delay_s")) or (0.02 if self._opt("mode") == "slow" else 0.0)
         fail_after = int(self._opt("fail_after"))
         failing = self._opt("mode") in ("oom", "crash", "error") and fail_after > 0
+        overdraft = bool(self._opt("overdraft"))
 
         t0 = now()
         clock = [0.0]  # virtual seconds since the start of generation
@@ -162,22 +167,24 @@ class FakeBackend(Backend):
             if failing and len(ids) >= fail_after:
                 self._fail()
             remaining = request.max_tokens - len(ids)
-            k = min(n_max, remaining - 1) if speculative else 0
+            k = (n_max if overdraft else min(n_max, remaining - 1)) if speculative else 0
             if k <= 0:
                 clock[0] += tok_s
                 land(1, False)
                 continue
             acc = min(k, int(pattern[step % len(pattern)]))
+            landed = min(acc + 1, remaining)
             step += 1
             t_a = now()
             draft_s = draft_tok_s * k
             verify_s = tok_s * 1.2
             clock[0] += draft_s + verify_s
-            land(acc, True) if acc else None
-            land(1, False)
+            land(min(acc, landed), True) if acc else None
+            if landed > acc:
+                land(1, False)
             real = now() - t_a
             emit(StepEvent(
-                request.cell, step, drafted=k, accepted=acc, landed=acc + 1,
+                request.cell, step - 1, drafted=k, accepted=acc, landed=landed,
                 draft_s=draft_s if virtual else real * 0.3, verify_s=verify_s if virtual else real * 0.7,
                 step_s=draft_s + verify_s if virtual else real, t=t(),
             ))

@@ -9,7 +9,7 @@ import pytest
 from lab_llamacpp.probe import parse_batched_bench, pass_seconds_from_bench
 
 from lab.analysis import breakeven
-from lab.events import Cell, StepEvent
+from lab.events import STEP_ONLY, Cell, StepEvent
 from lab.probe import Probe
 from lab.profiles import Arm
 from lab.results import build_result
@@ -31,7 +31,7 @@ def _published_row(gen_s: float, n_steps: int, accepted_per_step: list[int], pro
     step_s = gen_s / n_steps
     steps = [
         StepEvent(Cell("dflash3", prompt, 1), i + 1, drafted=3, accepted=a, landed=a + 1,
-                  draft_s=None, verify_s=None, step_s=step_s, measured="step")
+                  draft_s=None, verify_s=None, step_s=step_s, clocks=STEP_ONLY)
         for i, a in enumerate(accepted_per_step)
     ]
     n_tokens = sum(s.landed for s in steps)

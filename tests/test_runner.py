@@ -1,5 +1,7 @@
 """Runner behaviour with a scripted backend: failures are results, the other
-arms go on, and everything measured is already on disk."""
+arms go on, everything measured is already on disk, and the run is one
+stream of events that the store and every other listener hear in one order,
+whatever thread emits."""
 
 from __future__ import annotations
 
@@ -12,10 +14,26 @@ from typing import Any, Callable
 import pytest
 
 from lab.api import Backend, EngineCrashed, EngineOOM, Generation, GenerationRequest
-from lab.events import Cell, Emit, Event, Finished, Held, Status, StatusChanged, StepEvent, TokenEvent
+from lab.events import (
+    Cell,
+    Emit,
+    Event,
+    Finished,
+    Held,
+    MemorySample,
+    RunFinished,
+    RunStarted,
+    Status,
+    StatusChanged,
+    StepEvent,
+    TokenEvent,
+)
 from lab.hookspecs import hookimpl
 from lab.plugins import load_registry
 from lab.profiles import parse_profile
+from lab.report import ReportWriter
+from lab.results import ResultRow
+from lab.run_events import ArmReported, Logged
 from lab.runner import RunControl, Runner
 from lab.store import RunStore, load_run, load_steps
 
@@ -115,7 +133,7 @@ def test_failures_are_results_and_the_other_arms_go_on(tmp_path: Path) -> None:
         ("base", {}), ("oom", {"spec": True, "fail": "oom"}), ("crash", {"spec": True, "fail": "crash"}),
         ("bug", {"spec": True, "fail": "error"}), ("noload", {"spec": True, "fail": "load"}), ("fine", {"spec": True}),
     ])
-    runner, store = make_runner(tmp_path, text)
+    runner, store = make_runner(tmp_path, text, [ReportWriter()])
     results = runner.run()
     by = {(r["arm"], r["prompt"], r["round"]): r for r in results}
     assert len(results) == 6 * 2 * 2
@@ -291,3 +309,104 @@ def test_skip_arm_goes_to_the_next(tmp_path: Path) -> None:
     assert {r["status"] for r in results if r["arm"] == "slow"} == {"cancelled"}
     assert {r["status"] for r in results if r["arm"] == "after"} == {"ok"}
     assert any(isinstance(e, StatusChanged) and e.cell.arm == "after" for e in events)
+
+
+def test_listeners_hear_every_event_in_the_order_they_subscribed_the_store_first(tmp_path: Path) -> None:
+    heard: list[tuple[str, Any]] = []
+    store_box: list[RunStore] = []
+    behind: list[str] = []
+
+    def first(event: Any) -> None:
+        heard.append(("first", event))
+        # the store heard it already: what it saves is on disk now
+        if isinstance(event, Finished):
+            saved = load_run(store_box[0].path)["results"]
+            if saved[-1] != event.result.to_json():
+                behind.append(f"results.json behind at {event.cell}")
+        elif isinstance(event, StepEvent) and not event.cell.is_warmup:
+            if load_steps(store_box[0].path)[-1]["index"] != event.index:
+                behind.append(f"steps.jsonl behind at {event.cell} step {event.index}")
+
+    def second(event: Any) -> None:
+        heard.append(("second", event))
+
+    runner, store = make_runner(tmp_path, profile_text([("base", {}), ("spec", {"spec": True})]), [first, second])
+    store_box.append(store)
+    rows = runner.run()
+    assert not behind
+    names = [n for n, _ in heard]
+    assert names == ["first", "second"] * (len(heard) // 2)
+    assert all(a[1] is b[1] for a, b in zip(heard[::2], heard[1::2]))
+    events = [e for n, e in heard if n == "first"]
+    assert isinstance(events[0], RunStarted) and isinstance(events[-1], RunFinished)
+    finished = [e.result for e in events if isinstance(e, Finished)]
+    # the rows the listeners heard are the runner's own, in its order
+    assert finished == rows == list(runner.rows())
+    assert all(isinstance(r, ResultRow) for r in rows)
+    assert [e.arm for e in events if isinstance(e, ArmReported)] == ["base", "spec"]
+
+
+def test_the_store_saves_what_it_hears_and_nothing_else(tmp_path: Path) -> None:
+    """Replaying a run's events into a fresh store writes the same run."""
+    events: list[Any] = []
+    runner, store = make_runner(tmp_path / "a", profile_text([("base", {}), ("spec", {"spec": True})]),
+                                [events.append])
+    runner.run()
+    runner.emit(Logged("a note for lab.log"))
+    replay = RunStore(runner.profile, tmp_path / "b")
+    for event in events:
+        replay(event)
+    a, b = load_run(store.path), load_run(replay.path)
+    assert a["results"] == b["results"] and len(a["results"]) == 8
+    assert a["arm_reports"] == b["arm_reports"] and set(a["arm_reports"]) == {"base", "spec"}
+    assert a["cancelled"] is b["cancelled"] is False and b["finished"]
+    assert load_steps(store.path) == load_steps(replay.path) != []
+    assert (replay.path / "lab.log").read_text() == (store.path / "lab.log").read_text() == "a note for lab.log\n"
+    # the report is not the store's: only a subscribed ReportWriter writes it
+    assert not (store.path / "report.md").exists()
+
+
+def test_the_runner_imports_neither_the_store_nor_the_report() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, lab.runner; print(sorted(m for m in ('lab.store', 'lab.report') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_emit_is_safe_from_many_threads(tmp_path: Path) -> None:
+    """Engine threads, the memory sampler and the runner's worker emit at
+    once: every event reaches every listener whole, one at a time, and all
+    listeners hear one order."""
+    runner, _ = make_runner(tmp_path, profile_text([("base", {})]))
+    trace: list[tuple[str, str, int]] = []
+    second: list[MemorySample] = []
+
+    def slow(event: Any) -> None:
+        trace.append(("in", event.arm, event.rss_bytes))
+        time.sleep(0)  # give the other threads every chance to cut in
+        trace.append(("out", event.arm, event.rss_bytes))
+
+    runner.listeners = [slow, second.append]
+    n_threads, per_thread = 8, 300
+    start = threading.Barrier(n_threads)
+
+    def emitter(k: int) -> None:
+        start.wait()
+        for i in range(per_thread):
+            runner.emit(MemorySample(f"t{k}", i))
+
+    threads = [threading.Thread(target=emitter, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(trace) == 2 * n_threads * per_thread
+    pairs = list(zip(trace[::2], trace[1::2]))
+    assert all(a[0] == "in" and b[0] == "out" and a[1:] == b[1:] for a, b in pairs), "two events interleaved"
+    for k in range(n_threads):
+        assert [i for _, arm, i in trace[::2] if arm == f"t{k}"] == list(range(per_thread))
+    assert [(e.arm, e.rss_bytes) for e in second] == [a[1:] for a, _ in pairs]

@@ -2,8 +2,10 @@
 PROFILE.toml` on another profile.
 
 The runner runs on a thread worker; its events reach the run screen only as
-messages (see bridge.py). Quitting cancels the run and waits for the runner
-to close every engine it started.
+messages (see bridge.py). The run screen asks the app for what it cannot do
+itself (start a run, save, show a failure) with messages, handled here.
+Quitting cancels the run and waits for the runner to close every engine it
+started.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from lab.plugins import Registry, load_registry
 from lab.profiles import ProfileError, load_profile
 from lab.report import load_for_report, render
 from lab.store import load_run, load_steps
+from lab.tui.messages import RunFailed
 from lab.tui.screens.error import ErrorScreen
 from lab.tui.screens.export import ExportScreen
 from lab.tui.screens.help import HelpScreen
@@ -177,15 +180,21 @@ class LabApp(App[int]):
             text = "".join(traceback.format_exception(err)) if isinstance(err, BaseException) else str(err)
             self.show_error("the run stopped with an error", text)
             screen = next((s for s in self.screen_stack if isinstance(s, RunScreen) and s.session
-                           and s.session.bridge is not None and not s.session.running), None)
+                           and not s.session.running), None)
             if screen is not None:
-                screen.state = "failed"
-                screen._update_header()
-                screen.refresh_bindings()
+                screen.post_message(RunFailed())
+
+    @on(RunScreen.FailureSeen)
+    def _failure_seen(self, message: RunScreen.FailureSeen) -> None:
+        self.show_error(message.title, message.detail)
 
     # -- running -----------------------------------------------------------------
     def active_session(self) -> RunSession | None:
         return next((s for s in self.sessions if s.running), None)
+
+    @on(RunScreen.StartRequested)
+    def _start_requested(self, message: RunScreen.StartRequested) -> None:
+        self.start_run(message.screen)
 
     def start_run(self, screen: RunScreen) -> bool:
         if screen.profile is None:
@@ -193,12 +202,10 @@ class LabApp(App[int]):
         if self.active_session() is not None:
             self.notify("another run is going; one engine at a time", severity="warning")
             return False
-        if screen.session is not None:
-            screen.reset_for_run()
         session = RunSession(screen.profile, self.registry, self.runs_dir, screen.post_message, refresh_hz=self.refresh_hz)
         self.sessions = [s for s in self.sessions if s.running] + [session]
-        screen.session = session
         session.start()
+        screen.attach(session)
         self._run_worker(session)
         return True
 
@@ -223,6 +230,14 @@ class LabApp(App[int]):
         self.exit(0)
 
     # -- saving ------------------------------------------------------------------
+    @on(RunScreen.SaveRequested)
+    def _save_requested(self, message: RunScreen.SaveRequested) -> None:
+        self.save_comparison(message.screen)
+
+    @on(RunScreen.ExportRequested)
+    def _export_requested(self, message: RunScreen.ExportRequested) -> None:
+        self.export_comparison(message.screen)
+
     def _comparison_data(self, screen: RunScreen) -> dict | None:
         if screen.saved is not None:
             return dict(screen.saved)

@@ -22,9 +22,9 @@ from typing import Callable, Mapping
 
 from textual.message import Message
 
+from lab import figures
 from lab.events import (
     Cell,
-    Event,
     Finished,
     Held,
     MemorySample,
@@ -35,6 +35,7 @@ from lab.events import (
     StepEvent,
     TokenEvent,
 )
+from lab.run_events import RunEvent, finished_row
 from lab.runner import RunControl
 from lab.tui.cadence import FULL, Cadence
 from lab.tui.messages import (
@@ -63,6 +64,7 @@ class _Live:
     steps: int = 0
     drafted: int = 0
     accepted: int = 0
+    landed: int = 0
     last_draft_ms: float | None = None
     last_verify_ms: float | None = None
     mem_bytes: int | None = None
@@ -75,7 +77,7 @@ class _Live:
 
     def start_cell(self, prompt: str, round: int) -> None:
         self.prompt, self.round = prompt, round
-        self.tokens = self.first_tokens = self.steps = self.drafted = self.accepted = 0
+        self.tokens = self.first_tokens = self.steps = self.drafted = self.accepted = self.landed = 0
         self.first_t = self.last_t = None
         self.last_draft_ms = self.last_verify_ms = None
         self.dirty = self.metrics_dirty = True
@@ -83,14 +85,14 @@ class _Live:
     def tok_per_s(self) -> float | None:
         # Rate over the tokens after the first batch: the first token lands
         # at the end of prompt processing, which tok/s leaves out.
-        if self.first_t is None or self.last_t is None or self.last_t <= self.first_t:
+        if self.first_t is None or self.last_t is None:
             return None
-        return (self.tokens - self.first_tokens) / (self.last_t - self.first_t)
+        return figures.tok_per_s(self.tokens - self.first_tokens, self.last_t - self.first_t)
 
     def snapshot(self) -> ArmMetrics:
         return ArmMetrics(
             self.arm, self.prompt, self.round, self.tokens, self.tok_per_s(), self.steps,
-            self.drafted, self.accepted, self.last_draft_ms, self.last_verify_ms,
+            self.drafted, self.accepted, self.landed, self.last_draft_ms, self.last_verify_ms,
             self.mem_bytes, self.peak_mem_bytes,
         )
 
@@ -148,7 +150,7 @@ class EventBridge:
         self.control.cancel()  # a hold ends on its own when the run is cancelled
 
     # -- the listener (runner thread) ------------------------------------------
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: RunEvent) -> None:
         if isinstance(event, TokenEvent):
             with self._lock:
                 live = self._arm(event.cell.arm)
@@ -166,6 +168,7 @@ class EventBridge:
                 live.steps += 1
                 live.drafted += event.drafted
                 live.accepted += event.accepted
+                live.landed += event.landed
                 live.last_draft_ms = None if event.draft_s is None else event.draft_s * 1000
                 live.last_verify_ms = None if event.verify_s is None else event.verify_s * 1000
                 live.pending_steps.append(event)
@@ -198,7 +201,7 @@ class EventBridge:
         if isinstance(event, Finished):
             with self._lock:
                 self._flush_locked()
-                self.post(CellFinished(event.cell, dict(event.result)))
+                self.post(CellFinished(event.cell, finished_row(event)))
             return
         if isinstance(event, RunFinished):
             self._stop.set()

@@ -8,16 +8,19 @@ metrics snapshots are replaceable so a busy pump keeps only the newest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from textual.message import Message
 
+from lab import figures
 from lab.events import Cell, StatusChanged, StepEvent
+from lab.results import ResultRow
 
 
 @dataclass(frozen=True)
 class ArmMetrics:
-    """Live figures of one arm's current cell, read off event timestamps."""
+    """Live figures of one arm's current cell, read off event timestamps.
+    Acceptance and mean accepted length are the saved row's figures
+    (lab.figures) over the steps so far."""
 
     arm: str
     prompt: str
@@ -27,6 +30,7 @@ class ArmMetrics:
     steps: int
     drafted: int
     accepted: int
+    landed: int
     last_draft_ms: float | None
     last_verify_ms: float | None
     mem_bytes: int | None
@@ -34,12 +38,11 @@ class ArmMetrics:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return figures.acceptance_rate(self.accepted, self.drafted)
 
     @property
     def mean_accepted_len(self) -> float | None:
-        # landed per step = accepted + 1 (the target's own token)
-        return (self.accepted + self.steps) / self.steps if self.steps else None
+        return figures.mean_accepted_len(self.landed, self.steps)
 
 
 @dataclass
@@ -78,14 +81,22 @@ class ArmStatusChanged(Message, bubble=False):
 
 @dataclass
 class CellFinished(Message, bubble=False):
+    """A cell finished with ``row``, which the runner keeps (its rows are
+    the session's ``rows()``)."""
+
     cell: Cell
-    result: dict[str, Any]
+    row: ResultRow
 
 
 @dataclass
 class RunEnded(Message, bubble=False):
     run_dir: str
     cancelled: bool
+
+
+@dataclass
+class RunFailed(Message, bubble=False):
+    """The run's worker stopped with an error (the app shows it)."""
 
 
 @dataclass

@@ -1,18 +1,21 @@
 """One live run: the runner on a worker thread, its controls and the bridge
-that carries its events to the run screen."""
+that carries its events to the run screen. The runner keeps the run's rows;
+the session hands them on (``rows()``)."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from textual.message import Message
 
 from lab.api import available_cores
 from lab.plugins import Registry
 from lab.profiles import Profile
+from lab.report import ReportWriter
+from lab.results import ResultRow
 from lab.runner import RunControl, Runner
 from lab.store import RunStore
 from lab.tui.bridge import EventBridge
@@ -28,7 +31,7 @@ class RunSession:
     control: RunControl = field(default_factory=RunControl)
     done: threading.Event = field(default_factory=threading.Event)
     store: RunStore | None = None
-    results: list[dict[str, Any]] = field(default_factory=list)
+    runner: Runner | None = None
     refresh_hz: float | None = None  # forced text rate; None: weigh each arm's engine (cadence.py)
     bridge: EventBridge = field(init=False)
 
@@ -64,16 +67,20 @@ class RunSession:
     def running(self) -> bool:
         return not self.done.is_set()
 
-    def run_blocking(self) -> list[dict[str, Any]]:
+    def rows(self) -> tuple[ResultRow, ...]:
+        """The run's rows so far (the runner's; safe from the UI thread)."""
+        return self.runner.rows() if self.runner is not None else ()
+
+    def run_blocking(self) -> list[ResultRow]:
         """The worker's body: blocks until every arm finished or the run was
-        cancelled; the runner closes every backend on every path."""
+        cancelled; the runner closes every backend on every path. The run
+        directory gets its report.md as it ends, as `lab run` writes it."""
         try:
             if self.control.cancelled:
                 return []
             self.store = RunStore(self.profile, self.runs_dir)
-            runner = Runner(self.profile, self.registry, self.store, [self.bridge], self.control)
-            self.results = runner.run()
-            return self.results
+            self.runner = Runner(self.profile, self.registry, self.store, [ReportWriter(), self.bridge], self.control)
+            return self.runner.run()
         finally:
             self.done.set()
 

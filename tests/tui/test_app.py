@@ -70,7 +70,7 @@ async def test_run_streams_lanes_and_fills_the_comparison(tmp_path: Path) -> Non
         # messages first
         assert len(rec.of(RunBegan)) == 1 and len(rec.of(RunEnded)) == 1
         finished = rec.of(CellFinished)
-        assert sorted((m.result["arm"], m.result["prompt"]) for m in finished) == [
+        assert sorted((m.row.arm, m.row.prompt) for m in finished) == [
             ("base", "code"), ("base", "prose"), ("spec", "code"), ("spec", "prose")]
         landed = rec.of(TokensLanded)
         spec_draft = "".join(t for m in landed if m.cell.arm == "spec" for t, d in m.segments if d)
@@ -151,7 +151,7 @@ async def test_pause_holds_before_the_next_cell_and_resume_goes_on(tmp_path: Pat
         await pilot.press("p")
         await run_finished(pilot)
         assert app.screen.state == "done"
-        assert {m.result["status"] for m in rec.of(CellFinished)} == {"ok"}
+        assert {m.row.status.value for m in rec.of(CellFinished)} == {"ok"}
 
 
 async def test_pause_mid_cell_holds_between_steps_and_the_hold_is_not_measured(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from lab.events import (
     TokenEvent,
     arm_cell,
 )
+from lab.results import ResultRow
 from lab.runner import RunControl
 from lab.tui.bridge import EventBridge
 from lab.tui.cadence import FULL_METRICS_HZ, Cadence
@@ -31,6 +32,10 @@ from lab.tui.messages import (
     RunEnded,
     TokensLanded,
 )
+
+
+def _row(cell: Cell) -> ResultRow:
+    return ResultRow(arm=cell.arm, backend="fake", drafter=None, prompt=cell.prompt, round=cell.round, status=Status.OK)
 
 
 def _bridge(hz: float = 30.0) -> tuple[EventBridge, list[object]]:
@@ -56,7 +61,7 @@ def test_tokens_are_batched_and_arrive_whole_before_the_cell_finishes() -> None:
         expected.append((f"t{i} ", from_draft))
         if i % 4 == 3:
             bridge(StepEvent(cell, i // 4, drafted=4, accepted=2, landed=3, draft_s=0.001, verify_s=0.002, step_s=0.003))
-    bridge(Finished(cell, {"arm": "spec", "prompt": "prose", "round": 1, "status": "ok"}))
+    bridge(Finished(cell, _row(cell)))
     bridge(RunFinished("/tmp/x"))
 
     batches = [m for m in posted if isinstance(m, TokensLanded)]
@@ -105,7 +110,7 @@ def test_figures_are_posted_less_often_than_text_and_the_last_ones_always_arrive
         bridge(TokenEvent(cell, f"t{i} ", (i,), False, t=100.0 + i * 0.01))
         i += 1
         time.sleep(0.002)
-    bridge(Finished(cell, {"arm": "spec", "prompt": "prose", "round": 1, "status": "ok"}))
+    bridge(Finished(cell, _row(cell)))
     bridge(RunFinished("/tmp/x"))
     texts = [m for m in posted if isinstance(m, TokensLanded)]
     figures = [m.metrics for m in posted if isinstance(m, ArmMetricsUpdated)]
@@ -119,7 +124,7 @@ def test_figures_are_posted_less_often_than_text_and_the_last_ones_always_arrive
 
 def test_metrics_messages_replace_each_other_per_arm() -> None:
     def snap(arm: str, n: int) -> ArmMetricsUpdated:
-        return ArmMetricsUpdated(ArmMetrics(arm, "p", 1, n, None, 0, 0, 0, None, None, None, None))
+        return ArmMetricsUpdated(ArmMetrics(arm, "p", 1, n, None, 0, 0, 0, 0, None, None, None, None))
 
     assert snap("a", 1).can_replace(snap("a", 2))
     assert not snap("a", 1).can_replace(snap("b", 2))
@@ -168,7 +173,7 @@ def test_cancelling_a_pending_arm_marks_it_for_the_runner_and_leaves_the_running
     bridge, _ = _bridge()
     bridge(StatusChanged(arm_cell("first"), Status.LOADING))
     bridge.cancel_arm("second")
-    assert not bridge.control._skip_arm.is_set()
+    assert not bridge.control.skip_requested
     assert bridge.control.arm_cancelled("second") and not bridge.control.arm_cancelled("first")
     bridge.cancel_arm("first")  # the running arm stops at its next step
-    assert bridge.control._skip_arm.is_set()
+    assert bridge.control.skip_requested

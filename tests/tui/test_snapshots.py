@@ -1,7 +1,8 @@
 """Snapshots of the run screen, the comparison table and the plugins screen.
 
 Everything shown is fixed: the run screen is fed a scripted event sequence
-through the same bridge the runner feeds (fixed timestamps and memory), the
+through the same bridge the runner feeds (fixed timestamps and memory) and
+shows the rows of its Finished events as it shows a session's, the
 comparison comes from a saved run whose memory figures are pinned, and the
 plugins screen lists test-defined plugins. Update with
 ``pytest tests/tui/test_snapshots.py --snapshot-update`` and look at the SVGs.
@@ -101,6 +102,20 @@ def _scripted_events(profile: Any) -> list[Any]:
     return events
 
 
+class _ScriptedSession:
+    """What the run screen reads of a session whose events are fed by hand:
+    the rows its Finished events carry (a runner's rows()); nothing runs."""
+
+    running = False
+    run_dir = None
+
+    def __init__(self, events: list[Any]) -> None:
+        self._rows = tuple(e.result for e in events if isinstance(e, Finished))
+
+    def rows(self) -> tuple[Any, ...]:
+        return self._rows
+
+
 def test_run_screen_live(snap_compare: Any, tmp_path: Path) -> None:
     path = tmp_path / "sweep.toml"
     path.write_text(profile_toml(SWEEP_PROFILE, name="sweep"), encoding="utf-8")
@@ -112,7 +127,9 @@ def test_run_screen_live(snap_compare: Any, tmp_path: Path) -> None:
         screen = app.screen
         assert isinstance(screen, RunScreen)
         bridge = EventBridge(screen.post_message, RunControl())
-        for event in _scripted_events(profile):
+        events = _scripted_events(profile)
+        screen.session = _ScriptedSession(events)  # type: ignore[assignment]
+        for event in events:
             bridge(event)
         bridge._stop.set()
         bridge.flush()

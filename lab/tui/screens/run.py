@@ -1,12 +1,15 @@
 """The run screen: lanes side by side, the comparison filling in, plots.
 
-Live, it renders the messages a RunSession's bridge posts; read-only, it
-shows a saved run directory (its results, texts and steps)."""
+Live, it renders the messages a RunSession's bridge posts and the rows the
+session hands on; read-only, it shows a saved run directory (its results,
+texts and steps). What needs the app (starting a run, saving, a failure to
+show) it asks for with a message; the app answers through ``attach`` and
+``RunFailed``."""
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -14,11 +17,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, HorizontalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from lab.events import Status
 from lab.profiles import Arm, Profile
+from lab.results import ResultRow
 from lab.tui.messages import (
     ArmMetricsUpdated,
     ArmStatusChanged,
@@ -26,6 +31,7 @@ from lab.tui.messages import (
     PauseChanged,
     RunBegan,
     RunEnded,
+    RunFailed,
     TokensLanded,
 )
 from lab.tui.series import ArmSeries, series_from_saved
@@ -34,10 +40,9 @@ from lab.tui.widgets.lane import ArmLane, lane_id
 from lab.tui.widgets.plots import ArmPlots
 
 if TYPE_CHECKING:
-    from lab.tui.app import LabApp
     from lab.tui.session import RunSession
 
-FAILURES = ("oom", "crashed", "error")
+FAILURES = (Status.OOM, Status.CRASHED, Status.ERROR)
 LANE_MIN = 36
 
 
@@ -55,6 +60,27 @@ def arms_from_saved(data: Mapping[str, Any]) -> list[Arm]:
 
 
 class RunScreen(Screen[None]):
+    @dataclass
+    class StartRequested(Message):
+        """Start a run of ``screen``'s profile (the app owns the worker)."""
+
+        screen: RunScreen
+
+    @dataclass
+    class SaveRequested(Message):
+        screen: RunScreen
+
+    @dataclass
+    class ExportRequested(Message):
+        screen: RunScreen
+
+    @dataclass
+    class FailureSeen(Message):
+        """An arm failed: the app shows ``detail`` in a modal."""
+
+        title: str
+        detail: str
+
     BINDINGS = [
         Binding("s", "start", "Start"),
         Binding("p", "pause", "Pause"),
@@ -90,11 +116,10 @@ class RunScreen(Screen[None]):
         self.saved = saved
         self.saved_dir = saved_dir
         self.saved_steps = list(saved_steps)
+        self.saved_rows = tuple(ResultRow.from_json(r) for r in saved["results"]) if saved is not None else ()
         self.read_only = saved is not None
         self.session: RunSession | None = None
-        self.series: dict[str, ArmSeries] = {
-            a.name: ArmSeries(a.name, (a.n_max + 1) if a.n_max and not a.is_baseline else None) for a in self.arms
-        }
+        self.series: dict[str, ArmSeries] = {a.name: ArmSeries.of(a) for a in self.arms}
         self.selected = 0
         self.state = "saved" if self.read_only else "ready"
         self.current = ""
@@ -114,9 +139,10 @@ class RunScreen(Screen[None]):
         return cls(name=prof["name"], arms=arms_from_saved(data), prompts=[p["name"] for p in prof.get("prompts", [])],
                    rounds=int(prof.get("run", {}).get("rounds", 1)), saved=data, saved_dir=run_dir, saved_steps=steps)
 
-    @property
-    def lab(self) -> LabApp:
-        return self.app  # type: ignore[return-value]
+    def rows(self) -> Sequence[ResultRow]:
+        """The rows on show: the live session's (its runner keeps them), or
+        the saved run's."""
+        return self.session.rows() if self.session is not None else self.saved_rows
 
     # -- layout ----------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -152,13 +178,13 @@ class RunScreen(Screen[None]):
 
     def _show_saved(self) -> None:
         assert self.saved is not None
-        results = list(self.saved["results"])
-        self.query_one(ComparisonTable).set_results(results)
+        results = self.saved_rows
+        self.query_one(ComparisonTable).show(results)
         for arm in self.arms:
-            rows = [r for r in results if r["arm"] == arm.name]
+            rows = [r for r in results if r.arm == arm.name]
             if not rows:
                 continue
-            ok = [r for r in rows if r["status"] == "ok"]
+            ok = [r for r in rows if r.ok]
             self.lane(arm.name).show_saved((ok or rows)[-1])
         self.series.update(series_from_saved(self.saved["profile"].get("arms", []), results, self.saved_steps))
         self._plots_dirty = True
@@ -226,12 +252,12 @@ class RunScreen(Screen[None]):
         self._update_header()
 
     def on_cell_finished(self, message: CellFinished) -> None:
-        row = message.result
-        self.query_one(ComparisonTable).add_result(row)
-        self.lane(row["arm"]).apply_result(row)
-        if row["status"] in FAILURES and row["arm"] not in self._failures_shown:
-            self._failures_shown.add(row["arm"])
-            self.lab.show_error(f"{row['arm']}: {row['status']}", str(row.get("detail") or "(no detail)"))
+        row = message.row
+        self.query_one(ComparisonTable).show([r for r in self.rows() if (r.arm, r.prompt) == (row.arm, row.prompt)])
+        self.lane(row.arm).apply_result(row)
+        if row.status in FAILURES and row.arm not in self._failures_shown:
+            self._failures_shown.add(row.arm)
+            self.post_message(self.FailureSeen(f"{row.arm}: {row.status.value}", row.detail or "(no detail)"))
         self._plots_dirty = True
 
     def on_pause_changed(self, message: PauseChanged) -> None:
@@ -250,13 +276,16 @@ class RunScreen(Screen[None]):
         self._update_header()
         self.refresh_bindings()
 
+    def on_run_failed(self, message: RunFailed) -> None:
+        self.state = "failed"
+        self._update_header()
+        self.refresh_bindings()
+
     # -- plots -----------------------------------------------------------------
     def _base_tok_per_s(self, arm: Arm) -> float | None:
         if arm.baseline is None:
             return None
-        table = self.query_one(ComparisonTable)
-        tps = [r["tok_per_s"] for r in table.results
-               if r["arm"] == arm.baseline and r["status"] == "ok" and r.get("tok_per_s")]
+        tps = [r.tok_per_s for r in self.rows() if r.arm == arm.baseline and r.ok and r.tok_per_s]
         return statistics.median(tps) if tps else None
 
     def _redraw_plots(self, force: bool = False) -> None:
@@ -294,18 +323,24 @@ class RunScreen(Screen[None]):
             return
         if self.session is not None and self.session.running:
             return
-        if not self.lab.start_run(self):
-            return
+        self.post_message(self.StartRequested(self))
+
+    def attach(self, session: RunSession) -> None:
+        """The app started ``session`` for this screen: show it from empty
+        lanes and table."""
+        if self.session is not None:
+            self._reset_for_run()
+        self.session = session
         self.state = "starting"
         self._failures_shown.clear()
         self._update_header()
         self.refresh_bindings()
 
-    def reset_for_run(self) -> None:
+    def _reset_for_run(self) -> None:
         """A new run of the same profile starts from empty lanes and table."""
         self.query_one(ComparisonTable).set_cells([a.name for a in self.arms], self.prompts)
         for arm in self.arms:
-            self.series[arm.name] = ArmSeries(arm.name, (arm.n_max + 1) if arm.n_max and not arm.is_baseline else None)
+            self.series[arm.name] = ArmSeries.of(arm)
             lane = self.lane(arm.name)
             lane.text.clear()
             lane.metrics = lane.final = None
@@ -368,10 +403,10 @@ class RunScreen(Screen[None]):
         return Path(self.saved_dir) if self.saved_dir else None
 
     def action_save(self) -> None:
-        self.lab.save_comparison(self)
+        self.post_message(self.SaveRequested(self))
 
     def action_export(self) -> None:
-        self.lab.export_comparison(self)
+        self.post_message(self.ExportRequested(self))
 
     def action_close(self) -> None:
         if len(self.app.screen_stack) > 2:

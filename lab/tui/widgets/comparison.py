@@ -49,7 +49,6 @@ class ComparisonTable(DataTable[Any]):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, zebra_stripes=True, cursor_type="row")
-        self.results: list[dict[str, Any]] = []
 
     def on_mount(self) -> None:
         for key, label in COLUMNS:
@@ -58,22 +57,14 @@ class ComparisonTable(DataTable[Any]):
     def set_cells(self, arms: Sequence[str], prompts: Sequence[str]) -> None:
         """One pending row per arm x prompt, in profile order."""
         self.clear()
-        self.results = []
         for arm in arms:
             for prompt in prompts:
                 self.add_row(arm, prompt, "pending", *([DASH] * (len(COLUMNS) - 3)), key=row_key(arm, prompt))
 
-    def add_result(self, row: Mapping[str, Any]) -> None:
-        self.results.append(dict(row))
-        self._refresh_row(row["arm"], row["prompt"])
-
-    def set_results(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        self.results = [dict(r) for r in rows]
-        for s in summarize(self.results):
-            self._put(s)
-
-    def _refresh_row(self, arm: str, prompt: str) -> None:
-        rows = [r for r in self.results if r["arm"] == arm and r["prompt"] == prompt]
+    def show(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Summarize ``rows`` into their arm x prompt lines (every round of
+        an arm x prompt the table should show must be among them); lines
+        of other cells stay as they are."""
         for s in summarize(rows):
             self._put(s)
 
@@ -85,6 +76,3 @@ class ComparisonTable(DataTable[Any]):
             return
         for (col, _), value in zip(COLUMNS, cells):
             self.update_cell(key, col, value)
-
-    def summary(self) -> list[dict[str, Any]]:
-        return summarize(self.results)

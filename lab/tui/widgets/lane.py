@@ -11,9 +11,13 @@ from textual.widgets import ProgressBar, Static
 
 from lab.events import Status, StatusChanged
 from lab.profiles import Arm
+from lab.results import ResultRow
 from lab.tui.messages import ArmMetrics
 from lab.tui.widgets.fmt import mib, num, pct
 from lab.tui.widgets.stream_text import StreamText
+
+# Statuses whose detail the lane shows under its badge.
+FAILED = (Status.OOM, Status.CRASHED, Status.ERROR)
 
 
 def lane_id(arm: str) -> str:
@@ -75,7 +79,7 @@ class ArmLane(Vertical):
         self.detail = ""
         self.cell_label = ""
         self.metrics: ArmMetrics | None = None
-        self.final: dict[str, Any] | None = None
+        self.final: ResultRow | None = None
         self.speculative = not arm.is_baseline
 
     def compose(self) -> ComposeResult:
@@ -93,7 +97,7 @@ class ArmLane(Vertical):
 
     def _show_note(self) -> None:
         note = self.query_one(LaneNote)
-        failed = self.status in (Status.OOM, Status.CRASHED, Status.ERROR) and bool(self.detail)
+        failed = self.status in FAILED and bool(self.detail)
         note.display = failed
         if failed:
             note.update(self.detail.strip().splitlines()[0])
@@ -141,22 +145,22 @@ class ArmLane(Vertical):
         # fixed height: no layout needed for new figures
         self.query_one(LaneMetrics).update(self._metrics_text(), layout=False)
 
-    def apply_result(self, row: dict[str, Any]) -> None:
+    def apply_result(self, row: ResultRow) -> None:
         """A cell finished: show its measured figures instead of live ones."""
         self.final = row
-        if row.get("status") in ("oom", "crashed", "error") and row.get("detail"):
-            self.detail = str(row["detail"])
+        if row.status in FAILED and row.detail:
+            self.detail = row.detail
             self._show_note()
         self.query_one(LaneMetrics).update(self._metrics_text())
 
-    def show_saved(self, row: dict[str, Any]) -> None:
+    def show_saved(self, row: ResultRow) -> None:
         """Read-only view of a saved cell: its text (drafted tokens marked
         where the run recorded them), status and figures."""
         self.text.clear()
-        self.text.append(saved_pieces(str(row.get("text") or ""), row.get("text_origin")))
-        self.cell_label = f"{row['prompt']} r{row['round']}"
-        self.status = Status(row["status"])
-        self.detail = str(row.get("detail") or "")
+        self.text.append(saved_pieces(row.text or "", row.text_origin))
+        self.cell_label = f"{row.prompt} r{row.round}"
+        self.status = row.status
+        self.detail = row.detail
         badge = self.query_one(StatusBadge)
         badge.set_classes(f"status {self.status.value}")
         badge.update(self._status_text())
@@ -176,12 +180,12 @@ class ArmLane(Vertical):
         m, r = self.metrics, self.final
         mem = m.mem_bytes if m else None
         peak = m.peak_mem_bytes if m else None
-        if r is not None and r.get("status") == "ok":
-            tps = r.get("tok_per_s")
-            acc, length = r.get("acceptance_rate"), r.get("mean_accepted_len")
-            draft_ms = r["draft_s"] * 1000 if r.get("draft_s") is not None else None
-            verify_ms = r["verify_s"] * 1000 if r.get("verify_s") is not None else None
-            peak = r.get("peak_mem_bytes") or peak
+        if r is not None and r.ok:
+            tps = r.tok_per_s
+            acc, length = r.acceptance_rate, r.mean_accepted_len
+            draft_ms = r.draft_s * 1000 if r.draft_s is not None else None
+            verify_ms = r.verify_s * 1000 if r.verify_s is not None else None
+            peak = r.peak_mem_bytes or peak
             timing = "mean"
         elif m is not None:
             tps, acc, length = m.tok_per_s, m.acceptance_rate, m.mean_accepted_len
