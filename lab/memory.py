@@ -25,7 +25,9 @@ def rss_bytes(pids: list[int]) -> int:
 class MemorySampler:
     """Samples RSS of this process plus ``child_pids()`` every ``interval``
     seconds and keeps the peak. ``device_bytes`` is an optional reader of
-    accelerator memory."""
+    accelerator memory. ``emit`` is called from the sampler's own thread
+    while the run's other threads emit too: it must be thread-safe, as
+    ``Runner.emit`` is."""
 
     def __init__(
         self,

@@ -18,7 +18,15 @@ from lab.report import load_for_report, render, summarize
 from lab.runner import Runner
 from lab.store import RunStore, load_run, load_steps
 from lab.tui.app import LabApp
-from lab.tui.messages import ArmStatusChanged, CellFinished, PauseChanged, RunBegan, RunEnded, TokensLanded
+from lab.tui.messages import (
+    ArmStatusChanged,
+    CellFinished,
+    PauseChanged,
+    RunBegan,
+    RunEnded,
+    RunFailed,
+    TokensLanded,
+)
 from lab.tui.screens.error import ErrorScreen
 from lab.tui.screens.export import ExportScreen
 from lab.tui.screens.picker import PickerScreen
@@ -67,7 +75,8 @@ async def test_run_streams_lanes_and_fills_the_comparison(tmp_path: Path) -> Non
         await pilot.press("s")
         await run_finished(pilot)
 
-        # messages first
+        # messages first: the screen asked the app to start, the run's came back
+        assert len({id(m) for m in rec.of(RunScreen.StartRequested)}) == 1  # seen by the screen, then the app
         assert len(rec.of(RunBegan)) == 1 and len(rec.of(RunEnded)) == 1
         finished = rec.of(CellFinished)
         assert sorted((m.row.arm, m.row.prompt) for m in finished) == [
@@ -134,6 +143,23 @@ options = { speculative = true, mode = "crash", fail_after = 5, virtual_clock = 
         table = screen.query_one(ComparisonTable)
         assert _cell_text(table, "oomer", "prose", "status") == "oom"
         assert _cell_text(table, "crasher", "prose", "verdict").startswith("failed: crashed")
+
+
+async def test_a_run_whose_worker_fails_shows_the_error_and_the_screen_says_failed(tmp_path: Path) -> None:
+    path = tmp_path / "profile.toml"
+    path.write_text(profile_toml(BASE_AND_SPEC), encoding="utf-8")
+    (tmp_path / "runs").write_text("a file where the run directories should go")
+    app = LabApp(str(path), registry=fake_registry(), runs_dir=tmp_path / "runs")
+    rec = Recorder()
+    async with app.run_test(size=SIZE, message_hook=rec) as pilot:
+        screen = app.screen
+        await pilot.press("s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ErrorScreen), what="the error modal")
+        assert "the run stopped with an error" in app.screen.title_text
+        assert len(rec.of(RunFailed)) == 1
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: screen.state == "failed", what="the screen to say failed")
+        assert "failed" in screen._header_text() and screen.check_action("start", ()) is True
 
 
 async def test_pause_holds_before_the_next_cell_and_resume_goes_on(tmp_path: Path) -> None:
