@@ -1,0 +1,141 @@
+"""Greedy picks made on the GPU by llama.cpp's backend sampling.
+
+The lab's greedy pick reads a row of logits on the host and arg-maxes it in
+numpy. On a GPU that costs twice per verified row: llama.cpp first copies
+every requested row (n_vocab floats: 0.5 MB at a 128k vocabulary) from the
+device, then numpy scans it (tens of microseconds at 128k). A speculative
+step verifies up to n_max + 1 rows, so at n_max 8 that is 4.6 MB copied and
+nine scans per step, on a step that lasts a few milliseconds.
+
+llama.cpp can append the sampler chain to the model's graph instead
+(``llama_set_sampler``; greedy and logit bias run there): the arg-max runs
+on the GPU inside the same ``llama_decode``, only one token id per row comes
+back, and when every output row belongs to a sampled sequence the raw logits
+are not copied at all. :class:`GpuPickTarget` is a ``LlamaTarget`` whose
+greedy ``pick`` reads those ids. Sampling at a temperature still needs the
+host's probabilities and stays on the host path.
+
+A context samples at most ``n_outputs_max_per_seq`` rows of one sequence on
+the backend, and llama.cpp's default is 1: contexts for verification must
+be created inside :func:`outputs_per_seq` (or with that parameter set).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import weakref
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import llama_cpp as ll
+
+from lab_llamacpp.backend import LlamaTarget
+
+if TYPE_CHECKING:
+    from lab_llamacpp.engine import Context
+
+_set_sampler: Any = None
+
+# Rows one verify pass samples: n_max + 1, with room for wide sweeps.
+OUTPUTS_PER_SEQ = 64
+
+
+@contextlib.contextmanager
+def outputs_per_seq(n: int = OUTPUTS_PER_SEQ) -> Iterator[None]:
+    """Contexts created inside may sample up to ``n`` rows of a sequence on
+    the backend. The engine takes its context parameters from
+    ``llama_context_default_params``; this hands it ones with the limit set."""
+    plain = ll.llama_context_default_params
+
+    def params() -> Any:
+        p = plain()
+        p.n_outputs_max_per_seq = n
+        return p
+
+    ll.llama_context_default_params = params
+    try:
+        yield
+    finally:
+        ll.llama_context_default_params = plain
+
+
+def _bind_set_sampler() -> Any:
+    """``llama_set_sampler`` from the loaded library (llama-cpp-python
+    0.3.36 declares the read side of backend sampling but not this call)."""
+    global _set_sampler
+    if _set_sampler is None:
+        fn = ll.llama_cpp._lib.llama_set_sampler
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
+        fn.restype = ctypes.c_bool
+        _set_sampler = fn
+    return _set_sampler
+
+
+class BackendGreedy:
+    """A greedy chain (EOG tokens masked when asked) run inside the graph of
+    sequence 0 of one context."""
+
+    def __init__(self, ctx: Context, masked: Sequence[int] = ()) -> None:
+        self.ctx = ctx
+        self.masked = tuple(masked)
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        if self.masked:
+            bias = (ll.llama_logit_bias * len(self.masked))()
+            for i, tok in enumerate(self.masked):
+                bias[i].token = tok  # type: ignore[assignment]
+                bias[i].bias = -float("inf")
+            self._bias = bias
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(ctx.model.n_vocab, len(self.masked), bias))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+        if not _bind_set_sampler()(ctx.ptr, 0, chain):
+            ll.llama_sampler_free(chain)
+            raise RuntimeError("llama.cpp cannot run this sampler chain on the backend")
+        self.chain = chain
+        self._finalizer = weakref.finalize(self, ll.llama_sampler_free, chain)
+
+    def pick(self, row: int) -> int:
+        tok = int(ll.llama_get_sampled_token_ith(self.ctx.ptr, row))
+        if tok < 0:
+            raise RuntimeError(f"no backend-sampled token for row {row}: was it decoded with logits?")
+        return tok
+
+    def detach(self) -> None:
+        """Hand sequence 0 back to host-side sampling (the chain is freed
+        once nothing holds this object)."""
+        if self.ctx.ptr:
+            _bind_set_sampler()(self.ctx.ptr, 0, None)
+
+
+_installed: weakref.WeakKeyDictionary[Any, BackendGreedy] = weakref.WeakKeyDictionary()
+
+
+def backend_greedy(ctx: Context, masked: Sequence[int] = ()) -> BackendGreedy:
+    """The context's backend greedy chain, installed once per context and
+    mask (installing makes llama.cpp re-reserve its graphs)."""
+    have = _installed.get(ctx)
+    if have is not None and have.masked == tuple(masked):
+        return have
+    if have is not None:
+        have.detach()
+    made = BackendGreedy(ctx, masked)
+    _installed[ctx] = made
+    return made
+
+
+class GpuPickTarget(LlamaTarget):
+    """``LlamaTarget`` with greedy picks from the backend sampler."""
+
+    def __init__(self, ctx: Context, temperature: float, ignore_eos: bool) -> None:
+        super().__init__(ctx, temperature, ignore_eos)
+        self.greedy = backend_greedy(ctx, self.masked) if temperature <= 0 else None
+        if self.greedy is None:
+            # Sampling at a temperature reads the host's logits, which a
+            # backend sampler on the sequence would leave uncopied.
+            have = _installed.pop(ctx, None)
+            if have is not None:
+                have.detach()
+
+    def pick(self, row: int) -> int:
+        if self.greedy is not None:
+            return self.greedy.pick(row)
+        return super().pick(row)
