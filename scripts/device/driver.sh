@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# On the GPU machine (bare, no network), from the repository root: build
+# llama.cpp with CUDA, install the carried wheels, write the synthetic models,
+# measure. Everything lands in $W/results (packed by wait.sh). Each stage
+# leaves a line in $W/driver.log; a failing stage is logged and the next runs.
+set -u
+W=${LAB_DEVICE_WORK:-/tmp/h200}
+R=$W/results
+repo=$(pwd)
+mkdir -p "$R" "$W/cache"
+# Python started here must import the carried snapshot, not the tree's lab/.
+cd "$W"
+exec >>"$W/driver.log" 2>&1
+say() { echo "[$(date +%T)] $*"; }
+stage() { local name=$1; shift; say "begin $name"; local t0=$SECONDS; "$@"; local rc=$?; say "end $name rc=$rc in $((SECONDS - t0)) s"; }
+
+export LAB_CACHE_DIR=$W/cache PYTHONUNBUFFERED=1
+# The engine's quiet log callback crashes this build at model load; llama.cpp's
+# own logging goes to the *.log files beside each result instead.
+export LAB_LLAMA_VERBOSE=1
+export PYTHONPATH=/tmp/site
+export PATH=$W/llama.cpp/build/bin:$PATH
+
+build() {
+  tar xzf "$repo/.device/llama.cpp.tar.gz" -C "$W" &&
+  cmake -S "$W/llama.cpp" -B "$W/llama.cpp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF > "$W/cmake.log" 2>&1 &&
+  ninja -C "$W/llama.cpp/build" -j 16 llama llama-server llama-bench llama-batched-bench llama-quantize > "$W/ninja.log" 2>&1
+}
+
+install_python() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$repo"/.device/whl/*.whl
+}
+
+llama_py() {
+  # The sdist's ctypes package, loading the libraries just built.
+  rm -rf /tmp/site/llama_cpp && cp -r "$W/llama_cpp_py" /tmp/site/llama_cpp &&
+  mkdir -p /tmp/site/llama_cpp/lib && find "$W/llama.cpp/build" -name "lib*.so*" -exec cp -a {} /tmp/site/llama_cpp/lib/ \; &&
+  python3 -c "import llama_cpp, sys; print('llama_cpp', llama_cpp.__version__, llama_cpp.llama_supports_gpu_offload())"
+}
+
+write_models() {
+  python3 - "$@" <<'PY'
+import sys, time
+from lab_llamacpp import synthetic
+for name in sys.argv[1:]:
+    t0 = time.perf_counter()
+    path = synthetic.resolve("synthetic:" + name)
+    dt = time.perf_counter() - t0
+    size = path.stat().st_size
+    print(f"synthetic:{name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / dt:.2f} GB/s) -> {path}", flush=True)
+PY
+}
+
+record_telemetry() {
+  nvidia-smi > "$R/recorded-nvidia-smi.txt" 2>&1
+  nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu,power.draw,uuid --format=csv,noheader,nounits > "$R/recorded-query-gpu.csv" 2>&1
+  nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits > "$R/recorded-query-apps.csv" 2>&1
+  python3 "$repo/scripts/device/record_nvml.py" > "$R/recorded-nvml.json" 2>&1
+}
+
+model_path() { python3 -c "from lab_llamacpp import synthetic; print(synthetic.resolve('synthetic:$1'))"; }
+
+bench() {
+  local m8 m1; m8=$(model_path llama-8b); m1=$(model_path llama-1b)
+  llama-bench -m "$m8" -ngl 99 -p 1,2,4,8,16,32 -n 128 -d 0,512 -r 5 -o md > "$R/llama-bench-8b.md" 2>&1
+  llama-bench -m "$m8" -ngl 99 -p 1,2,4,8,16,32 -n 128 -d 0,512 -r 5 -o json > "$R/llama-bench-8b.json" 2>/dev/null
+  llama-bench -m "$m1" -ngl 99 -p 1,8 -n 128 -r 5 -o md > "$R/llama-bench-1b.md" 2>&1
+  llama-batched-bench -m "$m8" -ngl 99 -c 16384 -npp 512 -ntg 128 -npl 1,2,4,8,16 > "$R/batched-bench-8b.txt" 2>&1
+}
+
+lab() { python3 "$repo/scripts/device/lab_device.py" "$@"; }
+
+probe() { lab probe --model synthetic:llama-8b --widths 1-32 --repeats 3 --out "$R/probe.json" > "$R/probe.txt" 2> "$W/probe.log"; }
+
+overhead() {
+  lab overhead --model synthetic:llama-8b --repeats 3 --tokens 256 > "$R/decode-overhead.txt" 2> "$W/overhead.log"
+  LAB_GPU_PICK=1 lab overhead --model synthetic:llama-8b --repeats 3 --tokens 256 > "$R/decode-overhead-gpu-pick.txt" 2> "$W/overhead-gpu-pick.log"
+}
+
+step_costs() { lab step-costs --model synthetic:llama-8b > "$R/step-costs.txt" 2> "$W/step-costs.log"; }
+
+profile_run() {
+  LAB_DRAFT_GPU_LAYERS=999 lab run "$repo/profiles/h200-oracle.toml" --out "$W/runs" --probe "$R/probe.json" > "$R/lab-run.txt" 2> "$W/lab-run.log"
+}
+
+moe() {
+  write_models qwen3-a3b qwen3-0.6b > "$R/moe-models.txt" 2>&1
+  local mq; mq=$(model_path qwen3-a3b)
+  llama-bench -m "$mq" -ngl 99 -p 1,2,4,8,16,32 -n 128 -d 512 -r 3 -o md > "$R/llama-bench-qwen3-a3b.md" 2>&1
+  lab probe --model synthetic:qwen3-a3b --widths 1-16,24,32 --repeats 3 --out "$R/probe-qwen3-a3b.json" > "$R/probe-qwen3-a3b.txt" 2> "$W/probe-qwen3-a3b.log"
+}
+
+setup() {
+  # Build, install and write once per machine; later calls reuse them.
+  if [ ! -f "$W/built" ]; then
+    ( stage build build && touch "$W/built" ) &
+    local build_pid=$!
+  fi
+  stage install install_python
+  [ -f "$R/recorded-query-gpu.csv" ] || stage telemetry record_telemetry
+  stage models write_models llama-8b llama-1b llama-1b-a70 | tee -a "$R/models.txt"
+  if [ -n "${build_pid:-}" ]; then wait "$build_pid"; fi
+  say "built: $(ls "$W"/llama.cpp/build/bin 2>/dev/null | tr '\n' ' ')"
+  stage llama_py llama_py
+}
+
+probe_consecutive() {
+  lab probe --consecutive --model synthetic:llama-8b --widths 1-32 --repeats 3 --out "$R/probe-consecutive.json" > "$R/probe-consecutive.txt" 2> "$W/probe-consecutive.log"
+}
+
+draft_run() {
+  LAB_DRAFT_GPU_LAYERS=999 lab run "$repo/profiles/h200-draft.toml" --out "$W/runs" --probe "$R/probe-consecutive.json" > "$R/lab-run-draft.txt" 2> "$W/lab-run-draft.log"
+}
+
+moe_consecutive() {
+  # 17 GB a file: drop earlier versions first.
+  find "$W/cache/models" -name '*synthetic-qwen3*' -delete
+  write_models qwen3-a3b > "$R/moe-models.txt" 2>&1
+  local mq; mq=$(model_path qwen3-a3b)
+  llama-bench -m "$mq" -ngl 99 -p 0 -n 128 -r 5 -o md > "$R/llama-bench-qwen3-a3b-tg.md" 2>&1
+  lab probe --consecutive --model synthetic:qwen3-a3b --widths 1-16,24,32 --repeats 3 --out "$R/probe-consecutive-qwen3-a3b.json" > "$R/probe-consecutive-qwen3-a3b.txt" 2> "$W/probe-consecutive-qwen3-a3b.log"
+}
+
+say "driver start in $repo: ${*:-all stages}"
+nvidia-smi -L
+setup
+if [ $# -eq 0 ]; then
+  set -- bench probe overhead profile_run step_costs moe
+fi
+for s in "$@"; do stage "$s" "$s"; done
+touch "$W/done"
+say "driver done"
