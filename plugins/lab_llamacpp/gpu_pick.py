@@ -94,7 +94,10 @@ class BackendGreedy:
         self._finalizer = weakref.finalize(self, ll.llama_sampler_free, chain)
 
     def pick(self, row: int) -> int:
-        tok = int(ll.llama_get_sampled_token_ith(self.ctx.ptr, row))
+        # A context that pads lone rows maps the caller's rows to llama.cpp's.
+        to_engine = getattr(self.ctx, "_row", None)
+        index = to_engine(row) if to_engine is not None else row
+        tok = int(ll.llama_get_sampled_token_ith(self.ctx.ptr, index))
         if tok < 0:
             raise RuntimeError(f"no backend-sampled token for row {row}: was it decoded with logits?")
         return tok
