@@ -221,11 +221,18 @@ def _zero_mean_nibbles(qs: np.ndarray) -> np.ndarray:
     residual stream in every layer; 32 layers of it swamp the embedding and
     the greedy pick stops depending on the last token. Nibble 0 (-8) becomes
     8 (0): values -7..7, mean 0."""
-    lo = qs & 0x0F
-    hi = qs >> 4
+    return _NIBBLE_FIX[qs]
+
+
+def _nibble_fix_table() -> np.ndarray:
+    byte = np.arange(256, dtype=np.uint8)
+    lo, hi = byte & 0x0F, byte >> 4
     lo[lo == 0] = 8
     hi[hi == 0] = 8
     return (lo | (hi << 4)).astype(np.uint8)
+
+
+_NIBBLE_FIX = _nibble_fix_table()
 
 
 class _Pool:
