@@ -1,17 +1,22 @@
 """The llama-server plugin's parsing and bookkeeping, with no server: log
-lines, stream grouping, /metrics text, option handling."""
+lines, stream grouping, live steps joined from log and stream, /metrics
+text, count cross-checks, option handling."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
-from lab_llamacpp_server import logparse
+from lab_llamacpp_server import crosscheck, logparse
 from lab_llamacpp_server.backend import LlamaDFlashBackend, LlamaMtpBackend, LlamaServerBackend
 from lab_llamacpp_server.binary import parse_build, parse_spec_types
 from lab_llamacpp_server.metrics import counter_delta, parse_metrics, per_position
+from lab_llamacpp_server.serverlog import ServerLog
+from lab_llamacpp_server.steps import LiveSteps
 from lab_llamacpp_server.stream import StepTracker, chunk_from, parse_sse_lines
 
+from lab.events import Cell, Clock, StepEvent
 from lab.profiles import parse_profile
 
 
@@ -168,27 +173,179 @@ def test_profile_baselines_sweeps_and_args(server_registry: Any) -> None:
     assert "--metrics" in args and "--log-timestamps" in args
 
 
-def test_restore_checkpoint_line_and_its_replay_are_one_step(server_registry: Any) -> None:
-    from lab_llamacpp_server.stream import StreamStep
+def _line(raw: str) -> logparse.AcceptedLine:
+    acc = logparse.parse_accepted(logparse.split_line(raw))
+    assert acc is not None
+    return acc
 
-    from lab.api import BackendContext, GenerationRequest
-    from lab.events import Cell
 
-    prof = parse_profile(PROFILE, "t.toml", server_registry)
-    arm = next(a for a in prof.arms if a.name == "mtp")
-    backend = LlamaMtpBackend(arm, BackendContext(prof.run, "", lambda _: None))
-    lines = [logparse.parse_accepted(logparse.split_line(raw)) for raw in (
-        "0.00.100.000 I slot update_slots: id  0 | task 1 | accepted  2/ 2 draft tokens",
-        "0.00.130.000 I slot update_slots: id  0 | task 1 | accepted  0/ 2 draft tokens (restore checkpoint)",
-        "0.00.150.000 I slot update_slots: id  0 | task 1 | accepted  1/ 1 draft tokens",
-    )]
-    stream = [StreamStep(2, 2, 3, first_server_ms=10.0, prev_server_ms=0.0),
-              StreamStep(2, 0, 1, after_step=True, first_server_ms=60.0, prev_server_ms=10.0)]
-    req = GenerationRequest(Cell("mtp", "p", 1), "hi", None, False, 8, 0.0, 0, True, 2)
-    report: dict[str, Any] = {}
-    steps = backend._steps(stream, [ln for ln in lines if ln is not None], 0.004, req, report)
-    assert [(s.drafted, s.accepted, s.landed) for s in steps] == [(2, 2, 3), (2, 0, 1)]
-    assert steps[0].step_s == pytest.approx(0.010) and steps[0].measured.startswith("step=server-timings")
-    # the replay line ends the step: 150 ms - 100 ms on the server's log clock
-    assert steps[1].step_s == pytest.approx(0.050) and steps[1].measured.startswith("step=server-log")
-    assert steps[1].verify_s == pytest.approx(0.046)
+class _Stream:
+    """Feeds streamed chunks (one token each) through LiveSteps the way the
+    backend does: feed, then poll once the token was emitted."""
+
+    def __init__(self, live: LiveSteps) -> None:
+        self.live = live
+        self.prev = 0
+
+    def token(self, draft_n: int, acc: int, server_ms: float) -> None:
+        obj = _chunk(self.prev + 1, draft_n, acc, 0.0)
+        obj["timings"]["predicted_ms"] = server_ms
+        c = chunk_from(obj, self.prev, server_ms / 1000.0)
+        self.prev = c.predicted_n
+        self.live.feed(c)
+        self.live.poll()
+
+
+def _live() -> tuple[LiveSteps, list[StepEvent], _Stream]:
+    events: list[StepEvent] = []
+    live = LiveSteps(Cell("a", "p", 1), lambda ev: events.append(ev), StepTracker(0.0))  # type: ignore[arg-type]
+    return live, events, _Stream(live)
+
+
+def test_a_step_is_emitted_once_its_line_and_its_tokens_are_in() -> None:
+    live, events, stream = _live()
+    stream.token(0, 0, 0.0)  # the first token ends prompt processing
+    # the log line comes before the step's tokens: the step waits for them
+    live.on_accepted(_line("0.00.100.000 I slot update_slots: id  0 | task 1 | accepted  2/ 3 draft tokens"))
+    assert events == []
+    stream.token(3, 2, 40.0)
+    stream.token(3, 2, 40.0)
+    assert events == []  # two of its three tokens
+    stream.token(3, 2, 40.0)
+    assert [(e.index, e.drafted, e.accepted, e.landed) for e in events] == [(0, 3, 2, 3)]
+    # the first step has no start mark in the log: the server's stream clock spans it
+    assert events[0].step_s == pytest.approx(0.040) and events[0].clocks.step is Clock.SERVER_TIMINGS
+    # the tokens come before the log line: the line emits the step
+    stream.token(6, 2, 90.0)
+    assert len(events) == 1
+    live.on_accepted(_line("0.00.150.000 I slot update_slots: id  0 | task 1 | accepted  0/ 3 draft tokens"))
+    assert [(e.index, e.drafted, e.accepted, e.landed) for e in events] == [(0, 3, 2, 3), (1, 3, 0, 1)]
+    # between two steps the log clock spans one step
+    assert events[1].step_s == pytest.approx(0.050) and events[1].clocks.step is Clock.SERVER_LOG
+    # no draft or verify figure while the request runs: the server tells its
+    # draft time only at the end
+    assert all(e.draft_s is None and e.verify_s is None for e in events)
+    assert all(e.clocks.draft is Clock.NONE and e.clocks.verify is Clock.NONE for e in events)
+    assert events[1].measured == "step=server-log;draft=none;verify=none"
+    assert live.finish() == events
+
+
+def test_restore_checkpoint_line_and_its_replay_are_one_step() -> None:
+    live, events, stream = _live()
+    stream.token(0, 0, 0.0)
+    live.on_accepted(_line("0.00.100.000 I slot update_slots: id  0 | task 1 | accepted  2/ 2 draft tokens"))
+    for _ in range(3):
+        stream.token(2, 2, 10.0)
+    assert len(events) == 1
+    live.on_accepted(_line(
+        "0.00.130.000 I slot update_slots: id  0 | task 1 | accepted  0/ 2 draft tokens (restore checkpoint)"))
+    stream.token(4, 2, 60.0)
+    assert len(events) == 1  # the step's tokens are in, its replay line is not
+    live.on_accepted(_line("0.00.150.000 I slot update_slots: id  0 | task 1 | accepted  1/ 1 draft tokens"))
+    # the restore line holds the counts, the replay line ends the step:
+    # 150 ms - 100 ms on the server's log clock
+    assert [(e.index, e.drafted, e.accepted, e.landed) for e in events] == [(0, 2, 2, 3), (1, 2, 0, 1)]
+    assert events[1].step_s == pytest.approx(0.050) and events[1].measured.startswith("step=server-log")
+    assert len(live.finish()) == 2
+
+
+def test_a_step_cut_by_the_token_budget_is_emitted_when_the_stream_ends() -> None:
+    live, events, stream = _live()
+    stream.token(0, 0, 0.0)
+    live.on_accepted(_line("0.00.100.000 I slot update_slots: id  0 | task 1 | accepted  3/ 3 draft tokens"))
+    stream.token(3, 3, 20.0)
+    stream.token(3, 3, 20.0)  # n_predict reached: 2 of the step's 4 tokens
+    assert events == []
+    steps = live.finish()
+    assert [(e.index, e.accepted, e.landed) for e in steps] == [(0, 3, 2)]
+    assert events == steps
+
+
+def test_a_restore_line_left_at_the_end_is_a_step_and_abandon_stops_emission() -> None:
+    live, events, stream = _live()
+    stream.token(0, 0, 0.0)
+    live.on_accepted(_line(
+        "0.00.100.000 I slot update_slots: id  0 | task 1 | accepted  1/ 3 draft tokens (restore checkpoint)"))
+    assert [(e.drafted, e.accepted) for e in live.finish()] == [(3, 1)]
+    other, other_events, other_stream = _live()
+    other_stream.token(0, 0, 0.0)
+    other.abandon()
+    other.on_accepted(_line("0.00.100.000 I slot update_slots: id  0 | task 1 | accepted  0/ 3 draft tokens"))
+    other_stream.token(3, 0, 5.0)
+    assert other_events == [] and other.finish() == []
+
+
+def test_live_steps_fed_from_two_threads_come_out_once_and_in_order() -> None:
+    live, events, stream = _live()
+    n = 200
+    lines = [_line(f"0.00.{100 + i:03d}.000 I slot update_slots: id  0 | task 1 | accepted  1/ 2 draft tokens")
+             for i in range(n)]
+
+    def log_reader() -> None:
+        for line in lines:
+            live.on_accepted(line)
+
+    reader = threading.Thread(target=log_reader)
+    stream.token(0, 0, 0.0)
+    reader.start()
+    for i in range(n):
+        stream.token(2 * (i + 1), i + 1, float(i))
+        stream.token(2 * (i + 1), i + 1, float(i))
+    reader.join()
+    steps = live.finish()
+    assert [e.index for e in events] == list(range(n))
+    assert steps == events
+    assert sum(e.accepted for e in events) == n and sum(e.landed for e in events) == 2 * n
+
+
+def test_server_log_routes_request_lines_and_load_facts() -> None:
+    log = ServerLog()
+    log.on_line("0.00.001.000 I load_tensors:   CPU_Mapped model buffer size =    98.00 MiB")
+    log.on_line("0.00.002.000 E alloc: failed to allocate buffer of size 1000 GiB")
+    assert log.engine_bytes == 98 * 1024 * 1024 and len(log.load_oom) == 1
+    seen: list[logparse.AcceptedLine] = []
+    req = log.begin(seen.append)
+    log.on_line("0.00.100.000 I slot update_slots: id  0 | task 5 | accepted  3/ 4 draft tokens")
+    log.on_line("0.05.000.000 I spec common_specu: statistics     draft-simple: #calls(b,g,a) =    1     4     4, "
+                "#gen drafts =      4, #acc drafts =     4, #gen tokens =     16, #acc tokens =    12, "
+                "dur(b,g,a) = 1.000, 8.000, 0.100 ms")
+    log.on_line("0.05.000.000 I slot print_timing: id  0 | task 5 |       total time =     300.00 ms /    48 tokens")
+    assert [(a.accepted, a.drafted) for a in seen] == [(3, 4)]
+    assert req.stats_seen.is_set() and req.ended.is_set() and "draft-simple" in req.stats
+    log.end()
+    log.on_line("0.06.000.000 I slot update_slots: id  0 | task 6 | accepted  1/ 4 draft tokens")
+    assert len(seen) == 1  # no request in flight: nobody gets it
+
+
+def test_draft_time_per_request_and_the_derived_split() -> None:
+    def stats(calls: int, draft_ms: float) -> logparse.ImplStats:
+        return logparse.ImplStats("draft-simple", 1, calls, calls, calls, calls, 4 * calls, 3 * calls, 1.0, draft_ms, 0.1)
+
+    last: dict[str, logparse.ImplStats] = {}
+    assert crosscheck.draft_time({"draft-simple": stats(10, 50.0)}, last) == (50.0, 10)
+    # cumulative counters: the second request is the difference
+    assert crosscheck.draft_time({"draft-simple": stats(14, 70.0)}, last) == (20.0, 4)
+    assert crosscheck.draft_time({}, last) == (None, None)
+    cell = Cell("a", "p", 1)
+    steps = [StepEvent(cell, i, 4, 3, 4, None, None, s) for i, s in enumerate((0.010, 0.004))]
+    split = crosscheck.step_split(steps, 20.0, 4)
+    assert split["draft_s_mean"] == pytest.approx(0.005)
+    # each step less the draft, never below zero: (0.005 + 0) / 2
+    assert split["verify_s_mean"] == pytest.approx(0.0025)
+    assert split["split_clocks"] == {"draft": "server-total/calls", "verify": "step-draft"}
+    assert crosscheck.step_split(steps, None, None)["split_clocks"] == {"draft": "none", "verify": "none"}
+
+
+def test_count_checks_catch_a_step_the_lab_lost() -> None:
+    cell = Cell("a", "p", 1)
+    steps = [StepEvent(cell, i, 4, a, a + 1, None, None, 0.01) for i, a in enumerate((4, 2, 0))]
+    report = {"draft_n": 12, "draft_n_accepted": 6, "metrics_accepted_per_pos": [2, 2, 1, 1],
+              "server_timings": {"predicted_n": 9}}
+    delta = {"spec_decode_num_draft_tokens_total": 12.0, "spec_decode_num_accepted_tokens_total": 6.0,
+             "spec_decode_num_drafts_total": 3.0}
+    summary = logparse.RequestSummary(accepted=6, generated=12, mean_len=3.0)
+    checks = crosscheck.count_checks(steps, report, delta, summary, True, 9)
+    assert checks == {"log_vs_timings": True, "log_vs_metrics": True, "per_position_vs_metrics": True,
+                      "log_vs_request_summary": True, "tokens_vs_timings": True}
+    lost = crosscheck.count_checks(steps[:2], report, delta, summary, True, 9)
+    assert not any(lost[k] for k in ("log_vs_timings", "log_vs_metrics", "log_vs_request_summary"))

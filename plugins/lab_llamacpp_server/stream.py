@@ -1,4 +1,5 @@
-"""Token stream of one /completion request, and what it says about steps.
+"""Token stream of one /completion request: its tokens, the generation it
+adds up to, and what it says about steps.
 
 With ``timings_per_token`` every streamed chunk carries the slot's running
 counters: ``predicted_n`` (tokens generated so far), ``draft_n`` (tokens
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
+
+from lab.api import Cancelled, Generation
+from lab.events import now
 
 
 @dataclass
@@ -48,6 +52,11 @@ class StreamStep:
     prev_server_ms: float | None = None
     after_step: bool = False  # the work before it was a step, not plain tokens
 
+    @property
+    def complete(self) -> bool:
+        """All its tokens arrived: the accepted drafts and the target's own."""
+        return self.landed >= self.accepted + 1
+
 
 class StepTracker:
     """Groups chunks into plain tokens and steps from the counters."""
@@ -58,6 +67,7 @@ class StepTracker:
         self.predicted_n = 0
         self.steps: list[StreamStep] = []
         self._left_drafted = 0  # accepted drafted tokens of the current step not yet seen
+        self._step_left = 0  # tokens of the current step not yet seen
         self._in_step = False
         self._last_t = start_t
         self._last_server_ms: float | None = None
@@ -143,3 +153,101 @@ def chunk_from(obj: dict[str, Any], prev_predicted: int, t: float) -> Chunk:
         final=bool(obj.get("stop", False)),
         timings=dict(timings),
     )
+
+
+class StreamError(RuntimeError):
+    """The server reported an error inside the stream."""
+
+
+@dataclass
+class Streamed:
+    """What one streamed request delivered, on the lab's arrival clock."""
+
+    text: str
+    ids: list[int]
+    final: dict[str, Any]
+    t_sent: float
+    first_t: float | None
+    last_t: float | None
+
+    @property
+    def client_gen_s(self) -> float:
+        return self.last_t - self.first_t if self.first_t is not None and self.last_t is not None else 0.0
+
+    @property
+    def client_prompt_s(self) -> float:
+        return self.first_t - self.t_sent if self.first_t is not None else 0.0
+
+    @property
+    def timings(self) -> dict[str, Any]:
+        """The server's own figures for the request, from its final chunk."""
+        return dict(self.final.get("timings") or {})
+
+
+Landed = Callable[[Chunk, list[int], bool], None]
+"""Called for every chunk that carried tokens: the chunk, its ids (-1 for
+ids the server held back) and whether all of them were accepted drafts."""
+
+
+def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk], bool],
+            landed: Landed, cancelled: Callable[[], bool]) -> Streamed:
+    """Read a /completion stream to its final chunk. ``feed`` groups chunks
+    into steps and says whether a chunk's tokens were all drafted."""
+    text_parts: list[str] = []
+    ids: list[int] = []
+    first_t: float | None = None
+    last_t: float | None = None
+    final: dict[str, Any] = {}
+    prev_predicted = 0
+    for obj in objs:
+        if "error" in obj:
+            err = obj["error"]
+            raise StreamError(str(err.get("message", err)) if isinstance(err, dict) else str(err))
+        t = now()
+        chunk = chunk_from(obj, prev_predicted, t)
+        prev_predicted = chunk.predicted_n
+        if chunk.n_tokens > 0:
+            if first_t is None:
+                first_t = t
+            last_t = t
+            all_drafted = feed(chunk)
+            # ids the server held back (incomplete UTF-8) are unknown: -1
+            chunk_ids = [-1] * max(chunk.n_tokens - len(chunk.ids), 0) + chunk.ids[-chunk.n_tokens:]
+            ids.extend(chunk_ids)
+            text_parts.append(chunk.text)
+            landed(chunk, chunk_ids, all_drafted)
+        elif chunk.text:
+            text_parts.append(chunk.text)
+        if chunk.final:
+            final = obj
+            break
+        if cancelled():
+            raise Cancelled()
+    return Streamed("".join(text_parts), ids, final, t_sent, first_t, last_t)
+
+
+def generation(streamed: Streamed) -> Generation:
+    """The cell's generation, timed on the server's clock.
+
+    The generation phase is the server's, as streamed with every token: the
+    lab's arrival clock also holds whatever delayed the lab itself (a busy
+    machine delivers chunks in bursts); it stays in the report as a
+    cross-check. The server times the n-1 tokens after the first (the first
+    ends prompt processing); scaled to n tokens, n / gen_s is its per-token
+    rate, the write-ups' predicted_per_second.
+    """
+    timings = streamed.timings
+    n = len(streamed.ids)
+    phase_s = float(timings["predicted_ms"]) / 1000.0 if "predicted_ms" in timings else streamed.client_gen_s
+    gen_s = phase_s * n / (n - 1) if n > 1 else phase_s
+    prompt_s = float(timings["prompt_ms"]) / 1000.0 if "prompt_ms" in timings else streamed.client_prompt_s
+    gen = Generation(
+        text=streamed.text, ids=list(streamed.ids),
+        prompt_tokens=int(streamed.final.get("tokens_evaluated") or timings.get("prompt_n") or 0),
+        prompt_s=prompt_s,
+        gen_s=gen_s,
+    )
+    gen.engine_report["client_gen_s"] = streamed.client_gen_s
+    gen.engine_report["client_prompt_s"] = streamed.client_prompt_s
+    gen.engine_report["server_timings"] = timings
+    return gen
