@@ -8,10 +8,13 @@ when an arm loads.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from lab.api import Backend
 from lab.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from lab.doctor import Check
 
 
 @hookimpl
@@ -21,3 +24,15 @@ def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
     register(LlamaServerBackend)
     register(LlamaMtpBackend)
     register(LlamaDFlashBackend)
+
+
+@hookimpl
+def lab_doctor_checks(register: Callable[[Check], None]) -> None:
+    from lab.doctor import Check
+    from lab_llamacpp_server.binary import ServerNotFound, server_info
+
+    # the lookup order arms use: the binary, its build and the spec types it accepts
+    try:
+        register(Check("llama-server", True, server_info().describe()))
+    except ServerNotFound as exc:
+        register(Check("llama-server", False, str(exc), 'pip install -e ".[llamacpp]" (or brew install llama.cpp)'))
