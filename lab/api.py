@@ -1,8 +1,10 @@
 """The contracts a plugin implements: Backend and Drafter.
 
 A backend runs one target model on one engine (llama.cpp in process, a
-llama-server, MLX, ...). A drafter proposes tokens; backends whose
-``accepts_drafters`` is true verify them with the lab's own speculative loop.
+llama-server, MLX, ...): a small core (load, generate, close) plus resource
+hints with defaults, and optional capabilities it derives from (Drafting,
+DraftModelHost, Probing). A drafter proposes tokens; Drafting backends verify
+them with the lab's own speculative loop.
 
 Plugins register classes through the hooks in :mod:`lab.hookspecs`. Class
 attributes describe the plugin without instantiating it, so ``lab plugins``
@@ -114,20 +116,78 @@ class BackendContext:
     log: Callable[[str], None]
 
 
-class Backend(ABC):
-    """One target model on one engine.
+class ResourceHints:
+    """What a backend tells the runner and the live view about the resources
+    its engine uses. Every :class:`Backend` answers these (it derives from
+    this class); the defaults fit an engine in this process that computes on
+    the CPU and keeps no figures of its own. Override what the engine knows.
+    """
+
+    # The option that puts layers on a GPU (llama.cpp's n_gpu_layers), if
+    # the backend has one: set to a non-zero value, its CPU threads mostly
+    # wait for the GPU.
+    gpu_layers_option: ClassVar[str | None] = None
+
+    @classmethod
+    def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
+        """CPU cores this arm's engine keeps busy while it generates.
+
+        Args:
+            arm_options: the arm's backend options from the profile.
+            threads: ``[run] threads`` (0: the engine's default).
+
+        Returns:
+            A core count; the TUI repaints less often when none is left for
+            it. Default: every thread computes on the CPU, unless
+            ``gpu_layers_option`` offloads (then 1).
+        """
+        if cls.gpu_layers_option and int(arm_options.get(cls.gpu_layers_option) or 0):
+            return 1
+        return threads or available_cores()
+
+    def pauses_between_steps(self) -> bool:
+        """Whether ``generate`` calls ``cancelled()`` only between steps, with
+        no engine work in flight and its clocks able to lose the time spent
+        there: the runner then holds a paused run inside the cell and takes
+        the held time out of ``gen_s``. Otherwise a pause waits for the cell
+        to end (a server keeps generating while a client waits)."""
+        return False
+
+    def child_pids(self) -> list[int]:
+        """Processes this backend started (a server): the memory sampler
+        counts them, and ``close`` must stop them."""
+        return []
+
+    def engine_bytes(self) -> int | None:
+        """Bytes the engine reports for its own buffers, or None if it does
+        not tell."""
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """Arm-level figures the engine keeps (loop overhead, server
+        totals), saved with the run once the arm ends."""
+        return {}
+
+
+class Backend(ResourceHints, ABC):
+    """One target model on one engine: the contract every backend plugin
+    implements.
 
     Life cycle, all on one worker thread: ``load`` once, ``generate`` per
     cell, ``close`` exactly once on every path (also after a failed load).
-    ``generate`` emits TokenEvent and StepEvent as tokens land and checks
-    ``cancelled()`` between steps. Failures that are results (out of memory,
-    a crashed engine) raise EngineOOM / EngineCrashed with a log excerpt.
+    What a backend can do beyond that is a capability it derives from:
+    :class:`Drafting` (runs drafter plugins), :class:`DraftModelHost` (runs a
+    draft model on its engine), :class:`Probing` (measures verify cost).
+    Callers test for them with ``isinstance``/``issubclass``.
+
+    Class attributes describe the plugin without loading an engine.
     """
 
     name: ClassVar[str]
     stack: ClassVar[str]
     description: ClassVar[str] = ""
     options: ClassVar[tuple[Option, ...]] = ()
+    # True exactly when the class is a Drafting backend (the registry checks).
     accepts_drafters: ClassVar[bool] = False
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
@@ -139,62 +199,105 @@ class Backend(ABC):
         """Whether an arm with these options drafts; baselines do not."""
         return drafter is not None
 
-    def pauses_between_steps(self) -> bool:
-        """Whether ``generate`` calls ``cancelled()`` only between steps, with
-        no engine work in flight and its clocks able to lose the time spent
-        there: the runner then holds a paused run inside the cell and takes
-        the held time out of ``gen_s``. Otherwise a pause waits for the cell
-        to end (a server keeps generating while a client waits)."""
-        return False
+    @abstractmethod
+    def load(self, emit: Emit) -> None:
+        """Load the arm's model on the engine (start it, if it is a process).
 
-    # The option that puts layers on a GPU (llama.cpp's n_gpu_layers), if
-    # the backend has one: set to a non-zero value, its CPU threads mostly
-    # wait for the GPU.
-    gpu_layers_option: ClassVar[str | None] = None
+        Args:
+            emit: takes StatusChanged events (status ``loading``, a phase and
+                progress) while loading runs.
 
-    @classmethod
-    def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
-        """CPU cores this arm's engine keeps busy while it generates, given
-        ``[run] threads`` (0: the engine's default). The TUI repaints less
-        often when none is left for it. Default: every thread computes on
-        the CPU, unless ``gpu_layers_option`` offloads (then 1). An engine
-        that always computes elsewhere overrides this."""
-        if cls.gpu_layers_option and int(arm_options.get(cls.gpu_layers_option) or 0):
-            return 1
-        return threads or available_cores()
+        Raises:
+            EngineOOM: the model or its context does not fit.
+            EngineCrashed: the engine process died.
+            EngineFailure: any other failure that is a result of the arm.
+            Exception: anything else is reported as a load error.
+        """
 
     @abstractmethod
-    def load(self, emit: Emit) -> None: ...
+    def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        """Generate one cell.
+
+        Args:
+            request: the cell, its prompt and the run's sampling settings.
+            emit: takes a TokenEvent as tokens land (their texts concatenate
+                to the returned text) and a StepEvent per speculative step,
+                its ``index`` counting the cell's steps from 0.
+            cancelled: polled between steps; when it returns True, stop.
+
+        Returns:
+            The cell's summary; steps and tokens were already emitted.
+
+        Raises:
+            Cancelled: ``cancelled()`` returned True.
+            EngineOOM, EngineCrashed, EngineFailure: the cell's result is
+                that failure (an OOM, a crash, an engine error).
+        """
 
     @abstractmethod
-    def generate(
-        self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]
-    ) -> Generation: ...
+    def close(self) -> None:
+        """Free the engine and stop every process in ``child_pids``. Called
+        exactly once, also after a failed or partial ``load``; must not
+        raise for a backend that never loaded."""
+
+
+class Drafting(ABC):
+    """Capability of a backend that verifies drafter plugins' proposals
+    with the lab's own loop (:mod:`lab.speculative`). Such a backend sets
+    ``accepts_drafters = True``."""
 
     @abstractmethod
-    def close(self) -> None: ...
-
-    def engine_bytes(self) -> int | None:
-        """Bytes the engine reports for its own buffers, if it tells."""
-        return None
-
-    def child_pids(self) -> list[int]:
-        """Processes this backend started and must stop in close()."""
-        return []
-
-    # Backends with accepts_drafters = True implement these two.
     def vocab_size(self) -> int:
-        raise NotImplementedError(f"{self.name} does not run drafter plugins")
+        """Tokens in the loaded target's vocabulary (what drafted ids index).
 
+        Returns:
+            The vocabulary size; only called after ``load``.
+        """
+
+    @abstractmethod
     def attach_drafter(self, drafter: Drafter) -> None:
-        raise NotImplementedError(f"{self.name} does not run drafter plugins")
+        """Use ``drafter`` (already loaded) for every following cell.
 
-    def report(self) -> dict[str, Any]:
-        """Arm-level figures the engine keeps (loop overhead, server totals)."""
-        return {}
+        Args:
+            drafter: proposes tokens each step; the backend calls its
+                ``begin`` per cell and ``draft`` per step, and counts its
+                ``memory_bytes`` in ``engine_bytes``.
+        """
 
-    # Verification cost (``lab probe``). Optional: the ways this backend can
-    # measure it, the first being the default; empty when it cannot.
+
+DraftModelFactory = Callable[[Mapping[str, Any], "DrafterContext"], "Drafter"]
+"""Builds a drafter that runs a draft model on a backend's engine, from the
+drafter's options and context (see :class:`DraftModelHost`)."""
+
+
+class DraftModelHost(ABC):
+    """Capability of a backend whose engine can also run a draft model (a
+    smaller model with the target's vocabulary). The runner hands the
+    ``draft_model`` method to the drafter through
+    :attr:`DrafterContext.draft_model`, so a draft-model drafter gets the
+    engine it needs without knowing the plugin."""
+
+    @abstractmethod
+    def draft_model(self, options: Mapping[str, Any], ctx: DrafterContext) -> Drafter:
+        """A drafter running the model ``options["model"]`` on this engine.
+
+        Args:
+            options: the draft-model drafter's options (``model``,
+                ``n_ctx``, ``threads``).
+            ctx: the drafter's context; ``ctx.vocab_size`` is the target's.
+
+        Returns:
+            An unloaded drafter; its ``load`` loads the model where this
+            backend's engine work runs (the same thread, for MLX).
+        """
+
+
+class Probing(ABC):
+    """Capability of a backend that measures verification cost (``lab
+    probe``): seconds of one target pass over w tokens. See
+    :mod:`lab.probe`."""
+
+    # The ways this backend can measure, the first being the default.
     probe_methods: ClassVar[tuple[str, ...]] = ()
 
     def probe_needs_load(self, method: str) -> bool:
@@ -202,12 +305,22 @@ class Backend(ABC):
         or on its own (an external tool that loads the model itself)."""
         return True
 
+    @abstractmethod
     def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
-        """Seconds one target pass takes to verify w tokens of one sequence,
-        for each w in ``widths`` (which holds 1): one measurement per call,
-        warmed up, each figure the median of a few passes; the caller repeats
-        calls for a spread. See :mod:`lab.probe`."""
-        raise NotImplementedError(f"{self.name} cannot measure verify cost")
+        """Time one target pass per width.
+
+        Args:
+            widths: token counts of one sequence to verify in one pass; holds 1.
+            method: one of ``probe_methods``; None for the first.
+
+        Returns:
+            Seconds per pass for each width, warmed up, each the median of
+            a few passes; the caller repeats calls for a spread.
+
+        Raises:
+            ValueError: an unknown method.
+            RuntimeError: the method needs ``load`` and it has not run.
+        """
 
     def probe_notes(self) -> dict[str, Any]:
         """What the last measurement ran (a command, an external tool's raw
@@ -241,6 +354,9 @@ class DrafterContext:
     # no baseline has run. The oracle drafter replays these.
     reference: Callable[[str, int], Sequence[int] | None]
     log: Callable[[str], None]
+    # The backend's draft-model factory when it is a DraftModelHost: a
+    # drafter that runs a model calls it instead of importing an engine.
+    draft_model: DraftModelFactory | None = None
 
 
 class Drafter(ABC):
@@ -259,6 +375,9 @@ class Drafter(ABC):
     options: ClassVar[tuple[Option, ...]] = ()
     # Stacks whose targets it can draft for; None means any (token-level drafters).
     stacks: ClassVar[frozenset[str] | None] = None
+    # Whether it replays a baseline arm's output (DrafterContext.reference):
+    # an arm using it then needs a baseline arm of the same stack.
+    needs_baseline: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
         self.opts = dict(options)

@@ -5,7 +5,7 @@ Speculative decoding assumes T(w) stays near 1 (weights are read once for
 all rows). The write-ups' proxy is llama-batched-bench's batch-8 over
 batch-1 aggregate throughput, which is 8 / T(8) when T comes from batched
 decoding of 8 sequences (Metal 1.13x, CUDA 3.34x). A backend measures
-seconds per pass (``Backend.measure_verify_cost``); this module repeats,
+seconds per pass (``Probing.measure_verify_cost``, a capability); this module repeats,
 summarizes and saves them as JSON the analysis reads back::
 
     {"kind": "speclab.probe", "version": 1, "backend": "llamacpp",
@@ -254,7 +254,7 @@ def measure(
 ) -> Probe:
     """Load ``backend`` on ``model`` the way a baseline arm would and measure
     T(w) ``repeats`` times. The hook the analysis and a runner can call."""
-    from lab.api import BackendContext
+    from lab.api import BackendContext, Probing
     from lab.events import Event
     from lab.plugins import load_registry
     from lab.profiles import Arm, RunSettings
@@ -265,9 +265,9 @@ def measure(
         raise ProbeError("repeats must be at least 1")
     reg = registry or load_registry()
     cls = reg.backend(backend)
-    methods = tuple(getattr(cls, "probe_methods", ()))
-    if not methods:
+    if not issubclass(cls, Probing) or not cls.probe_methods:
         raise ProbeError(f"backend {backend} cannot measure verify cost")
+    methods = cls.probe_methods
     method = method or methods[0]
     if method not in methods:
         raise ProbeError(f"backend {backend} measures by {', '.join(methods)}, not {method!r}")

@@ -24,6 +24,8 @@ from lab.api import (
     Cancelled,
     Drafter,
     DrafterContext,
+    Drafting,
+    DraftModelHost,
     EngineFailure,
     Generation,
     GenerationRequest,
@@ -295,6 +297,8 @@ class Runner:
                 try:
                     backend.load(self.emit)
                     if arm.drafter is not None:
+                        if not isinstance(backend, Drafting):
+                            raise TypeError(f"backend {arm.backend} does not run drafter plugins")
                         self.emit(StatusChanged(cell0, Status.LOADING, phase=f"loading drafter {arm.drafter}"))
                         drafter = self._make_drafter(arm, backend)
                         drafter.load()
@@ -321,13 +325,16 @@ class Runner:
                     self._log(traceback.format_exc())
                 backend.close()
 
-    def _make_drafter(self, arm: Arm, backend: Backend) -> Drafter:
+    def _make_drafter(self, arm: Arm, backend: Drafting) -> Drafter:
+        """The arm's drafter, not loaded yet, given what the loaded backend
+        offers: its vocabulary, and its engine for a draft model."""
         run = self.profile.run
         dcls = self.registry.drafter(arm.drafter or "")
         dctx = DrafterContext(
             stack=arm.stack, target_model=arm.model, vocab_size=backend.vocab_size(),
             n_ctx=run.n_ctx, threads=run.threads, seed=run.seed, temperature=run.temperature,
             reference=self._reference(arm), log=self._log,
+            draft_model=backend.draft_model if isinstance(backend, DraftModelHost) else None,
         )
         return dcls(arm.drafter_options, dctx)
 

@@ -127,3 +127,21 @@ def test_cli_probe_errors_are_one_line(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 2 and "not 'psychic'" in out.stderr
+
+
+def test_a_backend_without_the_probing_capability_is_refused() -> None:
+    from lab.api import Probing
+    from tests.fakes import FakeBackend, fake_registry
+
+    assert not issubclass(FakeBackend, Probing)
+    with pytest.raises(probes.ProbeError, match="fake cannot measure verify cost"):
+        probes.measure("fake", "unused", registry=fake_registry(), bandwidth=False)
+
+
+def test_the_llamacpp_backends_probe_capability() -> None:
+    from lab_llamacpp.backend import LlamaCppBackend
+
+    from lab.api import Probing
+
+    assert issubclass(LlamaCppBackend, Probing)
+    assert LlamaCppBackend.probe_methods[0] == "decode"

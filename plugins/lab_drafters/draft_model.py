@@ -1,8 +1,9 @@
 """Draft with a smaller model that shares the target's vocabulary.
 
-The engine that runs the draft model is the target's stack: a GGUF through
-llama.cpp for llama.cpp targets, an MLX model for MLX targets. Each stack's
-plugin provides the implementation; this class picks it."""
+The draft model runs on the target's engine (a GGUF through llama.cpp for
+llama.cpp targets, an MLX model for MLX targets): the backend provides it
+through its DraftModelHost capability, which the lab passes in
+``DrafterContext.draft_model``. This class knows no engine."""
 
 from __future__ import annotations
 
@@ -27,16 +28,9 @@ class DraftModelDrafter(Drafter):
         self._impl: Drafter | None = None
 
     def load(self) -> None:
-        if self.ctx.stack == "llamacpp":
-            from lab_llamacpp.draft_model import LlamaDraftModel
-
-            self._impl = LlamaDraftModel(self.opts, self.ctx)
-        elif self.ctx.stack == "mlx":
-            from lab_mlx.draft_model import MlxDraftModel  # type: ignore[import-not-found]
-
-            self._impl = MlxDraftModel(self.opts, self.ctx)
-        else:
-            raise ValueError(f"draft-model has no engine for stack {self.ctx.stack!r}")
+        if self.ctx.draft_model is None:
+            raise ValueError(f"draft-model: the {self.ctx.stack!r} backend cannot run a draft model")
+        self._impl = self.ctx.draft_model(self.opts, self.ctx)
         self._impl.load()
 
     def begin(self, prompt_ids: Sequence[int], cell: Cell) -> None:

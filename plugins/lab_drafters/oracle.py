@@ -18,6 +18,7 @@ class OracleDrafter(Drafter):
         Option("error_rate", float, 0.0, "probability that a drafted token is replaced by a wrong one"),
         Option("seed", int, 0, "seed for the error draws"),
     )
+    needs_baseline = True
 
     def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
         super().__init__(options, ctx)

@@ -3,17 +3,28 @@ for drafter plugins, on llama.cpp in this process."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from lab import models
-from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, Option, available_cores
+from lab.api import (
+    Backend,
+    BackendContext,
+    Drafting,
+    DraftModelHost,
+    EngineOOM,
+    Generation,
+    GenerationRequest,
+    Option,
+    Probing,
+    available_cores,
+)
 from lab.events import Emit, Status, StatusChanged, arm_cell
 from lab.speculative import LoopStats, generate, softmax
 
 if TYPE_CHECKING:
-    from lab.api import Drafter
+    from lab.api import Drafter, DrafterContext
     from lab.profiles import Arm
     from lab_llamacpp.engine import Context, Model
 
@@ -54,7 +65,7 @@ class LlamaTarget:
         return self.model.piece(token)
 
 
-class LlamaCppBackend(Backend):
+class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
     name = "llamacpp"
     stack = "llamacpp"
     description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
@@ -93,6 +104,11 @@ class LlamaCppBackend(Backend):
 
     def attach_drafter(self, drafter: Drafter) -> None:
         self.drafter = drafter
+
+    def draft_model(self, options: Mapping[str, Any], ctx: DrafterContext) -> Drafter:
+        from lab_llamacpp.draft_model import LlamaDraftModel
+
+        return LlamaDraftModel(options, ctx)
 
     def tokenize(self, text: str) -> list[int]:
         assert self.model is not None

@@ -1,4 +1,5 @@
-"""A GGUF draft model on llama.cpp for the draft-model drafter."""
+"""A GGUF draft model on llama.cpp: what the llamacpp backend gives the
+draft-model drafter (``LlamaCppBackend.draft_model``)."""
 
 from __future__ import annotations
 

@@ -7,12 +7,22 @@ import platform
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from lab import models
-from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, Option
+from lab.api import (
+    Backend,
+    BackendContext,
+    Drafting,
+    DraftModelHost,
+    EngineOOM,
+    Generation,
+    GenerationRequest,
+    Option,
+    Probing,
+)
 from lab.events import Emit, Status, StatusChanged, arm_cell
 from lab.speculative import LoopStats, generate
 
 if TYPE_CHECKING:
-    from lab.api import Drafter
+    from lab.api import Drafter, DrafterContext
     from lab.profiles import Arm
     from lab_mlx.engine import EngineThread
     from lab_mlx.loader import LoadedModel
@@ -22,7 +32,7 @@ if TYPE_CHECKING:
 _OOM_MARKERS = ("malloc", "out of memory", "unable to allocate", "insufficient memory")
 
 
-class MlxSession(Backend):
+class MlxSession(Backend, Probing):
     """What both MLX backends share: one engine thread that owns every MLX
     call, loading, wired limit, memory figures."""
 
@@ -47,7 +57,7 @@ class MlxSession(Backend):
         self.stats = LoopStats()
 
     def load(self, emit: Emit) -> None:
-        from lab_mlx.engine import EngineThread, open_session
+        from lab_mlx.engine import EngineThread
 
         if self.arm.model is None:
             raise ValueError(f"arm {self.arm.name}: the {self.name} backend needs model = ...")
@@ -56,7 +66,6 @@ class MlxSession(Backend):
         path = models.resolve(self.arm.model)
         emit(StatusChanged(cell, Status.LOADING, phase="loading target", progress=0.3))
         self.engine = EngineThread(self.arm.name)
-        open_session(self.engine)
         self.call(lambda: self._load_on_engine(path, emit))
 
     def _load_on_engine(self, path: Any, emit: Emit) -> None:
@@ -108,7 +117,7 @@ class MlxSession(Backend):
     def close(self) -> None:
         if self.engine is None:
             return
-        from lab_mlx.engine import close_session, restore_wired_limit
+        from lab_mlx.engine import restore_wired_limit
 
         def release() -> None:
             import mlx.core as mx
@@ -121,7 +130,6 @@ class MlxSession(Backend):
         try:
             self.engine.call(release)
         finally:
-            close_session(self.engine)
             self.engine.close()
             self.engine = None
 
@@ -161,7 +169,7 @@ def _device_name() -> str:
     return str(mx.default_device())
 
 
-class MlxBackend(MlxSession):
+class MlxBackend(MlxSession, Drafting, DraftModelHost):
     name = "mlx"
     description = "MLX (mlx-lm models, or GGUF Q4_0/Q4_1/Q8_0 through mx.load); runs drafter plugins"
     accepts_drafters = True
@@ -173,6 +181,12 @@ class MlxBackend(MlxSession):
 
     def attach_drafter(self, drafter: Drafter) -> None:
         self.drafter = drafter
+
+    def draft_model(self, options: Mapping[str, Any], ctx: DrafterContext) -> Drafter:
+        from lab_mlx.draft_model import MlxDraftModel
+
+        assert self.engine is not None, "load() first"
+        return MlxDraftModel(options, ctx, self.engine)
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
         return self.call(lambda: self._generate(request, emit, cancelled))

@@ -1,13 +1,17 @@
-"""An MLX draft model for the draft-model drafter (dispatched to by
-lab_drafters.draft_model for stack "mlx"). Any model the mlx backend loads
-(MLX directory, GGUF, tiny:...) can draft, if its vocabulary matches."""
+"""An MLX draft model: what the mlx backend gives the draft-model drafter
+(``MlxBackend.draft_model``). Any model the mlx backend loads (MLX
+directory, GGUF, tiny:...) can draft, if its vocabulary matches."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from lab import models
 from lab.speculative import TargetDrafter
+
+if TYPE_CHECKING:
+    from lab.api import DrafterContext
+    from lab_mlx.engine import EngineThread
 
 
 class MlxDraftModel(TargetDrafter):
@@ -15,17 +19,15 @@ class MlxDraftModel(TargetDrafter):
 
     loaded: Any = None
 
-    def load(self) -> None:
-        from lab_mlx.engine import session_engine
-
-        # Drafting runs inside the MLX backend's generate, on its engine
-        # thread; load there too, so all of a session's MLX work shares one
+    def __init__(self, options: Mapping[str, Any], ctx: DrafterContext, engine: EngineThread) -> None:
+        super().__init__(options, ctx)
+        # Drafting runs inside the backend's generate, on its engine thread;
+        # loading runs there too, so all of an arm's MLX work shares one
         # thread and stream.
-        engine = session_engine()
-        if engine is None:
-            self._load()
-        else:
-            engine.call(self._load)
+        self.engine = engine
+
+    def load(self) -> None:
+        self.engine.call(self._load)
 
     def _load(self) -> None:
         from lab_mlx.loader import load_target

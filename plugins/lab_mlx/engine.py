@@ -57,30 +57,6 @@ class EngineThread:
             self._thread.join(timeout=10)
 
 
-# The engine of the MLX session each thread opened last: a drafter that loads
-# an MLX model after its backend (the runner loads the backend, then the
-# drafter, on one thread) finds the engine its work must run on.
-_SESSIONS: dict[int, EngineThread] = {}
-_sessions_lock = threading.Lock()
-
-
-def open_session(engine: EngineThread) -> None:
-    with _sessions_lock:
-        _SESSIONS[threading.get_ident()] = engine
-
-
-def close_session(engine: EngineThread) -> None:
-    with _sessions_lock:
-        for ident in [i for i, e in _SESSIONS.items() if e is engine]:
-            del _SESSIONS[ident]
-
-
-def session_engine() -> EngineThread | None:
-    """The engine of the MLX session this thread opened, if any."""
-    with _sessions_lock:
-        return _SESSIONS.get(threading.get_ident())
-
-
 def memory() -> dict[str, int]:
     """MLX's own allocator figures (bytes) and this process's RSS."""
     import mlx.core as mx
