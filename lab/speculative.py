@@ -55,7 +55,8 @@ class Target(Protocol):
 @dataclass
 class LoopStats:
     """Totals a loop keeps beside the events, for cross-checks and the
-    overhead benchmark."""
+    overhead benchmark; a backend may keep one across all of an arm's cells
+    (step events count per cell)."""
 
     steps: int = 0
     plain_tokens: int = 0
@@ -128,6 +129,7 @@ def generate(
     context = list(prompt_ids) + [pending]
 
     n_max = req.n_max or 0
+    step = 0  # this cell's steps; stats.steps counts the arm's
     while len(out.ids) < req.max_tokens:
         if cancelled():
             raise Cancelled()
@@ -177,10 +179,11 @@ def generate(
         stats.draft_s += t_b - t_a
         emit(
             StepEvent(
-                req.cell, stats.steps, drafted=len(drafted), accepted=accepted, landed=len(landed),
+                req.cell, step, drafted=len(drafted), accepted=accepted, landed=len(landed),
                 draft_s=t_b - t_a, verify_s=t_d - t_b, step_s=t_d - t_a,
             )
         )
+        step += 1
         stats.loop_s += now() - t_a
     t_end = now()
     return Generation(

@@ -125,6 +125,8 @@ def test_step_accounting(greedy_run, arm: str) -> None:
         row = next(r for r in results if r["arm"] == arm and r["prompt"] == prompt)
         cell_steps = [s for s in steps if s.cell.arm == arm and s.cell.prompt == prompt and s.cell.round == 1]
         assert row["steps"] == len(cell_steps) > 0
+        # Counted per cell from 0, though the backend keeps one loop's totals for the arm.
+        assert [s.index for s in cell_steps] == list(range(len(cell_steps)))
         assert all(0 <= s.accepted <= s.drafted <= 5 for s in cell_steps)
         assert all(s.landed == s.accepted + 1 for s in cell_steps)
         landed = sum(s.landed for s in cell_steps)

@@ -121,6 +121,7 @@ def generate_dflash(
     t_prompt = now()
     out.land([pending], from_draft=False)
 
+    step = 0  # this cell's steps; stats.steps counts the arm's
     while len(out.ids) < req.max_tokens:
         if cancelled():
             raise Cancelled()
@@ -175,11 +176,12 @@ def generate_dflash(
             stats.engine_s += t_c - t_a
         emit(
             StepEvent(
-                req.cell, stats.steps, drafted=len(drafted), accepted=accepted, landed=len(landed),
+                req.cell, step, drafted=len(drafted), accepted=accepted, landed=len(landed),
                 draft_s=t_b - t_a if split else None, verify_s=t_d - t_b if split else None, step_s=t_d - t_a,
                 clocks=ALL_MEASURED if split else STEP_ONLY,
             )
         )
+        step += 1
         stats.loop_s += now() - t_a
     t_end = now()
     return Generation(
