@@ -27,7 +27,7 @@ from lab.runner import Runner
 
 
 def llama_bench_path() -> Path:
-    from lab.llama_tools import find_llama_tool
+    from lab_llamacpp.tools import find_llama_tool
 
     found = find_llama_tool("llama-bench")
     if not found:

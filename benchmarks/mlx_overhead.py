@@ -40,9 +40,9 @@ PROMPT = "Write a Python class LRUCache with get and put methods in O(1) time, u
 def _ensure_tiny() -> None:
     models._register_builtin()
     if "tiny:qwen3" not in models._BUILDERS:
-        from lab_mlx.models import register
+        from lab_mlx.models import register_models
 
-        register(models.register_model)
+        register_models(models.register_model)
 
 
 def _arm(backend: str, model: str, options: str = "") -> Any:

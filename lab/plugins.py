@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import os
 import traceback
+import types
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import pluggy
 
 from lab import hookspecs
-from lab.api import Backend, Drafter
+from lab.api import Backend, Drafter, Drafting
+from lab.models import Builder, ModelBuilder
 
-GROUPS = ("lab.backends", "lab.drafters")
+if TYPE_CHECKING:
+    from lab.doctor import Check
+
+# lab.models is where model-only plugins register (see _LegacyModels for the
+# bare-function form that group used to take).
+GROUPS = ("lab.backends", "lab.drafters", "lab.models")
 
 
 class PluginLoadError(RuntimeError):
@@ -36,12 +43,15 @@ class LoadError:
 
 @dataclass
 class Registry:
-    """Backends and drafters by name, plus what failed to load."""
+    """Backends, drafters and model builders by name, plus what failed to
+    load. The facade app code calls instead of the hooks."""
 
     backends: dict[str, type[Backend]] = field(default_factory=dict)
     drafters: dict[str, type[Drafter]] = field(default_factory=dict)
+    models: dict[str, ModelBuilder] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
+    _pm: pluggy.PluginManager | None = field(default=None, repr=False, compare=False)
 
     def backend(self, name: str) -> type[Backend]:
         try:
@@ -55,12 +65,42 @@ class Registry:
         except KeyError:
             raise KeyError(self._unknown("drafter", name, self.drafters)) from None
 
+    def doctor_checks(self) -> list[Check]:
+        """Every loaded plugin's ``lab_doctor_checks``, in load order; a hook
+        that raises becomes a failed check named after its plugin."""
+        from lab.doctor import Check
+
+        checks: list[Check] = []
+        if self._pm is None:
+            return checks
+        for impl in self._pm.hook.lab_doctor_checks.get_hookimpls():
+            try:
+                impl.function(register=checks.append)
+            except Exception as exc:  # noqa: BLE001 - a plugin's failure is data
+                checks.append(Check(impl.plugin_name, False, f"its checks failed: {type(exc).__name__}: {exc}"))
+        return checks
+
     def _unknown(self, kind: str, name: str, known: Iterable[str]) -> str:
         msg = f"unknown {kind} {name!r}; installed: {', '.join(sorted(known)) or 'none'}"
         failed = [e.entry_point for e in self.errors]
         if failed:
             msg += f" (failed to load: {', '.join(failed)}; see `lab plugins`)"
         return msg
+
+
+class _LegacyModels:
+    """A ``lab.models`` entry point naming a bare function
+    ``register(register_model)``, the form that group took before the
+    ``lab_register_models`` hook: adapted to the hook so it loads, and fails,
+    like any plugin."""
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        self.fn = fn
+        self.__name__ = getattr(fn, "__module__", "legacy-models")
+
+    @hookspecs.hookimpl
+    def lab_register_models(self, register: Any) -> None:
+        self.fn(register)
 
 
 def _strict() -> bool:
@@ -77,7 +117,7 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
     hookimpls, used by tests), and collect what they register."""
     pm = pluggy.PluginManager("lab")
     pm.add_hookspecs(hookspecs)
-    registry = Registry()
+    registry = Registry(_pm=pm)
     blocked = _blocked()
 
     def fail(ep_name: str, group: str, exc: BaseException) -> None:
@@ -89,6 +129,9 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
     def register_all(plugin: object, label: str, group: str) -> None:
         def add_backend(cls: type[Backend]) -> None:
             _check(cls, Backend, registry.backends, label)
+            if cls.accepts_drafters != issubclass(cls, Drafting):
+                raise TypeError(f"{label} registered {cls.__name__}: accepts_drafters must be true exactly "
+                                "for a Drafting backend")
             registry.backends[cls.name] = cls
             registry.origins[f"backend:{cls.name}"] = label
 
@@ -97,16 +140,26 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
             registry.drafters[cls.name] = cls
             registry.origins[f"drafter:{cls.name}"] = label
 
+        def add_model(ref: str, builder: Builder, filename: str, version: str = "1") -> None:
+            known = registry.models.get(ref)
+            if known is not None and known.builder is not builder:
+                raise ValueError(f"model {ref!r} is already registered")
+            registry.models[ref] = ModelBuilder(ref, builder, filename, str(version))
+            registry.origins[f"model:{ref}"] = label
+
         # Call this plugin's own hookimpls only, so that an error is charged
         # to the plugin that raised it.
         name = pm.register(plugin, name=label)
+        hooks: tuple[tuple[Any, Callable[..., None]], ...] = (
+            (pm.hook.lab_register_backends, add_backend),
+            (pm.hook.lab_register_drafters, add_drafter),
+            (pm.hook.lab_register_models, add_model),
+        )
         try:
-            for impl in pm.hook.lab_register_backends.get_hookimpls():
-                if impl.plugin_name == name:
-                    impl.function(register=add_backend)
-            for impl in pm.hook.lab_register_drafters.get_hookimpls():
-                if impl.plugin_name == name:
-                    impl.function(register=add_drafter)
+            for hook, register in hooks:
+                for impl in hook.get_hookimpls():
+                    if impl.plugin_name == name:
+                        impl.function(register=register)
         except Exception as exc:  # noqa: BLE001 - a plugin's failure is data
             fail(label, group, exc)
 
@@ -121,9 +174,15 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
             except Exception as exc:  # noqa: BLE001
                 fail(ep.name, group, exc)
                 continue
-            register_all(plugin, ep.name, group)
+            if group == "lab.models" and isinstance(plugin, types.FunctionType):
+                plugin = _LegacyModels(plugin)
+            label = ep.name if pm.get_plugin(ep.name) is None else f"{ep.name} ({group})"
+            register_all(plugin, label, group)
     for i, plugin in enumerate(extra_plugins):
-        register_all(plugin, getattr(plugin, "__name__", f"extra-{i}"), "extra")
+        label = getattr(plugin, "__name__", f"extra-{i}")
+        if pm.is_registered(plugin) or pm.get_plugin(label) is not None:
+            continue
+        register_all(plugin, label, "extra")
     return registry
 
 

@@ -38,7 +38,14 @@ def test_registration_does_not_import_mlx() -> None:
 def test_entry_points_declared() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     assert 'mlx = "lab_mlx"' in text
-    assert 'mlx = "lab_mlx.models:register"' in text
+
+
+def test_tiny_models_register_through_the_hook() -> None:
+    import lab_mlx
+
+    reg = load_registry([lab_mlx])
+    assert {"tiny:qwen3", "tiny:qwen3-draft", "tiny:qwen3-dflash", "tiny:qwen3-dflash2"} <= set(reg.models)
+    assert reg.origins["model:tiny:qwen3"] in ("mlx", "lab_mlx")
 
 
 mx = pytest.importorskip("mlx.core", reason="MLX is not installed (pip install -e '.[mlx]')")
@@ -55,9 +62,9 @@ def registry() -> Registry:
         reg = load_registry([lab_mlx])
     models._register_builtin()
     if "tiny:qwen3" not in models._BUILDERS:
-        from lab_mlx.models import register
+        from lab_mlx.models import register_models
 
-        register(models.register_model)
+        register_models(models.register_model)
     return reg
 
 

@@ -25,9 +25,9 @@ PROMPT = "def lru_cache(maxsize): return maxsize and lru_cache"
 def tiny_models() -> None:
     models._register_builtin()
     if "tiny:qwen3" not in models._BUILDERS:
-        from lab_mlx.models import register
+        from lab_mlx.models import register_models
 
-        register(models.register_model)
+        register_models(models.register_model)
 
 
 def _request(max_tokens: int, temperature: float = 0.0, ignore_eos: bool = True) -> GenerationRequest:

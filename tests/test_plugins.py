@@ -135,3 +135,136 @@ def test_lab_plugins_lists_load_errors(plugin_path: Path) -> None:
     assert "load errors:" in out.stdout
     assert "broken2" in out.stdout and "ZeroDivisionError" in out.stdout
     assert "ngram" in out.stdout and "llamacpp" in out.stdout
+
+
+MODELS_PLUGIN = '''
+    from lab.hookspecs import hookimpl
+
+    def _write(path):
+        path.write_text("a model")
+
+    @hookimpl
+    def lab_register_models(register):
+        register("tiny:plugin-made", _write, "plugin-made.bin", "2")
+'''
+
+
+def test_models_register_through_the_hook_with_the_same_isolation(plugin_path: Path) -> None:
+    _install_fake_dist(
+        plugin_path, "lab_models_third",
+        """
+        [lab.models]
+        made = lab_models_plugin
+        legacy = lab_legacy_models:register
+        raising = lab_raising_models
+        """,
+        {
+            "lab_models_plugin": MODELS_PLUGIN,
+            "lab_legacy_models": '''
+                def register(register_model):
+                    register_model("tiny:legacy-made", lambda path: path.write_text("x"), "legacy.bin")
+            ''',
+            "lab_raising_models": '''
+                from lab.hookspecs import hookimpl
+
+                @hookimpl
+                def lab_register_models(register):
+                    raise RuntimeError("model plugin bug")
+            ''',
+        },
+    )
+    reg = load_registry()
+    assert reg.models["tiny:plugin-made"].filename == "plugin-made.bin"
+    assert reg.models["tiny:plugin-made"].version == "2"
+    assert reg.origins["model:tiny:plugin-made"] == "made"
+    assert "tiny:legacy-made" in reg.models
+    failed = {e.entry_point: e for e in reg.errors}
+    assert "model plugin bug" in failed["raising"].error and failed["raising"].group == "lab.models"
+    # The built-in plugins' models load beside them.
+    assert "embedded:smollm2-q4_0" in reg.models
+
+
+def test_a_model_ref_registered_twice_is_a_load_error(plugin_path: Path) -> None:
+    _install_fake_dist(
+        plugin_path, "lab_models_dup", "[lab.models]\nmade1 = lab_models_a\nmade2 = lab_models_b\n",
+        {"lab_models_a": MODELS_PLUGIN, "lab_models_b": MODELS_PLUGIN},
+    )
+    reg = load_registry()
+    assert [e.entry_point for e in reg.errors if "already registered" in e.error] == ["made2"]
+
+
+def test_resolve_builds_a_hook_registered_model(plugin_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab import models
+
+    _install_fake_dist(plugin_path, "lab_models_resolve", "[lab.models]\nmade = lab_models_plugin3\n",
+                       {"lab_models_plugin3": MODELS_PLUGIN})
+    monkeypatch.setenv("LAB_CACHE_DIR", str(plugin_path / "cache"))
+    monkeypatch.setattr(models, "_BUILDERS", {})
+    monkeypatch.setattr(models, "_builtin_done", False)
+    path = models.resolve("tiny:plugin-made")
+    assert path.read_text() == "a model" and path.name.endswith("plugin-made.bin")
+    assert "tiny:plugin-made" in models.known_models()
+
+
+def test_lab_plugins_lists_model_load_errors(plugin_path: Path) -> None:
+    _install_fake_dist(plugin_path, "lab_broken3", "[lab.models]\nbroken3 = lab_broken3_mod\n", {"lab_broken3_mod": "1/0\n"})
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from lab.cli import main; sys.exit(main(['plugins']))"],
+        capture_output=True, text=True, env={**__import__('os').environ, "PYTHONPATH": str(plugin_path)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "broken3 (lab.models)" in out.stdout and "ZeroDivisionError" in out.stdout
+
+
+def test_doctor_checks_come_from_plugins(plugin_path: Path) -> None:
+    _install_fake_dist(
+        plugin_path, "lab_doctor_third", "[lab.backends]\ndoc = lab_doctor_plugin\nbad-doc = lab_bad_doctor\n",
+        {
+            "lab_doctor_plugin": '''
+                from lab.doctor import Check
+                from lab.hookspecs import hookimpl
+
+                @hookimpl
+                def lab_doctor_checks(register):
+                    register(Check("frobnicator", False, "not installed", "pip install frobnicator"))
+            ''',
+            "lab_bad_doctor": '''
+                from lab.hookspecs import hookimpl
+
+                @hookimpl
+                def lab_doctor_checks(register):
+                    raise OSError("cannot run the tool")
+            ''',
+        },
+    )
+    checks = {c.name: c for c in load_registry().doctor_checks()}
+    assert checks["frobnicator"].fix == "pip install frobnicator" and not checks["frobnicator"].ok
+    assert not checks["bad-doc"].ok and "cannot run the tool" in checks["bad-doc"].detail
+    # The built-in llama.cpp plugin reports its engine package.
+    assert "llama-cpp-python" in checks
+
+
+def test_accepts_drafters_must_match_the_drafting_capability(plugin_path: Path) -> None:
+    _install_fake_dist(
+        plugin_path, "lab_liar", "[lab.backends]\nliar = lab_liar_backend\n",
+        {"lab_liar_backend": '''
+            from lab.api import Backend
+            from lab.hookspecs import hookimpl
+
+            class Liar(Backend):
+                name = "liar"
+                stack = "liar"
+                accepts_drafters = True
+
+                def load(self, emit): ...
+                def generate(self, request, emit, cancelled): ...
+                def close(self): ...
+
+            @hookimpl
+            def lab_register_backends(register):
+                register(Liar)
+        '''},
+    )
+    reg = load_registry()
+    assert "liar" not in reg.backends
+    assert any(e.entry_point == "liar" and "Drafting" in e.error for e in reg.errors)

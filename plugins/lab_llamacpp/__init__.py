@@ -1,14 +1,19 @@
 """llama.cpp in process, through llama-cpp-python's low-level API.
 
-Registered through the ``lab.backends`` entry-point group. Nothing here
-imports llama_cpp until an arm loads."""
+Registered through the ``lab.backends`` entry-point group: the backend, the
+models derived from the embedded one with llama.cpp's tools, and the doctor's
+checks for llama.cpp. Nothing here imports llama_cpp until an arm loads."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from lab.api import Backend
 from lab.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from lab.doctor import Check
+    from lab.models import RegisterModel
 
 
 @hookimpl
@@ -16,3 +21,18 @@ def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
     from lab_llamacpp.backend import LlamaCppBackend
 
     register(LlamaCppBackend)
+
+
+@hookimpl
+def lab_register_models(register: RegisterModel) -> None:
+    from lab_llamacpp.models import register_models
+
+    register_models(register)
+
+
+@hookimpl
+def lab_doctor_checks(register: Callable[[Check], None]) -> None:
+    from lab_llamacpp.tools import doctor_checks
+
+    for check in doctor_checks():
+        register(check)

@@ -1,10 +1,13 @@
 """GGUF models derived from the embedded SmolLM2 with llama.cpp's own tools,
-registered through the ``lab.models`` entry-point group."""
+registered through the plugin's ``lab_register_models`` hook."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lab.models import RegisterModel
 
 
 def _smollm2_q4_0(out: Path) -> None:
@@ -14,7 +17,7 @@ def _smollm2_q4_0(out: Path) -> None:
     quantize(str(embedded_smollm2()), str(out), "Q4_0")
 
 
-def register(register_model: Callable[..., None]) -> None:
+def register_models(register_model: RegisterModel) -> None:
     # A cheaper draft for the embedded target: the same weights requantized
     # from Q4_1 to Q4_0 with llama.cpp's quantize API (same vocabulary).
     register_model("embedded:smollm2-q4_0", _smollm2_q4_0, "SmolLM2-135M-Instruct.Q4_0.gguf", "1")

@@ -17,7 +17,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from lab.llama_tools import find_llama_tool
+from lab_llamacpp.tools import find_llama_tool
 
 if TYPE_CHECKING:
     from lab_llamacpp.engine import Context

