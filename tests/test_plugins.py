@@ -268,3 +268,23 @@ def test_accepts_drafters_must_match_the_drafting_capability(plugin_path: Path) 
     reg = load_registry()
     assert "liar" not in reg.backends
     assert any(e.entry_point == "liar" and "Drafting" in e.error for e in reg.errors)
+
+
+def test_a_plugin_may_register_its_own_model_namespace(plugin_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab import models
+
+    _install_fake_dist(plugin_path, "lab_models_ns", "[lab.models]\nacme = lab_models_acme\n", {"lab_models_acme": '''
+        from lab.hookspecs import hookimpl
+
+        @hookimpl
+        def lab_register_models(register):
+            register("acme:rocket", lambda path: path.write_text("boom"), "rocket.bin")
+    '''})
+    monkeypatch.setenv("LAB_CACHE_DIR", str(plugin_path / "cache"))
+    monkeypatch.setattr(models, "_BUILDERS", {})
+    monkeypatch.setattr(models, "_builtin_done", False)
+    assert models.resolve("acme:rocket").read_text() == "boom"
+    with pytest.raises(models.ModelNotFound, match="no such built-in model"):
+        models.resolve("acme:missile")
+    # The llama.cpp plugin registers its synthetic timing models.
+    assert "synthetic:llama-8b" in models.known_models()

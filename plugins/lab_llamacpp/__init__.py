@@ -1,8 +1,9 @@
 """llama.cpp in process, through llama-cpp-python's low-level API.
 
 Registered through the ``lab.backends`` entry-point group: the backend, the
-models derived from the embedded one with llama.cpp's tools, and the doctor's
-checks for llama.cpp. Nothing here imports llama_cpp until an arm loads."""
+models derived from the embedded one with llama.cpp's tools and the synthetic
+timing models (``synthetic:...``), and the doctor's checks for llama.cpp.
+Nothing here imports llama_cpp until an arm loads."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
 
 @hookimpl
 def lab_register_models(register: RegisterModel) -> None:
+    from lab_llamacpp import synthetic
     from lab_llamacpp.models import register_models
 
     register_models(register)
+    synthetic.register_models(register)
 
 
 @hookimpl

