@@ -8,10 +8,10 @@ server. A step is emitted as soon as both halves are in, from whichever
 thread completes it (the log reader or the stream reader), so a server lane
 moves step by step like an in-process one.
 
-The server's draft time is only logged once the request is over (a per
-request total over its draft calls), so a live step carries no draft or
-verify seconds: its clocks say so, and the request's derived split goes to
-the engine report instead (see :mod:`lab_llamacpp_server.crosscheck`).
+The server's draft time is only logged once the request is over (its
+cumulative draft milliseconds and draft calls), so a live step carries no
+draft or verify seconds: its clocks say so, and the request's derived split
+goes to the engine report instead (see :mod:`lab_llamacpp_server.crosscheck`).
 """
 
 from __future__ import annotations
