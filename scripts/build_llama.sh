@@ -10,6 +10,11 @@
 #   bash scripts/build_llama.sh tools    # + the four tools, added to the same build tree
 #   bash scripts/build_llama.sh flags    # print the CMake flags this machine gets
 #
+# setup.sh splits `lib`/`tools` so the compile overlaps pip: `source` fetches
+# the sdist, `lib --compile` / `tools --compile` only compile, and
+# `lib --place` / `tools --place` copy the build into $VENV without touching
+# the Python package.
+#
 # The build tree lives in the cache, keyed by its flags, so `tools` after
 # `lib` compiles only what the tools add, and a second venv reuses both.
 # Libraries and tools are copied side by side into the package's lib/ dir
@@ -27,17 +32,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT="${1:-lib}"
+MODE="${2:-}"
 VENV="${VENV:-.venv}"
 VERSION=0.3.36
-# The llama.cpp commit that release vendors. Its sdist carries no usable git
-# metadata, and llama.cpp would otherwise ask whatever repository encloses
-# the cache for one.
+# The llama.cpp release that version vendors (b11312, commit 0c1e570). Its
+# sdist carries no usable git metadata, and llama.cpp would otherwise ask
+# whatever repository encloses the cache; the tools print these in
+# --version, where the server plugin reads the build number.
+LLAMA_RELEASE=11312
 LLAMA_COMMIT=0c1e570
 TOOLS=(llama-server llama-bench llama-batched-bench llama-quantize)
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/speclab"
 PY="$VENV/bin/python"
 
-case "$WHAT" in python|lib|tools|flags) ;; *) echo "usage: $0 python|lib|tools|flags" >&2; exit 2 ;; esac
+case "$WHAT/$MODE" in
+  python/|source/|flags/|lib/|tools/|lib/--compile|tools/--compile|lib/--place|tools/--place) ;;
+  *) echo "usage: $0 python|source|flags|lib|tools [--compile|--place]" >&2; exit 2 ;;
+esac
 
 cores() { nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2; }
 digest() { if command -v sha256sum >/dev/null; then sha256sum; else shasum -a 256; fi | cut -c1-12; }
@@ -128,10 +139,16 @@ build_dir_flags() {
   echo "$flags"
 }
 
+# Configured again whenever the arguments differ from the last configure
+# (a newer script): only what they touch recompiles.
 configure() {
-  local src="$1" build="$2" flags="$3" gen=() rpath='$ORIGIN'
+  local src="$1" build="$2" flags="$3" gen=() rpath='$ORIGIN' args
   command -v ninja >/dev/null && gen=(-G Ninja)
   [ "$(uname -s)" = Darwin ] && rpath='@loader_path'
+  args="$src|$flags|$LLAMA_RELEASE|$LLAMA_COMMIT|$rpath"
+  if [ -f "$build/CMakeCache.txt" ] && [ "$(cat "$build/configure.args" 2>/dev/null)" = "$args" ]; then
+    return
+  fi
   # Tools are configured from the start (configuring costs seconds) so that
   # adding them later compiles their own sources and nothing else. No tests,
   # examples, web UI download or HTTPS: the lab talks to the server locally.
@@ -141,9 +158,10 @@ configure() {
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-    -DLLAMA_BUILD_NUMBER=0 "-DLLAMA_BUILD_COMMIT=$LLAMA_COMMIT" \
+    "-DLLAMA_BUILD_NUMBER=$LLAMA_RELEASE" "-DLLAMA_BUILD_COMMIT=$LLAMA_COMMIT" \
     -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON "-DCMAKE_INSTALL_RPATH=$rpath" \
     $flags >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log" >&2; exit 1; }
+  printf '%s' "$args" >"$build/configure.args"
 }
 
 # Replace by rename, never by writing into the old file: a running server or
@@ -177,18 +195,12 @@ flags=$(build_dir_flags)
 # `flags`: what this machine would be built with, and nothing done.
 [ "$WHAT" = flags ] && { echo "$flags"; exit 0; }
 [ -x "$PY" ] || { echo "no virtualenv at $VENV: run scripts/setup.sh first" >&2; exit 1; }
-install_python
+if [ "$WHAT" = python ] || [ -z "$MODE" ]; then install_python; fi
 [ "$WHAT" = python ] && exit 0
 
-gen=make; command -v ninja >/dev/null && gen=ninja
-key=$(printf '%s' "$VERSION|$flags|$gen|$(uname -sm)" | digest)
-root="$CACHE/llama.cpp"
-build="$root/$key"
-mkdir -p "$build"
-lock "$root/$key.lock"
-printf '%s\n' "$flags" >"$build/flags.txt"
-
 src="$CACHE/src/llama_cpp_python-$VERSION"
+mkdir -p "$CACHE/src"
+lock "$CACHE/src/.lock"
 if [ ! -f "$src/.complete" ]; then
   tarball=$(sdist)
   rm -rf "$src" && mkdir -p "$src"
@@ -199,7 +211,16 @@ if [ ! -f "$src/.complete" ]; then
     --exclude='*/vendor/llama.cpp/benches' --exclude='*/vendor/llama.cpp/models/*.gguf'
   touch "$src/.complete"
 fi
-[ -f "$build/CMakeCache.txt" ] || configure "$src/vendor/llama.cpp" "$build" "$flags"
+[ "$WHAT" = source ] && exit 0
+
+gen=make; command -v ninja >/dev/null && gen=ninja
+key=$(printf '%s' "$VERSION|$flags|$gen|$(uname -sm)" | digest)
+root="$CACHE/llama.cpp"
+build="$root/$key"
+mkdir -p "$build"
+lock "$root/$key.lock"
+printf '%s\n' "$flags" >"$build/flags.txt"
+configure "$src/vendor/llama.cpp" "$build" "$flags"
 
 targets=(llama)
 [ "$WHAT" = tools ] && targets+=("${TOOLS[@]}")
@@ -212,14 +233,24 @@ else
   what="the llama.cpp library"
   estimate="about 4 min on 2 cores the first time"
 fi
-echo "building $what for $kind from llama-cpp-python $VERSION's source ($estimate; cached in $build)"
+# Built already (the tools' binaries exist, the library is up to date): say
+# nothing. The server's web-UI step always reruns, so ninja is asked about the
+# library alone.
+built=1
+for f in "${targets[@]:1}"; do [ -x "$build/bin/$f" ] || built=0; done
+if [ "$built" = 1 ] && [ "$gen" = ninja ] && ninja -C "$build" -n llama 2>/dev/null | grep -q "no work to do"; then
+  :
+else
+  echo "building $what for $kind from llama-cpp-python $VERSION's source ($estimate; cached in $build)"
+fi
 start=$SECONDS
 if ! cmake --build "$build" --parallel "$jobs" --target "${targets[@]}" >"$build/build.log" 2>&1; then
   tail -40 "$build/build.log" >&2
   echo "llama.cpp build failed; full log: $build/build.log" >&2
   exit 1
 fi
-echo "llama.cpp build done in $((SECONDS - start)) s"
+[ $((SECONDS - start)) -lt 2 ] || echo "llama.cpp build done in $((SECONDS - start)) s"
+[ "$MODE" = --compile ] && exit 0
 with_tools=0
 [ "$WHAT" = tools ] && with_tools=1
 install_built "$build/bin" "$with_tools"

@@ -38,13 +38,14 @@ build_pid=""
 # left running behind a finished set-up.
 trap '[ -z "$build_pid" ] || wait "$build_pid" 2>/dev/null || true' EXIT
 if [ -n "$llama" ]; then
-  # llama-cpp-python's Python code goes in first so that the pin below is
-  # already met and pip does not compile llama.cpp a second time.
-  bash scripts/build_llama.sh python
+  bash scripts/build_llama.sh source
   # The compile runs while pip fetches the rest: one waits on the CPU, the
   # other mostly on the network.
-  bash scripts/build_llama.sh "$llama" &
+  bash scripts/build_llama.sh "$llama" --compile &
   build_pid=$!
+  # llama-cpp-python's Python code goes in before the extras so that their
+  # pin is already met and pip does not compile llama.cpp a second time.
+  bash scripts/build_llama.sh python
 fi
 $PIP install --quiet -e ".[$EXTRAS]"
 # The MLX DFlash tests compare with z-lab's reference implementation. Its
@@ -55,5 +56,9 @@ case ",$EXTRAS," in
     case ",$EXTRAS," in *,mlx,*|*,all,*) $PIP install --quiet --no-deps dflash==0.1.0 ;; esac
     ;;
 esac
-[ -z "$build_pid" ] || wait "$build_pid"
+if [ -n "$build_pid" ]; then
+  wait "$build_pid"
+  build_pid=""
+  bash scripts/build_llama.sh "$llama" --place
+fi
 echo "speclab is set up in $VENV (extras: $EXTRAS)"
