@@ -195,7 +195,7 @@ flags=$(build_dir_flags)
 # `flags`: what this machine would be built with, and nothing done.
 [ "$WHAT" = flags ] && { echo "$flags"; exit 0; }
 [ -x "$PY" ] || { echo "no virtualenv at $VENV: run scripts/setup.sh first" >&2; exit 1; }
-if [ "$WHAT" = python ] || [ -z "$MODE" ]; then install_python; fi
+case "$WHAT/$MODE" in python/|lib/|tools/) install_python ;; esac
 [ "$WHAT" = python ] && exit 0
 
 src="$CACHE/src/llama_cpp_python-$VERSION"
