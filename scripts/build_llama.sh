@@ -70,7 +70,7 @@ sdist() {
   mkdir -p "$CACHE/src"
   if [ ! -f "$CACHE/src/$name" ]; then
     echo "downloading the llama-cpp-python $VERSION source (76 MB)..." >&2
-    "$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$CACHE/src" "llama-cpp-python==$VERSION" >&2
+    "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$CACHE/src" "llama-cpp-python==$VERSION" >&2
   fi
   echo "$CACHE/src/$name"
 }

@@ -72,7 +72,7 @@ EOF
 slim_sdist() {
   local dest="$1" tmp
   tmp=$(mktemp -d)
-  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$VERSION"
+  "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$tmp" "llama-cpp-python==$VERSION"
   mkdir "$tmp/x"
   tar -xzf "$tmp/llama_cpp_python-$VERSION.tar.gz" -C "$tmp/x" \
     --exclude="llama_cpp_python-$VERSION/.git" --exclude="llama_cpp_python-$VERSION/vendor/llama.cpp/.git" \
