@@ -2,8 +2,25 @@
 
 The high-level ``Llama`` generate loop costs ~11x the engine's own speed on a
 small model; here every decode is one ``llama_decode`` on a batch we fill in
-place, greedy picks use the C-side sampler, and rolled-back draft rows leave
+place, greedy picks read the logits buffer, and rolled-back draft rows leave
 the KV cache through the memory API.
+
+Batch invariance. llama.cpp's CPU backend computes a one-row batch with other
+kernels than a batch of two or more: matrix products on F32/F16/BF16/Q8_0/
+Q4_0 weights go through ggml's vec_dot for one row and through tinyBLAS
+(llamafile sgemm) for more, and flash attention splits the KV range across
+threads for a single query row once the KV length reaches 512. Their sums run
+in another order (or precision), so a position's logits differ between a
+one-row decode (the greedy baseline) and a verify batch, and a near tie
+flips: greedy speculation then leaves its baseline for a reason that is no
+drafter's. A context built ``batch_invariant`` never decodes one row alone:
+a lone row gets a second one (the same token one position on, its logits
+asked for so the last layer keeps two rows) that leaves the KV cache right
+after. Repacked weights (``extra_bufts``: Q4_0, Q8_0, K-quants) are not
+covered: they multiply groups of four rows with one kernel and the rest with
+another, so a bit-exact comparison on them needs the model loaded with
+``extra_bufts=False``. benchmarks/lossless_repro.py shows all of it and
+measures what the padding costs.
 """
 
 from __future__ import annotations
@@ -152,10 +169,12 @@ class Sampling:
 class Context:
     """One llama context: decode, sample, roll back."""
 
-    def __init__(self, model: Model, n_ctx: int, n_batch: int, threads: int) -> None:
+    def __init__(self, model: Model, n_ctx: int, n_batch: int, threads: int, batch_invariant: bool = True) -> None:
         self.model = model
+        self.batch_invariant = batch_invariant
         params = ll.llama_context_default_params()
-        params.n_ctx = n_ctx
+        # One spare cell for the row that pads a lone token.
+        params.n_ctx = n_ctx + 1 if batch_invariant else n_ctx
         params.n_batch = n_batch
         params.n_ubatch = min(n_batch, 512)
         params.n_threads = threads
@@ -167,8 +186,11 @@ class Context:
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.mem = ll.llama_get_memory(self.ptr)
-        self.batch = Batch(n_batch)
+        self.batch = Batch(max(n_batch, 2))
         self.n_past = 0
+        # Whether the last decode carried a padding row: its logits come
+        # last, after those of the caller's row.
+        self._padded = False
         self._sampler: Any = None
         self._bias: Any = None
         self._row_type = ctypes.c_float * model.n_vocab
@@ -210,29 +232,53 @@ class Context:
     def decode(self, tokens: Sequence[int], logits: str = "last") -> None:
         """Decode tokens at n_past (in n_batch chunks), then synchronize so the
         caller's clock is honest."""
+        if self.batch_invariant and len(tokens) == 1:
+            self._decode_padded(tokens[0])
+            return
         pos = self.n_past
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             last_chunk = start + self.n_batch >= len(tokens)
             self.batch.fill(chunk, pos, logits if last_chunk else "none")
-            rc = ll.llama_decode(self.ptr, self.batch.raw)
-            if rc != 0:
-                raise LlamaError(f"llama_decode returned {rc} at position {pos}" + (" (KV cache full)" if rc == 1 else ""))
+            self._decode_batch(pos)
             pos += len(chunk)
         ll.llama_synchronize(self.ptr)
         self.n_past = pos
+        self._padded = False
+
+    def _decode_padded(self, token: int) -> None:
+        # Both rows ask for logits: with one output row llama.cpp would cut
+        # the last layer and the LM head down to that row, back to the
+        # one-row kernels.
+        self.batch.fill([token, token], self.n_past, "all")
+        self._decode_batch(self.n_past)
+        ll.llama_synchronize(self.ptr)
+        self.n_past += 1
+        if not ll.llama_memory_seq_rm(self.mem, 0, self.n_past, -1):
+            raise LlamaError("llama_memory_seq_rm refused to drop the padding row")
+        self._padded = True
+
+    def _decode_batch(self, pos: int) -> None:
+        rc = ll.llama_decode(self.ptr, self.batch.raw)
+        if rc != 0:
+            raise LlamaError(f"llama_decode returned {rc} at position {pos}" + (" (KV cache full)" if rc == 1 else ""))
+
+    def _row(self, row: int) -> int:
+        """A caller's batch row (negative: counted from its last row) as
+        llama.cpp's index, which counts from the end past the padding row."""
+        return row - 1 if row < 0 and self._padded else row
 
     def sample(self, row: int) -> int:
         """Sample from the logits of batch row ``row`` (-1: the last) with the
         C-side chain."""
-        return int(ll.llama_sampler_sample(self._sampler, self.ptr, row))
+        return int(ll.llama_sampler_sample(self._sampler, self.ptr, self._row(row)))
 
     def argmax(self, row: int, masked: Sequence[int] = ()) -> int:
         """Greedy pick straight from the engine's logits buffer. The C-side
         greedy sampler first copies the whole vocabulary into a candidate
         array (~0.2 ms a row for a 49k vocabulary), which a speculative step
         pays once per verified row; a view and an argmax cost a tenth."""
-        ptr = ll.llama_get_logits_ith(self.ptr, row)
+        ptr = ll.llama_get_logits_ith(self.ptr, self._row(row))
         # from_address on a cached array type costs ~1 us; as_array on a bare
         # pointer builds a new ctypes type every call (~30 us).
         buf = self._row_type.from_address(ctypes.addressof(ptr.contents))
@@ -242,7 +288,7 @@ class Context:
         return int(row_view.argmax())
 
     def logits(self, row: int) -> np.ndarray:
-        ptr = ll.llama_get_logits_ith(self.ptr, row)
+        ptr = ll.llama_get_logits_ith(self.ptr, self._row(row))
         return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
 
     def truncate(self, n_keep: int) -> None:
