@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -192,7 +192,7 @@ def cmd_cost(args: argparse.Namespace) -> None:
         print(f"  {label:<36} min {min(shares):5.1f} / median {statistics.median(shares):5.1f} / max {max(shares):5.1f}")
 
 
-def _cell_tps(results: list[dict[str, Any]]) -> dict[tuple[str, str, int], float]:
+def _cell_tps(results: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, int], float]:
     return {(r["arm"], r["prompt"], r["round"]): r["tok_per_s"] for r in results if r["status"] == "ok" and r["tok_per_s"]}
 
 
@@ -238,7 +238,7 @@ async def _tui(profile: Any, registry: Any, out: Path, refresh_hz: float | None 
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert screen.session is not None
-        return _cell_tps(screen.session.results)
+        return _cell_tps(screen.session.rows())
 
 
 def cmd_one(args: argparse.Namespace) -> None:

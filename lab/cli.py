@@ -5,6 +5,7 @@ lab PROFILE.toml            open the TUI on a profile
 lab run PROFILE [--out DIR] run headless, print progress and the comparison
 lab report RUN_DIR [--format md|csv|json] [--compare RUN_B] [--probe FILE]
 lab probe [--backend B] [--model M] [--widths 1-16] [--method decode|batched-bench] [--out FILE]
+lab check PROFILE           validate a profile without loading a model
 lab plugins                 backends, drafters, their options, load errors
 lab doctor                  engines, tools and models, and how to fix what is missing
 """
@@ -100,14 +101,15 @@ def _table(rows: Sequence[ResultRow]) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from lab.plugins import load_registry
-    from lab.profiles import ProfileError, load_profile
+    from lab.profiles import ProfileError, check_profile
     from lab.report import ReportWriter
     from lab.runner import Runner
     from lab.store import RunStore
 
     registry = load_registry()
     try:
-        profile = load_profile(args.profile, registry)
+        # everything knowable without a model is refused before anything starts
+        profile = check_profile(args.profile, registry)
     except ProfileError as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 2
@@ -123,6 +125,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     print(_table(results))
     print(f"\nsaved: {store.path}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from lab.plugins import load_registry
+    from lab.profiles import ProfileError, check_profile
+
+    try:
+        profile = check_profile(args.profile, load_registry())
+    except ProfileError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 2
+    cells = len(profile.arms) * len(profile.prompts) * profile.run.rounds
+    print(
+        f"{profile.path}: ok, {len(profile.arms)} arms x {len(profile.prompts)} prompts x "
+        f"{profile.run.rounds} rounds = {cells} cells"
+    )
     return 0
 
 
@@ -245,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="parent directory of the run directory (default: runs/)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("check", help="validate a profile without loading a model (file:line and key for every problem)")
+    p.add_argument("profile")
+    p.set_defaults(func=cmd_check)
     p = sub.add_parser("report", help="render a saved run")
     p.add_argument("run_dir")
     p.add_argument("--format", choices=("md", "csv", "json"), default="md")
@@ -273,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    commands = {"run", "report", "plugins", "doctor", "probe", "-h", "--help"}
+    commands = {"run", "check", "report", "plugins", "doctor", "probe", "-h", "--help"}
     if not args_list or args_list[0] not in commands:
         tui_args = tui_parser().parse_args(args_list)
         if tui_args.profile and not os.path.exists(tui_args.profile):

@@ -10,7 +10,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
+
+if TYPE_CHECKING:
+    from lab.results import ResultRow
 
 
 class Status(str, Enum):
@@ -164,10 +167,10 @@ class StatusChanged:
 
 @dataclass(frozen=True)
 class Finished:
-    """A cell finished: its full result row (see lab.results.RESULT_KEYS)."""
+    """A cell finished: its full result row (see lab.results.ResultRow)."""
 
     cell: Cell
-    result: dict[str, Any]
+    result: ResultRow
     t: float = field(default_factory=now)
 
 

@@ -174,6 +174,16 @@ def first_divergence(a: Sequence[object], b: Sequence[object]) -> int | None:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+def _split_mean(per_step: Sequence[float], engine_report: Mapping[str, Any] | None, key: str) -> float | None:
+    """Mean draft or verify seconds per step: from the steps where they carry
+    it, else from the engine's per-request figure (a server tells its draft
+    time only after the request, so its live steps carry none)."""
+    if per_step:
+        return figures.mean(per_step)
+    value = (engine_report or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def build_result(
     *,
     arm: Arm,
@@ -236,8 +246,8 @@ def build_result(
         acceptance_rate=figures.acceptance_rate(accepted, drafted),
         mean_accepted_len=figures.mean_accepted_len(landed, n_steps),
         step_s=step_s if ok else None,
-        draft_s=figures.mean(draft_vals) if ok else None,
-        verify_s=figures.mean(verify_vals) if ok else None,
+        draft_s=_split_mean(draft_vals, engine_report, "draft_s_mean") if ok else None,
+        verify_s=_split_mean(verify_vals, engine_report, "verify_s_mean") if ok else None,
         step_cost_tokens=figures.step_cost_tokens(step_s, base_tps) if ok else None,
         max_yield=figures.max_yield(arm.n_max) if speculative else None,
         peak_mem_bytes=peak_mem_bytes,

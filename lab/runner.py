@@ -255,7 +255,7 @@ class Runner:
             self._rows.append(row)
         # Finished.result is typed as the saved form in lab.events; the row
         # reads as that form (ResultRow is a Mapping of it).
-        self.emit(Finished(cell, row))  # type: ignore[arg-type]
+        self.emit(Finished(cell, row))
         return row
 
     def _reference(self, arm: Arm) -> Callable[[str, int], Sequence[int] | None]:
