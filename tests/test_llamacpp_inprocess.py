@@ -12,6 +12,7 @@ import pytest
 from lab.events import Event, StepEvent, TokenEvent
 from lab.plugins import load_registry
 from lab.profiles import parse_profile
+from lab.report import ReportWriter
 from lab.runner import Runner
 from lab.store import RunStore, load_steps
 
@@ -43,7 +44,8 @@ def run_profile(tmp_path: Path, run: str, arms: str) -> tuple[list[dict[str, Any
         elif isinstance(event, StepEvent):
             steps.append(event)
 
-    results = Runner(profile, registry, store, [listen]).run()
+    # report.md comes from the report listener, as lab run and the TUI subscribe it.
+    results = Runner(profile, registry, store, [ReportWriter(), listen]).run()
     return results, tokens, steps, store.path
 
 
