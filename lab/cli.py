@@ -6,6 +6,7 @@ lab run PROFILE [--out DIR] run headless, print progress and the comparison
 lab report RUN_DIR [--format md|csv|json] [--compare RUN_B] [--probe FILE]
 lab probe [--backend B] [--model M] [--widths 1-16] [--method decode|batched-bench] [--out FILE]
 lab check PROFILE           validate a profile without loading a model
+lab lossless [-d DRAFTER]   test at temperature > 0 that drafters keep the target's distribution
 lab plugins                 backends, drafters, their options, load errors
 lab doctor                  engines, tools and models, and how to fix what is missing
 """
@@ -253,7 +254,9 @@ def tui_parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command parser; ``command`` names the one that will run, so the
+    lossless check's statistics (numpy) load only for that command."""
     parser = argparse.ArgumentParser(
         prog="lab", description="speclab: a terminal lab for speculative decoding",
         epilog="Without a command, `lab [--refresh-hz HZ] [PROFILE.toml]` opens the TUI "
@@ -267,6 +270,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a profile without loading a model (file:line and key for every problem)")
     p.add_argument("profile")
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser(
+        "lossless",
+        help="test at temperature > 0 that drafters keep the target's token distribution (speculative vs plain sampling)",
+        description="Sample plain and speculative continuations of the same contexts and test that their "
+        "token distributions agree (per position, Holm-corrected permutation tests).",
+    )
+    if command in (None, "lossless"):
+        from lab import lossless
+
+        lossless.add_arguments(p)
+        p.set_defaults(func=lossless.main)
     p = sub.add_parser("report", help="render a saved run")
     p.add_argument("run_dir")
     p.add_argument("--format", choices=("md", "csv", "json"), default="md")
@@ -295,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    commands = {"run", "check", "report", "plugins", "doctor", "probe", "-h", "--help"}
+    commands = {"run", "check", "lossless", "report", "plugins", "doctor", "probe", "-h", "--help"}
     if not args_list or args_list[0] not in commands:
         tui_args = tui_parser().parse_args(args_list)
         if tui_args.profile and not os.path.exists(tui_args.profile):
@@ -305,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("lab: --refresh-hz must be above 0 and at most 120", file=sys.stderr)
             return 2
         return cmd_tui(tui_args.profile, tui_args.refresh_hz)
-    parser = build_parser()
+    parser = build_parser(args_list[0])
     args = parser.parse_args(args_list)
     return int(args.func(args))
 
