@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import traceback
-import types
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -24,8 +23,8 @@ from lab.models import Builder, ModelBuilder
 if TYPE_CHECKING:
     from lab.doctor import Check
 
-# lab.models is where model-only plugins register (see _LegacyModels for the
-# bare-function form that group used to take).
+# lab.models is where model-only plugins register (a module with a
+# lab_register_models hook, like any other plugin).
 GROUPS = ("lab.backends", "lab.drafters", "lab.models")
 
 
@@ -88,21 +87,6 @@ class Registry:
         return msg
 
 
-class _LegacyModels:
-    """A ``lab.models`` entry point naming a bare function
-    ``register(register_model)``, the form that group took before the
-    ``lab_register_models`` hook: adapted to the hook so it loads, and fails,
-    like any plugin."""
-
-    def __init__(self, fn: Callable[..., None]) -> None:
-        self.fn = fn
-        self.__name__ = getattr(fn, "__module__", "legacy-models")
-
-    @hookspecs.hookimpl
-    def lab_register_models(self, register: Any) -> None:
-        self.fn(register)
-
-
 def _strict() -> bool:
     return os.environ.get("LAB_PLUGINS_STRICT", "") not in ("", "0")
 
@@ -150,6 +134,12 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
         # Call this plugin's own hookimpls only, so that an error is charged
         # to the plugin that raised it.
         name = pm.register(plugin, name=label)
+        if not pm.get_hookcallers(plugin):
+            pm.unregister(plugin)
+            fail(label, group, TypeError(
+                "implements no lab hook (lab_register_backends, lab_register_drafters, lab_register_models, "
+                "lab_doctor_checks; see lab.hookspecs)"))
+            return
         hooks: tuple[tuple[Any, Callable[..., None]], ...] = (
             (pm.hook.lab_register_backends, add_backend),
             (pm.hook.lab_register_drafters, add_drafter),
@@ -174,8 +164,6 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
             except Exception as exc:  # noqa: BLE001
                 fail(ep.name, group, exc)
                 continue
-            if group == "lab.models" and isinstance(plugin, types.FunctionType):
-                plugin = _LegacyModels(plugin)
             label = ep.name if pm.get_plugin(ep.name) is None else f"{ep.name} ({group})"
             register_all(plugin, label, group)
     for i, plugin in enumerate(extra_plugins):

@@ -177,8 +177,10 @@ def test_models_register_through_the_hook_with_the_same_isolation(plugin_path: P
     assert reg.models["tiny:plugin-made"].filename == "plugin-made.bin"
     assert reg.models["tiny:plugin-made"].version == "2"
     assert reg.origins["model:tiny:plugin-made"] == "made"
-    assert "tiny:legacy-made" in reg.models
     failed = {e.entry_point: e for e in reg.errors}
+    # a bare function is not a plugin: it is listed, not silently ignored
+    assert "tiny:legacy-made" not in reg.models
+    assert "implements no lab hook" in failed["legacy"].error
     assert "model plugin bug" in failed["raising"].error and failed["raising"].group == "lab.models"
     # The built-in plugins' models load beside them.
     assert "embedded:smollm2-q4_0" in reg.models

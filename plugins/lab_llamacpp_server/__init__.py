@@ -27,6 +27,13 @@ def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
 
 
 @hookimpl
+def lab_register_models(register: Callable[..., None]) -> None:
+    from lab_llamacpp_server.models import register as register_tiny
+
+    register_tiny(register)
+
+
+@hookimpl
 def lab_doctor_checks(register: Callable[[Check], None]) -> None:
     from lab.doctor import Check
     from lab_llamacpp_server.binary import ServerNotFound, server_info

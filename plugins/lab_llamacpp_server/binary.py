@@ -14,7 +14,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from lab.llama_tools import find_llama_tool
+from lab_llamacpp.tools import find_llama_tool
 
 
 class ServerNotFound(FileNotFoundError):

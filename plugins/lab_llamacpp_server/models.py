@@ -1,5 +1,5 @@
-"""Tiny models for the llama-server routes, registered through the
-``lab.models`` entry-point group (see lab.models)."""
+"""Tiny models for the llama-server routes, registered through the plugin's
+``lab_register_models`` hook (see lab.models)."""
 
 from __future__ import annotations
 
