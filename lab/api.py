@@ -13,6 +13,7 @@ and profile validation never load an engine.
 
 from __future__ import annotations
 
+import builtins
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -41,7 +42,12 @@ class Option:
     """One option a plugin accepts in a profile.
 
     ``type`` is one of bool, int, float, str, list. A profile value given as a
-    list for a non-list option is a sweep: one arm per value.
+    list for a non-list option is a sweep: one arm per value. The profile
+    check holds a value to ``min``/``max`` (inclusive; an int without them to
+    32 bits) and a list's elements to ``item_type`` before any engine starts;
+    ``requires`` maps a value to the options it needs (a ``spec_type`` that
+    drafts with a model needs ``draft_model``); ``model_ref`` marks a value
+    that names a model, which ``lab check`` looks up.
     """
 
     name: str
@@ -50,12 +56,19 @@ class Option:
     help: str = ""
     choices: tuple[Any, ...] | None = None
     required: bool = False
+    min: float | None = None
+    max: float | None = None
+    item_type: builtins.type | None = None
+    requires: tuple[tuple[Any, tuple[str, ...]], ...] = ()
+    model_ref: bool = False
 
     def describe(self) -> str:
+        from lab.profile.limits import range_note
+
         kind = self.type.__name__
         extra = f" one of {list(self.choices)}" if self.choices else ""
         default = "" if self.default is None else f" (default {self.default!r})"
-        return f"{self.name}: {kind}{extra}{default} - {self.help}"
+        return f"{self.name}: {kind}{range_note(self)}{extra}{default} - {self.help}"
 
 
 class EngineFailure(Exception):

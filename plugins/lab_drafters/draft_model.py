@@ -17,9 +17,9 @@ class DraftModelDrafter(Drafter):
     name = "draft-model"
     description = "a smaller model with the target's vocabulary drafts greedily (own context, rollback)"
     options = (
-        Option("model", str, None, "draft model: a path, embedded:..., or tiny:...", required=True),
-        Option("n_ctx", int, 0, "draft context size (0: the run's n_ctx)"),
-        Option("threads", int, 0, "draft threads (0: the run's threads)"),
+        Option("model", str, None, "draft model: a path, embedded:..., or tiny:...", required=True, model_ref=True),
+        Option("n_ctx", int, 0, "draft context size (0: the run's n_ctx)", min=0, max=1048576),
+        Option("threads", int, 0, "draft threads (0: the run's threads)", min=0, max=512),
     )
     stacks = frozenset({"llamacpp", "mlx"})
 

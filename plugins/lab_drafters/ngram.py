@@ -13,8 +13,8 @@ class NgramDrafter(Drafter):
     name = "ngram"
     description = "prompt lookup: continue the latest earlier match of the last n tokens"
     options = (
-        Option("max_ngram", int, 3, "longest n-gram to match (tried first)"),
-        Option("min_ngram", int, 1, "shortest n-gram to fall back to"),
+        Option("max_ngram", int, 3, "longest n-gram to match (tried first)", min=1, max=64),
+        Option("min_ngram", int, 1, "shortest n-gram to fall back to", min=1, max=64),
     )
 
     def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:

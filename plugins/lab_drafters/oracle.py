@@ -15,8 +15,8 @@ class OracleDrafter(Drafter):
     name = "oracle"
     description = "replays the same stack's baseline tokens (calibrates step cost at known acceptance)"
     options = (
-        Option("error_rate", float, 0.0, "probability that a drafted token is replaced by a wrong one"),
-        Option("seed", int, 0, "seed for the error draws"),
+        Option("error_rate", float, 0.0, "probability that a drafted token is replaced by a wrong one", min=0, max=1),
+        Option("seed", int, 0, "seed for the error draws", min=0, max=2**32 - 1),
     )
     needs_baseline = True
 

@@ -72,8 +72,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
     accepts_drafters = True
     gpu_layers_option = "n_gpu_layers"
     options = (
-        Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)"),
-        Option("n_batch", int, 512, "logical batch size for prompt processing (-b)"),
+        Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)", min=-1),
+        Option("n_batch", int, 512, "logical batch size for prompt processing (-b)", min=1, max=65536),
         Option("extra_bufts", bool, True, "let llama.cpp repack weights for faster CPU kernels (--no-repack turns it off)"),
     )
 

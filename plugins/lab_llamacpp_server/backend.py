@@ -42,8 +42,9 @@ class LlamaServerBackend(Backend):
     stack = STACK
     description = "llama-server with any --spec-type it accepts; per-step truth from its log, stream and /metrics"
     options: ClassVar[tuple[Option, ...]] = (
-        Option("spec_type", str, "none", "--spec-type: none, draft-simple, draft-mtp, draft-dflash, ngram-mod, ..."),
-        Option("draft_model", str, None, "-md: draft model (path, embedded:... or tiny:...)"),
+        Option("spec_type", str, "none", "--spec-type: none, draft-simple, draft-mtp, draft-dflash, ngram-mod, ...",
+               requires=tuple((t, ("draft_model",)) for t in sorted(NEEDS_DRAFT_MODEL))),
+        Option("draft_model", str, None, "-md: draft model (path, embedded:... or tiny:...)", model_ref=True),
         *COMMON_OPTIONS,
     )
     fixed_spec_type: ClassVar[str | None] = None
@@ -128,7 +129,7 @@ class LlamaServerBackend(Backend):
         self.server.start()
         self.ctx.log(f"{self.arm.name}: llama-server pid {self.server.pid} on port {self.port}, log {log_path}")
         self._client = ServerClient(self.base_url)
-        timeout = float(self.opt("health_timeout_s") or 300.0)
+        timeout = float(self.opt("health_timeout_s"))
         try:
             served = self._client.wait_healthy(
                 self.server.alive, timeout,
@@ -279,7 +280,8 @@ class LlamaMtpBackend(LlamaServerBackend):
     description = "llama-server --spec-type draft-mtp: MTP heads embedded in the target, or a separate mtp-*.gguf"
     fixed_spec_type = "draft-mtp"
     options = (
-        Option("mtp_model", str, None, "separate MTP head GGUF (mtp-*.gguf), passed as -md; omit when the target embeds it"),
+        Option("mtp_model", str, None, "separate MTP head GGUF (mtp-*.gguf), passed as -md; omit when the target embeds it",
+               model_ref=True),
         *COMMON_OPTIONS,
     )
 
@@ -292,6 +294,6 @@ class LlamaDFlashBackend(LlamaServerBackend):
     description = "llama-server --spec-type draft-dflash with a DFlash draft GGUF (-md)"
     fixed_spec_type = "draft-dflash"
     options = (
-        Option("draft_model", str, None, "-md: the DFlash draft GGUF", required=True),
+        Option("draft_model", str, None, "-md: the DFlash draft GGUF", required=True, model_ref=True),
         *COMMON_OPTIONS,
     )

