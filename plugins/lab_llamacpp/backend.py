@@ -75,6 +75,9 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
         Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)", min=-1),
         Option("n_batch", int, 512, "logical batch size for prompt processing (-b)", min=1, max=65536),
         Option("extra_bufts", bool, True, "let llama.cpp repack weights for faster CPU kernels (--no-repack turns it off)"),
+        Option("batch_invariant", bool, True,
+               "never decode a token alone (pad it to two rows), so greedy speculation is token-identical to the "
+               "baseline on the CPU kernels; false runs llama.cpp's one-row kernels at their own speed"),
     )
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
@@ -98,7 +101,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
         threads = self.ctx.run.threads or available_cores()
         emit(StatusChanged(cell, Status.LOADING, phase="creating context", progress=0.7))
         try:
-            self.context = engine.Context(self.model, self.ctx.run.n_ctx, int(opts.get("n_batch", 512)), threads)
+            self.context = engine.Context(self.model, self.ctx.run.n_ctx, int(opts.get("n_batch", 512)), threads,
+                                          batch_invariant=bool(opts.get("batch_invariant", True)))
         except engine.LlamaError as exc:
             raise EngineOOM(str(exc)) from exc
 
@@ -164,7 +168,13 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
             self.model = None
 
     def report(self) -> dict[str, Any]:
-        return {"loop_overhead_s": self.stats.overhead_s(), "steps": self.stats.steps}
+        opts = self.arm.options
+        return {
+            "loop_overhead_s": self.stats.overhead_s(), "steps": self.stats.steps,
+            # what decides whether outputs can be bit-identical (see engine.py)
+            "batch_invariant": bool(opts.get("batch_invariant", True)),
+            "extra_bufts": bool(opts.get("extra_bufts", True)),
+        }
 
     # -- verify cost (lab probe) ----------------------------------------------
     probe_methods = ("decode", "batched-bench")
