@@ -8,6 +8,12 @@ both sides alike:
      drafter, so every step is a full n_max block).
 
     python benchmarks/decode_overhead.py [--repeats 5] [--tokens 128] [--model embedded:smollm2]
+                                         [--batch-invariant on|off]
+
+``--batch-invariant on`` (the backend's default) pads every lone token to two
+rows so greedy speculation stays token-identical to the baseline; ``off``
+runs llama.cpp's one-row kernels, as llama-bench does: the two ratios show
+what bit-exact comparison costs on this machine.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ text = "The"
 name = "base"
 backend = "llamacpp"
 model = "{model}"
+options = {{ batch_invariant = {invariant} }}
 
 [[arms]]
 name = "oracle"
@@ -70,12 +77,14 @@ backend = "llamacpp"
 model = "{model}"
 drafter = "oracle"
 n_max = 4
+options = {{ batch_invariant = {invariant} }}
 """
 
 
-def lab_run(model: str, tokens: int, threads: int) -> tuple[float, float]:
+def lab_run(model: str, tokens: int, threads: int, invariant: bool) -> tuple[float, float]:
     registry = load_registry()
-    profile = parse_profile(PROFILE.format(tokens=tokens, threads=threads, model=model), "bench.toml", registry)
+    text = PROFILE.format(tokens=tokens, threads=threads, model=model, invariant=str(invariant).lower())
+    profile = parse_profile(text, "bench.toml", registry)
     rows = Runner(profile, registry).run()
     base = next(r for r in rows if r["arm"] == "base")
     oracle = next(r for r in rows if r["arm"] == "oracle")
@@ -95,6 +104,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--model", default="embedded:smollm2")
     ap.add_argument("--threads", type=int, default=0, help="0: as many as the CPUs this process may use")
+    ap.add_argument("--batch-invariant", choices=("on", "off"), default="on",
+                    help="pad lone tokens to two rows (the backend's default) or not")
     args = ap.parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
     model_path = models.resolve(args.model)
@@ -105,14 +116,15 @@ def main() -> int:
     ratios: list[float] = []
     for i in range(args.repeats):
         b = llama_bench_tg(bench, model_path, args.tokens, threads)
-        t, o = lab_run(args.model, args.tokens, threads)
+        t, o = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on")
         bench_tps.append(b)
         lab_tps.append(t)
         overhead.append(o)
         ratios.append(t / b)
         print(f"repeat {i + 1}: llama-bench tg{args.tokens} {b:.1f} tok/s, lab baseline {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step", flush=True)
     print()
-    print(f"model {args.model} ({model_path.name}), {threads} threads, {args.tokens} tokens, {args.repeats} repeats")
+    print(f"model {args.model} ({model_path.name}), {threads} threads, {args.tokens} tokens, {args.repeats} repeats, "
+          f"batch invariant {args.batch_invariant}")
     print(f"llama-bench tg tok/s:      {spread(bench_tps)}")
     print(f"lab baseline tok/s:        {spread(lab_tps)}")
     print(f"lab / llama-bench ratio:   {spread(ratios)}   (goal >= 0.95)")
