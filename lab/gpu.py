@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from lab.events import now
+from lab.sampling import PeriodicSampler
 
 MIB = 1 << 20
 
@@ -215,19 +216,17 @@ def open_reader() -> GpuReader | None:
     return None
 
 
-class GpuSampler:
+class GpuSampler(PeriodicSampler):
     """Reads every ``interval`` seconds on its own thread and keeps the
     samples of card ``index``; peaks of memory in use, whole card and per
     watched process set."""
 
     def __init__(self, reader: GpuReader, interval: float = 0.05, index: int = 0) -> None:
+        super().__init__(interval, "gpu-sampler")
         self.reader = reader
-        self.interval = interval
         self.index = index
         self.samples: list[GpuSample] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def sample(self) -> GpuSample | None:
         for s in self.reader.read():
@@ -236,34 +235,6 @@ class GpuSampler:
                     self.samples.append(s)
                 return s
         return None
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.sample()
-            except Exception:  # noqa: BLE001 - sampling must never break a run
-                continue
-
-    def start(self) -> GpuSampler:
-        self.sample()
-        self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-        try:
-            self.sample()
-        except Exception:  # noqa: BLE001
-            pass
-
-    def __enter__(self) -> GpuSampler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def snapshot(self) -> list[GpuSample]:
         with self._lock:

@@ -4,10 +4,10 @@ started. Samples on its own thread; never touches an engine API."""
 from __future__ import annotations
 
 import os
-import threading
 from typing import Callable
 
 from lab.events import Emit, MemorySample
+from lab.sampling import PeriodicSampler
 
 
 def rss_bytes(pids: list[int]) -> int:
@@ -22,7 +22,7 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
-class MemorySampler:
+class MemorySampler(PeriodicSampler):
     """Samples RSS of this process plus ``child_pids()`` every ``interval``
     seconds and keeps the peak. ``device_bytes`` is an optional reader of
     accelerator memory. ``emit`` is called from the sampler's own thread
@@ -38,38 +38,16 @@ class MemorySampler:
         engine_bytes: Callable[[], int | None] = lambda: None,
         device_bytes: Callable[[], int | None] = lambda: None,
     ) -> None:
+        super().__init__(interval, f"memory-{arm}")
         self.arm = arm
         self.emit = emit
-        self.interval = interval
         self.child_pids = child_pids
         self.engine_bytes = engine_bytes
         self.device_bytes = device_bytes
         self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"memory-{arm}", daemon=True)
 
     def sample(self) -> int:
         rss = rss_bytes([os.getpid(), *self.child_pids()])
         self.peak = max(self.peak, rss)
         self.emit(MemorySample(self.arm, rss, self.engine_bytes(), self.device_bytes()))
         return rss
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.sample()
-            except Exception:  # noqa: BLE001 - sampling must never break a run
-                continue
-
-    def __enter__(self) -> MemorySampler:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        try:
-            self.sample()
-        except Exception:  # noqa: BLE001
-            pass

@@ -1,0 +1,53 @@
+"""A reading taken on its own thread at a fixed interval: the memory and GPU
+samplers share this life cycle."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from typing import TypeVar
+
+S = TypeVar("S", bound="PeriodicSampler")
+
+
+class PeriodicSampler(ABC):
+    """``sample()`` once on start, then every ``interval`` seconds on a
+    daemon thread, and once more on stop so the last reading is not lost. A
+    failing reading is skipped: sampling must never break a run."""
+
+    def __init__(self, interval: float, name: str) -> None:
+        self.interval = interval
+        self._name = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @abstractmethod
+    def sample(self) -> object: ...
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - sampling must never break a run
+                continue
+
+    def start(self: S) -> S:
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        try:
+            self.sample()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __enter__(self: S) -> S:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
