@@ -129,7 +129,8 @@ class LlamaServerBackend(Backend):
         self.server.start()
         self.ctx.log(f"{self.arm.name}: llama-server pid {self.server.pid} on port {self.port}, log {log_path}")
         self._client = ServerClient(self.base_url)
-        timeout = float(self.opt("health_timeout_s"))
+        given = self.opt("health_timeout_s")
+        timeout = 300.0 if given is None else float(given)  # 0 is refused by the profile check, never "default"
         try:
             served = self._client.wait_healthy(
                 self.server.alive, timeout,
