@@ -14,7 +14,7 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     Option("flash_attn", str, None, "-fa", choices=("on", "off", "auto")),
     Option("batch", int, None, "-b: logical batch size", min=1, max=65536),
     Option("ubatch", int, None, "-ub: physical batch size", min=1, max=65536),
-    Option("ctx_size", int, None, "-c: context size (default: run.n_ctx)", min=0, max=1048576),
+    Option("ctx_size", int, None, "-c: context size (default: run.n_ctx)", min=0),
     Option("parallel", int, 1, "--parallel: server slots (1 measures one stream honestly)", min=1, max=256),
     Option("draft_n_min", int, None, "--spec-draft-n-min", min=0, max=1024),
     Option("draft_p_min", float, None, "--spec-draft-p-min", min=0, max=1),
