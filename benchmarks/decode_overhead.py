@@ -10,10 +10,10 @@ both sides alike:
     python benchmarks/decode_overhead.py [--repeats 5] [--tokens 128] [--model embedded:smollm2]
                                          [--batch-invariant on|off]
 
-``--batch-invariant on`` (the backend's default) pads every lone token to two
-rows so greedy speculation stays token-identical to the baseline; ``off``
-runs llama.cpp's one-row kernels, as llama-bench does: the two ratios show
-what bit-exact comparison costs on this machine.
+``--batch-invariant on`` pads every lone token to two rows so greedy
+speculation stays token-identical to the baseline; ``off`` (the backend's
+default) runs llama.cpp's one-row kernels, as llama-bench does: the two
+ratios show what bit-exact comparison costs on this machine.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--model", default="embedded:smollm2")
     ap.add_argument("--threads", type=int, default=0, help="0: as many as the CPUs this process may use")
-    ap.add_argument("--batch-invariant", choices=("on", "off"), default="on",
-                    help="pad lone tokens to two rows (the backend's default) or not")
+    ap.add_argument("--batch-invariant", choices=("on", "off"), default="off",
+                    help="pad lone tokens to two rows (bit-exact greedy speculation) or not (the backend's default)")
     args = ap.parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
     model_path = models.resolve(args.model)

@@ -222,8 +222,7 @@ ARM_SPECS = {
 
 def arms_for(model: str, draft_model: str, spec_arms: Sequence[str], repack: bool = True) -> str:
     arm = f'backend = "llamacpp"\nmodel = "{model}"'
-    if not repack:
-        arm += "\noptions = { extra_bufts = false }"
+    arm += "\noptions = { batch_invariant = true" + ("" if repack else ", extra_bufts = false") + " }"
     text = f'[[arms]]\nname = "base"\n{arm}\n'
     for name in spec_arms:
         text += f'\n[[arms]]\nname = "{name}"\n{arm}\n' + ARM_SPECS[name].replace("DRAFT", draft_model) + "\n"

@@ -169,7 +169,7 @@ class Sampling:
 class Context:
     """One llama context: decode, sample, roll back."""
 
-    def __init__(self, model: Model, n_ctx: int, n_batch: int, threads: int, batch_invariant: bool = True) -> None:
+    def __init__(self, model: Model, n_ctx: int, n_batch: int, threads: int, batch_invariant: bool = False) -> None:
         self.model = model
         self.batch_invariant = batch_invariant
         params = ll.llama_context_default_params()
