@@ -7,31 +7,22 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from lab.profile.errors import KeyPath, Source, shown
 from lab.profile.limits import MAX_ARMS
+from lab.profile.model import Arm
 from lab.profile.names import UniqueNames, name_problem, swept_name
 from lab.profile.validate import ArmEntry
 
 
 @dataclass(frozen=True)
-class ArmDraft:
-    """One arm after expansion, before its baseline is known."""
+class ArmDraft(Arm):
+    """One arm after expansion, before its baseline is known: ``baseline``
+    is the arm it names, if any, and ``is_baseline`` is not decided yet."""
 
-    index: int  # the [[arms]] entry it came from
-    name: str
-    backend: str
-    model: str | None
-    drafter: str | None
-    n_max: int | None
-    options: Mapping[str, Any]
-    drafter_options: Mapping[str, Any]
-    baseline: str | None
-    stack: str
-    group: str
-    sweep: Mapping[str, Any] = field(default_factory=dict)
+    index: int = -1  # the [[arms]] entry it came from
 
 
 def _axes(entry: ArmEntry) -> list[tuple[str, str, Sequence[Any]]]:
@@ -84,7 +75,7 @@ def expand(src: Source, entries: Sequence[ArmEntry]) -> list[ArmDraft]:
                     n_max=values[("n_max", "n_max")],
                     options={k: values[("options", k)] for k in e.options},
                     drafter_options={k: values[("drafter_options", k)] for k in e.drafter_options},
-                    baseline=e.baseline, stack=e.stack, group=e.name, sweep=sweep,
+                    baseline=e.baseline, is_baseline=False, stack=e.stack, group=e.name, sweep=sweep,
                 )
             )
     return out
