@@ -107,8 +107,11 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     # Long enough that the run is still going when the first row lands, short
     # enough that a loaded machine gets there.
     (tmp_path / "p.toml").write_text(PROFILE.format(max_tokens=96, rounds=3))
+    # A test runner started in the background inherits SIGINT ignored, and so
+    # would the lab: give it the default disposition a terminal gives.
     proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "run", "p.toml", "--out", "runs"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 400
         results = None
