@@ -156,9 +156,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.bandwidth:
             data["bandwidth_bytes_s"] = args.bandwidth * 1e9
         if args.compare:
-            from lab.analysis.compare import render_compare  # type: ignore[import-not-found]
+            from lab.analysis.compare import render_compare, warnings
 
-            text = render_compare(data, load_run(args.compare), args.format)
+            data_b = load_run(args.compare)
+            text = render_compare(data, data_b, args.format)
+            if args.format == "csv":  # Markdown and JSON carry them; a CSV is cells only
+                for line in warnings(data, data_b):
+                    print(f"lab: warning: {line}", file=sys.stderr)
         else:
             text = render(data, args.format)
     except (OSError, ValueError, ProbeError) as exc:

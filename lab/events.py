@@ -28,13 +28,26 @@ class Status(str, Enum):
     ERROR = "error"
     CRASHED = "crashed"
     CANCELLED = "cancelled"
+    # Stopped by the user's "skip to the next arm": not measured, and
+    # neither a failure nor a cancelled run.
+    SKIPPED = "skipped"
 
     @property
     def is_final(self) -> bool:
         return self in FINAL_STATUSES
 
+    @property
+    def is_failure(self) -> bool:
+        """The engine failed (oom, error, crashed); cancelled and skipped
+        cells were stopped on purpose and are not failures."""
+        return self in FAILURE_STATUSES
 
-FINAL_STATUSES = frozenset({Status.OK, Status.OOM, Status.ERROR, Status.CRASHED, Status.CANCELLED})
+
+FINAL_STATUSES = frozenset(
+    {Status.OK, Status.OOM, Status.ERROR, Status.CRASHED, Status.CANCELLED, Status.SKIPPED})
+FAILURE_STATUSES = frozenset({Status.OOM, Status.ERROR, Status.CRASHED})
+# Cells nobody measured because someone stopped them.
+STOPPED_STATUSES = frozenset({Status.CANCELLED, Status.SKIPPED})
 
 
 def now() -> float:

@@ -51,7 +51,7 @@ from lab.results import ResultRow, add_origin, build_result, pick_baseline
 from lab.run_events import ArmReported, Listener, Logged, RunEvent
 
 # An arm's cells are as bad as their worst status.
-_WORST_FIRST = (Status.CRASHED, Status.OOM, Status.ERROR, Status.CANCELLED)
+_WORST_FIRST = (Status.CRASHED, Status.OOM, Status.ERROR, Status.CANCELLED, Status.SKIPPED)
 
 
 @dataclass
@@ -97,6 +97,13 @@ class RunControl:
     def arm_cancelled(self, arm: str) -> bool:
         with self._lock:
             return arm in self._cancelled_arms
+
+    def stop_status(self, arm: str) -> Status:
+        """What the cells of ``arm`` that stop now are recorded as: skipped
+        when the user only moved on to the next arm, else cancelled."""
+        if self._cancel.is_set() or self.arm_cancelled(arm):
+            return Status.CANCELLED
+        return Status.SKIPPED
 
     def pause(self) -> None:
         """Hold the run at its next pause point: the next step of a backend
@@ -258,6 +265,11 @@ class Runner:
         self.emit(Finished(cell, row))
         return row
 
+    def _record_stopped(self, arm: Arm, cell: Cell, peak: int | None) -> None:
+        status = self.control.stop_status(arm.name)
+        detail = "skipped: the run moved on to the next arm" if status == Status.SKIPPED else "cancelled"
+        self._record(arm, cell, status, detail=detail, peak=peak)
+
     def _reference(self, arm: Arm) -> Callable[[str, int], Sequence[int] | None]:
         def lookup(prompt: str, round: int) -> Sequence[int] | None:
             if arm.baseline is None:
@@ -351,7 +363,7 @@ class Runner:
             self._hold(cell, in_cell=False)
             if self.control.stop_requested:
                 if not cell.is_warmup:
-                    self._record(arm, cell, Status.CANCELLED, detail="cancelled", peak=sampler.peak)
+                    self._record_stopped(arm, cell, sampler.peak)
                 continue
             status = Status.WARMUP if cell.is_warmup else Status.RUNNING
             self.emit(StatusChanged(cell, status, phase="warmup" if cell.is_warmup else "generating"))
@@ -376,7 +388,7 @@ class Runner:
                 gen = backend.generate(self._request(cell, arm), collect, cancelled)
             except Cancelled:
                 if not cell.is_warmup:
-                    self._record(arm, cell, Status.CANCELLED, detail="cancelled", peak=sampler.peak)
+                    self._record_stopped(arm, cell, sampler.peak)
                 continue
             except EngineFailure as exc:
                 if not cell.is_warmup:

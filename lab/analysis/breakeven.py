@@ -25,6 +25,8 @@ EVEN = "break-even"
 LOSES = "loses"
 STRUCTURAL = "structural loss"
 FAILED = "failed"
+CANCELLED = "cancelled"
+SKIPPED = "skipped"
 BASELINE = "baseline"
 NO_STEPS = "no steps"
 NO_BASELINE = "no baseline"
@@ -128,6 +130,9 @@ class Call:
 
 def classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:
     status = row.get("status")
+    if status in (CANCELLED, SKIPPED):
+        # Stopped on purpose: nothing was measured, and nothing failed.
+        return Call(str(status), f"{status}: not measured")
     if status != "ok":
         detail = str(row.get("detail") or "").strip().splitlines()
         return Call(FAILED, f"failed: {status}" + (f" ({detail[0][:80]})" if detail else ""))

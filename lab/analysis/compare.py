@@ -3,7 +3,13 @@ speedup, acceptance, peak memory and verdict in run A and run B.
 
 A speedup change counts as real only when it leaves run A's interval (or,
 with no interval, moves more than the neutral band); a verdict whose kind
-changed is always shown.
+changed is always shown. A tok/s change counts when it is larger than the
+rounds' own spread in either run (at least TOKS_NOISE): a baseline that moved
+that much means every speedup measured against it moved with the machine,
+not with the drafter, and the comparison says so up front. So does a pair of
+runs whose profiles differ (arms, prompts, run settings): their cells are not
+like for like. Cells someone stopped (cancelled, skipped) were not measured;
+they are neither failures nor verdict changes.
 """
 
 from __future__ import annotations
@@ -17,6 +23,12 @@ from lab.analysis.breakeven import NEUTRAL_BAND
 from lab.analysis.run import summarize
 
 MEMORY_CHANGE = 0.10
+# The smallest tok/s move called real: one round has no spread of its own,
+# and runs on a shared machine wander by a few percent.
+TOKS_NOISE = 0.05
+STOPPED = ("cancelled", "skipped")
+# Arm keys whose difference makes two arms of the same name different arms.
+ARM_KEYS = ("backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline")
 
 
 def _name(data: Mapping[str, Any]) -> str:
@@ -36,13 +48,20 @@ def compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any]) -> list[dict[s
             row[f"{field}_a"] = sa.get(field) if sa else None
             row[f"{field}_b"] = sb.get(field) if sb else None
         changes = []
-        if sa and sb:
+        stopped = [side for side, s in (("A", sa), ("B", sb)) if s and _stopped(s)]
+        if sa and sb and stopped:
+            changes.append("not measured in " + " and ".join(stopped))
+        elif sa and sb:
             sp_a, sp_b = sa.get("speedup"), sb.get("speedup")
             if sp_a is not None and sp_b is not None:
                 ci = sa.get("speedup_ci")
                 outside = (sp_b < ci[0] or sp_b > ci[1]) if ci else abs(sp_b - sp_a) > NEUTRAL_BAND
                 if outside and abs(sp_b - sp_a) > NEUTRAL_BAND:
                     changes.append("speedup")
+            moved = _toks_moved(sa, sb)
+            if moved is not None:
+                row["tok_per_s_change"], row["tok_per_s_noise"] = moved
+                changes.append("tok/s")
             if sa.get("verdict_kind") != sb.get("verdict_kind"):
                 changes.append("verdict")
             if sa.get("status") != sb.get("status"):
@@ -61,6 +80,73 @@ def compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any]) -> list[dict[s
     return out
 
 
+def _stopped(s: Mapping[str, Any]) -> bool:
+    """No round of the cell was measured: every one was cancelled or skipped."""
+    return not s.get("rounds") and all(part in STOPPED for part in str(s.get("status") or "").split("/"))
+
+
+def _toks_moved(sa: Mapping[str, Any], sb: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(relative change, noise) when the median tok/s moved beyond both runs'
+    spread over their rounds, else None."""
+    a, b = sa.get("tok_per_s"), sb.get("tok_per_s")
+    if not a or b is None:
+        return None
+    noise = max(TOKS_NOISE, sa.get("tok_per_s_spread") or 0.0, sb.get("tok_per_s_spread") or 0.0)
+    change = (b - a) / a
+    return (change, noise) if abs(change) > noise else None
+
+
+def _changed_keys(a: Mapping[str, Any], b: Mapping[str, Any], keys: Any) -> list[str]:
+    return [f"{k} {a.get(k)!r} → {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
+
+
+def profile_differences(data_a: Mapping[str, Any], data_b: Mapping[str, Any]) -> list[str]:
+    """How the two runs' profiles differ: arms, prompts, run settings."""
+    pa, pb = data_a.get("profile") or {}, data_b.get("profile") or {}
+    out = []
+    arms_a = {a["name"]: a for a in pa.get("arms", [])}
+    arms_b = {a["name"]: a for a in pb.get("arms", [])}
+    only_a = [n for n in arms_a if n not in arms_b]
+    only_b = [n for n in arms_b if n not in arms_a]
+    if only_a or only_b:
+        out.append(f"arms differ: only in A: {', '.join(only_a) or 'none'}; only in B: {', '.join(only_b) or 'none'}")
+    for name in arms_a:
+        if name in arms_b:
+            diff = _changed_keys(arms_a[name], arms_b[name], ARM_KEYS)
+            if diff:
+                out.append(f"arm {name} differs: {'; '.join(diff)}")
+    prompts_a = {p["name"]: p for p in pa.get("prompts", [])}
+    prompts_b = {p["name"]: p for p in pb.get("prompts", [])}
+    if set(prompts_a) != set(prompts_b):
+        out.append(f"prompts differ: A has {', '.join(prompts_a) or 'none'}; B has {', '.join(prompts_b) or 'none'}")
+    for name in prompts_a:
+        if name in prompts_b and _changed_keys(prompts_a[name], prompts_b[name], ("text", "file", "system")):
+            out.append(f"prompt {name} has other text in B")
+    run_a, run_b = pa.get("run") or {}, pb.get("run") or {}
+    diff = _changed_keys(run_a, run_b, sorted(set(run_a) | set(run_b)))
+    if diff:
+        out.append(f"run settings differ: {'; '.join(diff)}")
+    return out
+
+
+def warnings(data_a: Mapping[str, Any], data_b: Mapping[str, Any], rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """What a reader must know before trusting the cell-by-cell changes."""
+    rows = compare(data_a, data_b) if rows is None else rows
+    out = [f"the profiles differ, so cells are not like for like: {d}" for d in profile_differences(data_a, data_b)]
+    base_arms = {a["name"] for a in (data_a.get("profile") or {}).get("arms", []) if a.get("is_baseline")}
+    for r in rows:
+        if "tok/s" in r["changed"] and (r["arm"] in base_arms or r.get("verdict_kind_a") == "baseline"):
+            out.append(
+                f"baseline {r['arm']} on {r['prompt']} moved {r['tok_per_s_change'] * 100:+.0f}% "
+                f"(noise ±{r['tok_per_s_noise'] * 100:.0f}%): the speedups of the arms measured against it "
+                "moved with the machine, not only with their drafters")
+    machine_a, machine_b = data_a.get("machine"), data_b.get("machine")
+    if machine_a and machine_b and machine_a != machine_b:
+        out.append("the runs come from different machines: " + "; ".join(
+            _changed_keys(machine_a, machine_b, sorted(set(machine_a) | set(machine_b)))))
+    return out
+
+
 def _delta(a: float | None, b: float | None, spec: str, suffix: str = "", scale: float = 1.0) -> str:
     if a is None and b is None:
         return "—"
@@ -73,11 +159,13 @@ def _delta(a: float | None, b: float | None, spec: str, suffix: str = "", scale:
 
 def render_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], fmt: str = "md") -> str:
     rows = compare(data_a, data_b)
+    warned = warnings(data_a, data_b, rows)
     if fmt == "json":
-        return json.dumps({"a": _name(data_a), "b": _name(data_b), "cells": rows}, indent=1, default=str) + "\n"
+        return json.dumps({"a": _name(data_a), "b": _name(data_b), "warnings": warned, "cells": rows},
+                          indent=1, default=str) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
-        keys = [k for k in rows[0]] if rows else ["arm", "prompt"]
+        keys = list(dict.fromkeys(k for r in rows for k in r)) if rows else ["arm", "prompt"]
         writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         writer.writeheader()
         for r in rows:
@@ -88,6 +176,7 @@ def render_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], fmt: st
     lines = [
         f"# {data_a['profile'].get('name')} → {data_b['profile'].get('name')}", "",
         f"A: {_name(data_a)}  ", f"B: {_name(data_b)}", "",
+        *([*(f"> **warning:** {w}  " for w in warned), ""] if warned else []),
         "| arm | prompt | tok/s | speedup | acceptance | step cost | peak mem | verdict | changed |",
         "|---|---|---|---|---|---|---|---|---|",
     ]

@@ -138,10 +138,11 @@ class EventBridge:
         """Stop an arm: the running one at its next step; a pending one is
         never loaded (its cells are recorded as cancelled)."""
         with self._lock:
+            # Marked cancelled either way, so the running arm's cells read
+            # "cancelled" rather than "skipped" once the skip stops it.
+            self.control.cancel_arm(arm)
             if arm == self.running_arm:
                 self.control.skip_arm()
-            else:
-                self.control.cancel_arm(arm)
 
     def skip_arm(self) -> None:
         self.control.skip_arm()

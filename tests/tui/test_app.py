@@ -232,7 +232,7 @@ options = { virtual_clock = true }
         await pilot.press("n")  # skip the running arm
         await run_finished(pilot)
         rows = {r["arm"]: r["status"] for r in load_run(screen.session.run_dir)["results"]}
-        assert rows == {"slow": "cancelled", "later": "cancelled", "last": "ok"}
+        assert rows == {"slow": "skipped", "later": "cancelled", "last": "ok"}
         assert screen.lane("last").status.value == "ok"
 
 

@@ -1,0 +1,105 @@
+"""`lab report A --compare B`: the warnings that come before the cells
+(profiles that differ, a baseline that moved beyond its noise) and cells
+that were stopped rather than measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lab.analysis.compare import compare, profile_differences, render_compare, warnings
+from lab.cli import main
+from lab.events import Status
+from lab.results import RESULT_KEYS
+from lab.store import SCHEMA_VERSION
+
+
+def _row(arm: str, rnd: int, status: str = "ok", tok_per_s: float | None = None, **kw: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {k: None for k in RESULT_KEYS}
+    row.update(arm=arm, backend="llamacpp", drafter=None, prompt="prose", round=rnd, status=status,
+               tok_per_s=tok_per_s, verdict="", is_baseline=arm == "base", detail="")
+    row.update(kw)
+    return row
+
+
+def _spec(rnd: int, tok_per_s: float, base: float, status: str = "ok") -> dict[str, Any]:
+    if status != "ok":
+        return _row("spec", rnd, status, drafter="ngram", baseline_arm="base", detail=status)
+    return _row("spec", rnd, tok_per_s=tok_per_s, drafter="ngram", baseline_arm="base", speedup=tok_per_s / base,
+                steps=40, drafted=120, accepted=60, acceptance_rate=0.5, mean_accepted_len=2.5,
+                step_s=2.0 / base, step_cost_tokens=2.0, max_yield=4, n_max=3)
+
+
+def _data(base_tps: list[float], spec_tps: list[float], *, max_tokens: int = 64, extra_arm: bool = False,
+          spec_status: str = "ok") -> dict[str, Any]:
+    arms = [{"name": "base", "backend": "llamacpp", "model": "embedded:smollm2", "drafter": None, "n_max": None,
+             "is_baseline": True, "options": {}, "drafter_options": {}, "baseline": None},
+            {"name": "spec", "backend": "llamacpp", "model": "embedded:smollm2", "drafter": "ngram", "n_max": 3,
+             "is_baseline": False, "options": {}, "drafter_options": {}, "baseline": "base"}]
+    if extra_arm:
+        arms.append({**arms[1], "name": "other"})
+    results = [_row("base", i + 1, tok_per_s=t) for i, t in enumerate(base_tps)]
+    results += [_spec(i + 1, t, base_tps[i], spec_status) for i, t in enumerate(spec_tps)]
+    return {
+        "schema": SCHEMA_VERSION, "started": "2026-12-01T10:00:00+0000",
+        "profile": {"name": "p", "run": {"max_tokens": max_tokens, "rounds": len(base_tps)},
+                    "prompts": [{"name": "prose", "text": "Write.", "file": None, "system": None}], "arms": arms},
+        "results": results,
+    }
+
+
+def test_a_baseline_that_moved_beyond_its_noise_is_a_change_and_a_warning() -> None:
+    a = _data([100.0, 102.0], [150.0, 151.0])
+    b = _data([296.0, 300.0], [300.0, 302.0])
+    rows = {r["arm"]: r for r in compare(a, b)}
+    assert "tok/s" in rows["base"]["changed"], rows["base"]
+    assert rows["base"]["tok_per_s_change"] > 1.9
+    said = warnings(a, b)
+    assert any(w.startswith("baseline base on prose moved +1") for w in said), said
+    md = render_compare(a, b, "md")
+    assert "**warning:** baseline base" in md
+    assert "tok/s" in md.split("| base | prose |")[1].splitlines()[0].rsplit("|", 2)[1]
+
+
+def test_moves_inside_the_rounds_spread_are_noise() -> None:
+    a = _data([100.0, 120.0], [150.0, 170.0])  # a 20 % spread of its own
+    b = _data([112.0, 116.0], [158.0, 160.0])
+    rows = {r["arm"]: r for r in compare(a, b)}
+    assert "tok/s" not in rows["base"]["changed"]
+    assert not [w for w in warnings(a, b) if w.startswith("baseline")]
+
+
+def test_profiles_that_differ_are_said_before_the_cells() -> None:
+    a = _data([100.0], [150.0])
+    b = _data([100.0], [150.0], max_tokens=400, extra_arm=True)
+    diffs = profile_differences(a, b)
+    assert any("only in B: other" in d for d in diffs), diffs
+    assert any("max_tokens 64 → 400" in d for d in diffs), diffs
+    doc = json.loads(render_compare(a, b, "json"))
+    assert any("not like for like" in w for w in doc["warnings"])
+    assert profile_differences(a, a) == [] and warnings(a, a) == []
+
+
+def test_stopped_cells_are_not_failures_nor_verdict_changes() -> None:
+    for status in (Status.CANCELLED, Status.SKIPPED):
+        a = _data([100.0], [150.0])
+        b = _data([100.0], [150.0], spec_status=status.value)
+        spec = next(r for r in compare(a, b) if r["arm"] == "spec")
+        assert spec["verdict_kind_b"] == status.value
+        assert spec["changed"] == ["not measured in B"]
+        md = render_compare(a, b, "md")
+        assert "failed" not in md
+
+
+def test_cli_compare_prints_the_warnings(tmp_path: Path, capsys: Any) -> None:
+    for name, data in (("a", _data([100.0], [150.0])), ("b", _data([300.0], [310.0], max_tokens=32))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(data))
+    assert main(["report", str(tmp_path / "a"), "--compare", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "max_tokens 100" not in out and "max_tokens 64 → 32" in out
+    assert "baseline base on prose moved +200%" in out
+    assert main(["report", str(tmp_path / "a"), "--compare", str(tmp_path / "b"), "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" in captured.err and "arm,prompt" in captured.out
