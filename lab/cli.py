@@ -17,12 +17,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Sequence, TextIO
 
 from lab.events import Finished, RunStarted, Status, StatusChanged
 from lab.run_events import Listener, RunEvent, finished_row
 
 if TYPE_CHECKING:
+    from lab.plugins import Registry
     from lab.results import ResultRow
 
 DEFAULT_PROFILE = "profiles/demo.toml"
@@ -105,28 +106,57 @@ def cmd_run(args: argparse.Namespace) -> int:
     from lab.profiles import ProfileError, check_profile
     from lab.report import ReportWriter
     from lab.runner import Runner
-    from lab.store import RunStore
+    from lab.store import RunStore, StoreError
+    from lab.textsafe import PrintableStream, printable
 
     registry = load_registry()
+    if registry.errors:
+        print(f"lab: {load_errors_line(registry)}", file=sys.stderr)
     try:
         # everything knowable without a model is refused before anything starts
         profile = check_profile(args.profile, registry)
     except ProfileError as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 2
-    store = RunStore(profile, args.out)
-    listeners: list[Listener] = [ReportWriter()]
+    try:
+        store = RunStore(profile, args.out, on_moved=_say_moved)
+    except StoreError as exc:
+        print(f"lab: {printable(exc)}", file=sys.stderr)
+        return 2
+    report = ReportWriter(store)
+    listeners: list[Listener] = [report]
     if not args.quiet:
-        listeners.append(Progress(sys.stderr))
+        listeners.append(Progress(PrintableStream(sys.stderr)))  # type: ignore[arg-type]
     runner = Runner(profile, registry, store, listeners)
     try:
         results = runner.run()
     except KeyboardInterrupt:
-        print(f"\nlab: interrupted; what was measured is in {store.path}", file=sys.stderr)
+        print(f"\nlab: interrupted; what was measured is in {printable(store.path)}", file=sys.stderr)
         return 130
-    print(_table(results))
-    print(f"\nsaved: {store.path}")
+    print(printable(_table(results), keep="\n"))
+    if report.error:
+        print(f"lab: {printable(report.error)}", file=sys.stderr)
+    if store.memory_only:
+        print("\nlab: nothing could be saved (see above); the table is all that is left of this run", file=sys.stderr)
+        return 1
+    print(f"\nsaved: {printable(store.path)}")
     return 0
+
+
+def _say_moved(failed: Path, now: Path | None, reason: str) -> None:
+    """The store's word when the run directory stopped taking writes."""
+    from lab.textsafe import printable
+
+    where = f"the run goes on in {now}" if now is not None else "no fallback directory either; rows kept in memory"
+    print(f"lab: cannot write {printable(failed)} ({printable(reason)}); {printable(where)}", file=sys.stderr, flush=True)
+
+
+def load_errors_line(registry: Registry) -> str:
+    """Plugins that failed to load, in one line."""
+    from lab.textsafe import printable
+
+    names = ", ".join(printable(e.entry_point) for e in registry.errors)
+    return f"plugins not loaded: {names} (`lab plugins` says why)"
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -322,10 +352,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if tui_args.refresh_hz is not None and not 0 < tui_args.refresh_hz <= 120:
             print("lab: --refresh-hz must be above 0 and at most 120", file=sys.stderr)
             return 2
-        return cmd_tui(tui_args.profile, tui_args.refresh_hz)
+        return _plugin_errors_end_in_a_message(lambda: cmd_tui(tui_args.profile, tui_args.refresh_hz))
     parser = build_parser(args_list[0])
     args = parser.parse_args(args_list)
-    return int(args.func(args))
+    return _plugin_errors_end_in_a_message(lambda: int(args.func(args)))
+
+
+def _plugin_errors_end_in_a_message(command: Callable[[], int]) -> int:
+    """LAB_PLUGINS_STRICT=1 makes a plugin that fails to load fatal: the
+    command ends there with the plugin and its error, exit 2."""
+    try:
+        return command()
+    except Exception as exc:
+        from lab.plugins import PluginLoadError
+        from lab.textsafe import printable
+
+        if not isinstance(exc, PluginLoadError):
+            raise
+        print(f"lab: {printable(exc)} (LAB_PLUGINS_STRICT is set)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -112,7 +112,7 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
 
     def register_all(plugin: object, label: str, group: str) -> None:
         def add_backend(cls: type[Backend]) -> None:
-            _check(cls, Backend, registry.backends, label)
+            _check(cls, Backend, registry.backends, label, registry.origins)
             if cls.accepts_drafters != issubclass(cls, Drafting):
                 raise TypeError(f"{label} registered {cls.__name__}: accepts_drafters must be true exactly "
                                 "for a Drafting backend")
@@ -120,20 +120,25 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
             registry.origins[f"backend:{cls.name}"] = label
 
         def add_drafter(cls: type[Drafter]) -> None:
-            _check(cls, Drafter, registry.drafters, label)
+            _check(cls, Drafter, registry.drafters, label, registry.origins)
             registry.drafters[cls.name] = cls
             registry.origins[f"drafter:{cls.name}"] = label
 
         def add_model(ref: str, builder: Builder, filename: str, version: str = "1") -> None:
             known = registry.models.get(ref)
             if known is not None and known.builder is not builder:
-                raise ValueError(f"model {ref!r} is already registered")
+                owner = registry.origins.get(f"model:{ref}", "another plugin")
+                raise ValueError(f"model {ref!r} is already registered by {owner}")
             registry.models[ref] = ModelBuilder(ref, builder, filename, str(version))
             registry.origins[f"model:{ref}"] = label
 
         # Call this plugin's own hookimpls only, so that an error is charged
         # to the plugin that raised it.
-        name = pm.register(plugin, name=label)
+        try:
+            name = pm.register(plugin, name=label)
+        except ValueError as exc:  # the same module or name under another entry point
+            fail(label, group, exc)
+            return
         if not pm.get_hookcallers(plugin):
             pm.unregister(plugin)
             fail(label, group, TypeError(
@@ -145,27 +150,37 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
             (pm.hook.lab_register_drafters, add_drafter),
             (pm.hook.lab_register_models, add_model),
         )
+        # A plugin registers whole or not at all: what it added before its
+        # error (a name clash included) is taken back, so a plugin that
+        # fails is not half there.
+        before = (dict(registry.backends), dict(registry.drafters), dict(registry.models), dict(registry.origins))
         try:
             for hook, register in hooks:
                 for impl in hook.get_hookimpls():
                     if impl.plugin_name == name:
                         impl.function(register=register)
         except Exception as exc:  # noqa: BLE001 - a plugin's failure is data
+            registry.backends, registry.drafters, registry.models, registry.origins = before
+            pm.unregister(plugin)
             fail(label, group, exc)
 
     seen: set[str] = set()
-    for group in GROUPS:
-        for ep in _entry_points(group):
-            if ep.name in blocked or ep.value in seen:
-                continue
-            seen.add(ep.value)
-            try:
-                plugin = ep.load()
-            except Exception as exc:  # noqa: BLE001
-                fail(ep.name, group, exc)
-                continue
-            label = ep.name if pm.get_plugin(ep.name) is None else f"{ep.name} ({group})"
-            register_all(plugin, label, group)
+    # The lab's own plugins register first, whatever the names of other
+    # entry points: a plugin that registers a name a built-in has is then
+    # the one refused, and the built-ins stay whole.
+    ordered = [(group, ep) for builtin in (True, False) for group in GROUPS
+               for ep in _entry_points(group) if _is_builtin(ep) == builtin]
+    for group, ep in ordered:
+        if ep.name in blocked or ep.value in seen:
+            continue
+        seen.add(ep.value)
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # noqa: BLE001
+            fail(ep.name, group, exc)
+            continue
+        label = ep.name if pm.get_plugin(ep.name) is None else f"{ep.name} ({group})"
+        register_all(plugin, label, group)
     for i, plugin in enumerate(extra_plugins):
         label = getattr(plugin, "__name__", f"extra-{i}")
         if pm.is_registered(plugin) or pm.get_plugin(label) is not None:
@@ -178,11 +193,23 @@ def _entry_points(group: str) -> list[EntryPoint]:
     return sorted(entry_points(group=group), key=lambda ep: ep.name)
 
 
-def _check(cls: type, base: type, known: dict[str, type], label: str) -> None:
+# The distribution that ships the lab and its built-in plugins.
+LAB_DISTRIBUTION = "speclab"
+
+
+def _is_builtin(ep: EntryPoint) -> bool:
+    dist = getattr(ep, "dist", None)
+    name = getattr(dist, "name", None) or ""
+    return name.lower().replace("_", "-") == LAB_DISTRIBUTION
+
+
+def _check(cls: type, base: type, known: dict[str, type], label: str, origins: dict[str, str] | None = None) -> None:
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise TypeError(f"{label} registered {cls!r}, which is not a {base.__name__}")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
         raise TypeError(f"{label} registered {cls.__name__} without a name")
     if name in known and known[name] is not cls:
-        raise ValueError(f"{base.__name__.lower()} name {name!r} is already registered")
+        kind = base.__name__.lower()
+        owner = (origins or {}).get(f"{kind}:{name}", "another plugin")
+        raise ValueError(f"{kind} name {name!r} is already registered by {owner}")

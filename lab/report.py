@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -87,11 +86,27 @@ def write_report(run_dir: str | Path) -> Path:
 
 class ReportWriter:
     """A listener of a run: when it ends, its run directory gets report.md.
-    Subscribe it after the store, which has then closed the run's files."""
+    Subscribe it after the store, which has then closed the run's files.
+
+    Given the store, it writes where the store is now (a store that lost its
+    directory moves the run, possibly while saving the end itself); a report
+    that cannot be written leaves its reason in ``error`` for the caller to
+    show, instead of a traceback in the middle of a run's output."""
+
+    def __init__(self, store: Any = None) -> None:
+        self.store = store
+        self.error: str | None = None
 
     def __call__(self, event: RunEvent) -> None:
-        if isinstance(event, RunFinished) and event.run_dir:
-            write_report(event.run_dir)
+        if not isinstance(event, RunFinished):
+            return
+        run_dir = str(self.store.path) if self.store is not None else event.run_dir
+        if not run_dir or getattr(self.store, "memory_only", False):
+            return
+        try:
+            write_report(run_dir)
+        except OSError as exc:
+            self.error = f"report.md not written in {run_dir}: {exc.strerror or exc}"
 
 
 def _probe(data: Mapping[str, Any]) -> Any:
@@ -403,7 +418,10 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def render_json(data: Mapping[str, Any]) -> str:
     saved = {k: v for k, v in data.items() if k not in ("steps", "probe")}
-    return json.dumps({**saved, "analysis": analysis_json(data)}, indent=1, default=str) + "\n"
+    from lab.store import dumps
+
+    # strict JSON, as the run's own files: a non-finite figure is null
+    return dumps({**saved, "analysis": analysis_json(data)}, indent=1) + "\n"
 
 
 def render(data: Mapping[str, Any], fmt: str) -> str:

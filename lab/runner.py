@@ -154,7 +154,7 @@ class Runner:
         before anyone else hears that its cell finished."""
         self.profile = profile
         self.registry = registry
-        self.run_dir = str(store.path) if store is not None else ""
+        self._store = store
         self.listeners: list[Listener] = ([store] if store is not None else []) + list(listeners)
         self.control = control or RunControl()
         self._rows: list[ResultRow] = []
@@ -162,6 +162,13 @@ class Runner:
         # (arm, prompt, round) -> output ids of baseline arms, for the oracle
         self.reference_ids: dict[tuple[str, str, int], list[int]] = {}
         self._emit_lock = threading.RLock()
+
+    @property
+    def run_dir(self) -> str:
+        """Where the run is saved now: the store moves it to a fallback
+        directory when its own stops taking writes, and later arms' logs
+        follow it."""
+        return str(self._store.path) if self._store is not None else ""
 
     # -- events -------------------------------------------------------------
     def emit(self, event: RunEvent) -> None:

@@ -14,15 +14,19 @@ runner never calls it.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import math
 import os
 import platform
 import re
+import shutil
+import stat
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
 from lab.events import Finished, RunFinished, StepEvent
 from lab.profiles import Profile
@@ -30,18 +34,51 @@ from lab.results import ResultRow
 from lab.run_events import ArmReported, Logged, RunEvent, finished_row
 
 SCHEMA_VERSION = 1
+# The profile's part of a run directory's name: file systems refuse names
+# past 255 bytes, and a name is also typed and read.
+MAX_NAME_CHARS = 60
+
+
+class StoreError(OSError):
+    """A run directory that cannot be made or written: the message names the
+    path and the reason, for the user."""
 
 
 def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "profile"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:MAX_NAME_CHARS].rstrip("-.")
+    return slug or "profile"
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN and infinity replaced by null: JSON has no
+    such numbers, and a saved run must read anywhere. A null already means
+    "not applicable" in a row, which is what a figure that came out
+    non-finite is."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kw: Any) -> str:
+    """JSON text as every saved file of a run holds it: strict (no NaN or
+    Infinity; see :func:`strict_json`); anything not JSON becomes its str."""
+    return json.dumps(strict_json(value), allow_nan=False, default=str, **kw)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
+    text = dumps(data, indent=1) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, default=str)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -49,6 +86,31 @@ def write_json_atomic(path: Path, data: Any) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def create_run_dir(root: str | Path, name: str) -> Path:
+    """A new directory ``root/name`` (``name-2``, ``name-3``, ... when taken),
+    made with one mkdir, so two runs starting in the same second never share
+    or race for a directory. ``root`` is created when missing."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise StoreError(f"{root}: is a file, not a directory for runs") from None
+    except OSError as exc:
+        raise StoreError(f"{root}: cannot create the directory for runs ({_reason(exc)})") from None
+    if not root.is_dir():
+        raise StoreError(f"{root}: is not a directory")
+    for n in range(1, 10_000):
+        path = root / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"{root}: cannot create a run directory in it ({_reason(exc)})") from None
+        return path
+    raise StoreError(f"{root}: 10,000 run directories named {name}-N already")
 
 
 def profile_summary(profile: Profile) -> dict[str, Any]:
@@ -65,26 +127,39 @@ def profile_summary(profile: Profile) -> dict[str, Any]:
     }
 
 
-class RunStore:
-    """Saves one run into a new run directory as its events arrive."""
+# Told where a run's files went when its directory could not be written:
+# (the directory that failed, the one the run now writes to or None when
+# only memory is left, the reason).
+Moved = Callable[[Path, "Path | None", str], None]
 
-    def __init__(self, profile: Profile, out: str | Path | None = None) -> None:
+
+class RunStore:
+    """Saves one run into a new run directory as its events arrive.
+
+    A directory that stops taking writes mid-run (removed, replaced, made
+    read-only, disk full) does not end the run: everything measured is also
+    kept in memory and written again to a fallback directory under the
+    system's temporary directory, ``on_moved`` is told where, and the run
+    goes on there (:attr:`path` follows it). When even that fails the rows
+    stay in memory and the runner's result list holds them.
+    """
+
+    def __init__(self, profile: Profile, out: str | Path | None = None, on_moved: Moved | None = None) -> None:
         root = Path(out) if out is not None else Path("runs")
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = root / f"{stamp}-{_slug(profile.name)}"
-        path = base
-        n = 1
-        while path.exists():
-            n += 1
-            path = Path(f"{base}-{n}")
-        path.mkdir(parents=True)
-        self.path = path
         self.profile = profile
-        (path / "profile.toml").write_text(profile.source, encoding="utf-8")
-        self._steps: IO[str] = open(path / "steps.jsonl", "a", encoding="utf-8")
+        self.on_moved = on_moved
+        self.path = create_run_dir(root, f"{stamp}-{_slug(profile.name)}")
+        # where the run was meant to be, when it had to move
+        self.moved_from: Path | None = None
+        # True once no directory takes the run's files any more
+        self.memory_only = False
         # the rows as results.json holds them: what this store writes, not
         # a list anyone reads (the runner owns the rows)
         self._saved: list[dict[str, Any]] = []
+        # steps.jsonl's lines, to write again wherever the run moves
+        self._step_lines: list[str] = []
+        self._log_lines: list[str] = []
         self.meta: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -98,7 +173,64 @@ class RunStore:
             },
             "arm_reports": {},
         }
-        self._write_results()
+        self._steps: IO[str] | None = None
+        try:
+            self._open(self.path)
+        except OSError as exc:
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise StoreError(f"{self.path}: cannot write the run directory ({_reason(exc)})") from None
+
+    def _open(self, path: Path) -> None:
+        """Write everything kept so far into ``path`` and append from there."""
+        (path / "profile.toml").write_text(self.profile.source, encoding="utf-8")
+        steps = open(path / "steps.jsonl", "w", encoding="utf-8")
+        try:
+            steps.writelines(self._step_lines)
+            steps.flush()
+            if self._log_lines:
+                (path / "lab.log").write_text("".join(self._log_lines), encoding="utf-8")
+            self._write_results_to(path)
+        except BaseException:
+            steps.close()
+            raise
+        self._steps = steps
+        self._dir_id = _dir_id(path)
+
+    def _guarded(self, write: Callable[[], None]) -> None:
+        """Run one write; when the directory refuses it, move the run to a
+        fallback directory (which gets everything kept so far)."""
+        if self.memory_only:
+            return
+        try:
+            if _dir_id(self.path) != self._dir_id:
+                raise FileNotFoundError(errno.ENOENT, "the run directory was removed or replaced")
+            write()
+            return
+        except OSError as exc:
+            failed, reason = self.path, _reason(exc)
+        self._close_steps()
+        try:
+            fallback = Path(tempfile.mkdtemp(prefix=f"speclab-{self.path.name[:80]}-"))
+            self._open(fallback)
+        except OSError:
+            self.memory_only = True
+            self._tell(failed, None, reason)
+            return
+        _copy_logs(failed, fallback)
+        self.moved_from = self.moved_from or failed
+        self.path = fallback
+        self._tell(failed, fallback, reason)
+
+    def _tell(self, failed: Path, now: Path | None, reason: str) -> None:
+        if self.on_moved is not None:
+            self.on_moved(failed, now, reason)
+
+    def _close_steps(self) -> None:
+        if self._steps is not None and not self._steps.closed:
+            try:
+                self._steps.close()
+            except OSError:
+                pass  # what it held is in _step_lines
 
     def log_path(self, name: str) -> Path:
         return self.path / name
@@ -124,8 +256,23 @@ class RunStore:
             "landed": event.landed, "draft_s": event.draft_s, "verify_s": event.verify_s,
             "step_s": event.step_s, "measured": event.measured,
         }
-        self._steps.write(json.dumps(row) + "\n")
-        self._steps.flush()
+        line = dumps(row) + "\n"
+        self._step_lines.append(line)
+
+        def write() -> None:
+            assert self._steps is not None
+            self._steps.write(line)
+            self._steps.flush()
+
+        # A step is appended to an open file, which takes writes even after
+        # its directory went away; the check of the directory itself comes
+        # with the next results.json (once per cell), not once per step.
+        if self.memory_only:
+            return
+        try:
+            write()
+        except OSError:
+            self._guarded(lambda: None)
 
     def add_result(self, row: ResultRow) -> None:
         self._saved.append(row.to_json())
@@ -136,20 +283,54 @@ class RunStore:
         self._write_results()
 
     def log(self, text: str) -> None:
-        with open(self.log_path("lab.log"), "a", encoding="utf-8") as fh:
-            fh.write(text.rstrip("\n") + "\n")
+        line = text.rstrip("\n") + "\n"
+        self._log_lines.append(line)
+
+        def write() -> None:
+            with open(self.log_path("lab.log"), "a", encoding="utf-8") as fh:
+                fh.write(line)
+
+        self._guarded(write)
+
+    def _write_results_to(self, path: Path) -> None:
+        data = {"profile": profile_summary(self.profile), **self.meta, "results": self._saved}
+        write_json_atomic(path / "results.json", data)
 
     def _write_results(self) -> None:
-        data = {"profile": profile_summary(self.profile), **self.meta, "results": self._saved}
-        write_json_atomic(self.path / "results.json", data)
+        self._guarded(lambda: self._write_results_to(self.path))
 
     def finish(self, cancelled: bool = False) -> None:
         """The run ended: stamp it and close steps.jsonl."""
         self.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.meta["cancelled"] = cancelled
         self._write_results()
-        if not self._steps.closed:
-            self._steps.close()
+        self._close_steps()
+
+
+def _copy_logs(failed: Path, fallback: Path) -> None:
+    """Engine logs the failed directory still lets us read go with the run
+    (a directory made read-only keeps them readable)."""
+    try:
+        names = [p for p in failed.iterdir() if p.is_file() and p.name not in _STORE_FILES]
+    except OSError:
+        return
+    for p in names:
+        try:
+            shutil.copy2(p, fallback / p.name)
+        except OSError:
+            pass  # a log is worth less than the run that goes on
+
+
+_STORE_FILES = {"profile.toml", "steps.jsonl", "results.json", "lab.log"}
+
+
+def _dir_id(path: Path) -> tuple[int, int]:
+    """Which directory ``path`` is: a run directory removed and made again,
+    or replaced by a file, is not the one the run's open files are in."""
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "the run directory was replaced by a file")
+    return (st.st_dev, st.st_ino)
 
 
 def load_run(path: str | Path) -> dict[str, Any]:

@@ -8,31 +8,21 @@ put terminal escape sequences or fake lines on the user's screen.
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Any, Sequence
+
+from lab.textsafe import printable
 
 KeyPath = Sequence["str | int"]
 
-# Categories that a terminal may act on or that render invisibly:
-# control, format (bidi overrides), surrogates, private use, unassigned.
-_HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn"}
 # What a message quotes from a profile at most; the rest is elided.
 SHOWN_CHARS = 80
 
 
 def clean(text: str) -> str:
     """``text`` with every character a terminal could act on written as a
-    Python escape (``\\x1b``, ``\\u202e``, ``\\n``)."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        if unicodedata.category(ch) in _HIDDEN:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    Python escape (``\\x1b``, ``\\u202e``, ``\\n``): see
+    :func:`lab.textsafe.printable`, which the CLI uses for everything else."""
+    return printable(text)
 
 
 def shown(value: Any) -> str:

@@ -1,0 +1,51 @@
+"""Text from profiles and saved runs, made safe for a terminal.
+
+Names, error details and values a profile or a results.json carries end up
+on the user's screen. A terminal acts on what it is sent: ``ESC[2J`` clears
+it, an OSC 52 sequence writes the clipboard, a bidi override reorders what
+is shown. So every such text passes :func:`printable` before the CLI (or
+the TUI) shows it: each character a terminal could act on, or that renders
+invisibly, is written as its Python escape (``\\x1b``, ``\\u202e``), which
+keeps it visible to the reader instead of dropping it.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import TextIO
+
+# Control (C0, DEL, C1), format (bidi overrides, zero-width), surrogates,
+# private use and unassigned code points.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: object, keep: str = "") -> str:
+    """``text`` (any object, as its str) with every control, format and
+    unassigned character escaped, except those in ``keep`` (``"\\n\\t"``
+    for multi-line text such as a report)."""
+    s = text if isinstance(text, str) else str(text)
+    if s.isprintable():
+        return s
+    return "".join(_escape(ch) if ch not in keep and unicodedata.category(ch) in _HIDDEN else ch for ch in s)
+
+
+class PrintableStream:
+    """A text stream that passes everything written through
+    :func:`printable`, keeping newlines and tabs: for listeners that print
+    run events (names, failure details) to a terminal."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        return self.out.write(printable(text, keep="\n\t"))
+
+    def flush(self) -> None:
+        self.out.flush()
