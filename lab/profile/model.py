@@ -30,6 +30,12 @@ class Prompt:
     name: str
     text: str
     system: str | None = None
+    # Set for prompts a suite line expanded (lab.profile.suites); None for a
+    # prompt written out in the profile.
+    category: str | None = None
+    # Turns the suite gives; only the first is sent (backends take one user
+    # message), so a conversation is measured on its opening turn.
+    turns: int = 1
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from lab.profile.model import Prompt, RunSettings
 from lab.profile.names import UniqueNames, name_problem
 from lab.profile.options import check_options, check_requires
 from lab.profile.read import no_unknown, table, typed
+from lab.profile.suites import SUITE_KEYS, SUITE_ONLY_KEYS, expand_suite
 
 if TYPE_CHECKING:
     from lab.plugins import Registry
@@ -134,7 +135,20 @@ def validate_prompts(src: Source, raw: Any, run: RunSettings) -> tuple[Prompt, .
     for i, item in enumerate(raw):
         key: list[str | int] = ["prompts", i]
         t = table(src, item, key)
-        no_unknown(src, t, PROMPT_KEYS, key)
+        if "suite" in t:
+            no_unknown(src, t, (*SUITE_KEYS, "text", "file"), key)
+            for p in expand_suite(src, t, key, allow):
+                earlier = names.clash(p.name)
+                if earlier is not None:
+                    raise src.error([*key, "suite"], f"suite prompt {shown(p.name)} clashes with prompt {shown(earlier)}; give the line a name = \"...\" prefix")
+                out.append(p)
+            if len(out) > MAX_PROMPTS:
+                raise src.error([*key, "suite"], f"{len(out)} prompts after this suite; a profile may have at most {MAX_PROMPTS}")
+            continue
+        no_unknown(src, t, (*PROMPT_KEYS, *SUITE_KEYS), key)
+        for k in SUITE_ONLY_KEYS:
+            if k in t:
+                raise src.error([*key, k], f"{k!r} goes with suite = \"...\" (a line that names a prompt suite)")
         if "name" not in t:
             raise src.error([*key, "name"], "missing key 'name'")
         name = typed(src, t["name"], (str,), [*key, "name"])
