@@ -24,14 +24,9 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def open_context(path: Path, gpu_pick: bool) -> tuple[Any, Any]:
     from lab_llamacpp import engine
-    from lab_llamacpp.gpu_pick import outputs_per_seq
 
     model = engine.Model(str(path))
-    if gpu_pick:
-        with outputs_per_seq(16):
-            ctx = engine.Context(model, 256, 64, 2)
-    else:
-        ctx = engine.Context(model, 256, 64, 2)
+    ctx = engine.Context(model, 256, 64, 2, outputs_per_seq=16 if gpu_pick else 0)
     return model, ctx
 
 
@@ -103,3 +98,88 @@ def test_a_context_without_room_refuses_a_verify_batch(tiny_path: Path) -> None:
     finally:
         ctx.close()
         model.close()
+
+
+GPU_PICK_ARMS = """
+[[arms]]
+name = "base"
+backend = "llamacpp"
+model = "embedded:smollm2"
+options = {{ gpu_pick = "off" }}
+
+[[arms]]
+name = "base-gpu"
+backend = "llamacpp"
+model = "embedded:smollm2"
+options = {{ gpu_pick = "on" }}
+
+[[arms]]
+name = "{drafter}-host"
+backend = "llamacpp"
+model = "embedded:smollm2"
+drafter = "{drafter}"
+n_max = 4
+baseline = "base"
+options = {{ gpu_pick = "off" }}
+drafter_options = {options}
+
+[[arms]]
+name = "{drafter}-gpu"
+backend = "llamacpp"
+model = "embedded:smollm2"
+drafter = "{drafter}"
+n_max = 4
+baseline = "base"
+options = {{ gpu_pick = "on" }}
+drafter_options = {options}
+"""
+
+
+@pytest.mark.parametrize(
+    ("drafter", "options"),
+    [("oracle", "{ error_rate = 0.3, seed = 5 }"), ("draft-model", '{ model = "embedded:smollm2-q4_0" }')],
+)
+def test_gpu_pick_arm_option_gives_the_host_picks_tokens(tmp_path: Path, drafter: str, options: str) -> None:
+    """A whole run through the backend: the arm option turns backend picks
+    on (target and draft model), and every arm lands the tokens its host-pick
+    twin lands, step for step."""
+    from lab.plugins import load_registry
+    from lab.profiles import parse_profile
+    from lab.runner import Runner
+
+    text = (
+        "[run]\nmax_tokens = 40\nrounds = 1\nwarmup = 0\nn_ctx = 512\n\n"
+        '[[prompts]]\nname = "p"\ntext = "Write a short paragraph about lighthouses."\n'
+        + GPU_PICK_ARMS.format(drafter=drafter, options=options)
+    )
+    registry = load_registry()
+    reports: dict[str, Any] = {}
+    from lab.run_events import ArmReported
+
+    def listen(event: Any) -> None:
+        if isinstance(event, ArmReported):
+            reports[event.arm] = event.report
+
+    rows = {r["arm"]: r for r in Runner(parse_profile(text, str(tmp_path / "p.toml"), registry), registry,
+                                        listeners=[listen]).run()}
+    assert all(r["status"] == "ok" for r in rows.values()), {a: r["detail"] for a, r in rows.items()}
+    assert rows["base"]["text"] == rows["base-gpu"]["text"]
+    host, gpu = rows[f"{drafter}-host"], rows[f"{drafter}-gpu"]
+    assert gpu["text"] == host["text"]
+    assert (gpu["steps"], gpu["drafted"], gpu["accepted"]) == (host["steps"], host["drafted"], host["accepted"])
+    assert gpu["accepted"] > 0
+    assert [reports[a]["gpu_pick"] for a in ("base", "base-gpu", f"{drafter}-host", f"{drafter}-gpu")] == [
+        False, True, False, True]
+
+
+def test_auto_picks_on_the_gpu_only_when_offloaded_and_greedy() -> None:
+    from lab_llamacpp.backend import wants_gpu_pick
+
+    assert wants_gpu_pick("on", 0, 0.8)
+    assert not wants_gpu_pick("off", 999, 0.0)
+    assert not wants_gpu_pick("auto", 0, 0.0)
+    assert not wants_gpu_pick("auto", 999, 0.7)
+    import llama_cpp
+
+    # this CPU build offloads nothing, so auto stays on the host here
+    assert wants_gpu_pick("auto", 999, 0.0) == bool(llama_cpp.llama_supports_gpu_offload())

@@ -20,6 +20,7 @@ class DraftModelDrafter(Drafter):
         Option("model", str, None, "draft model: a path, embedded:..., or tiny:...", required=True, model_ref=True),
         Option("n_ctx", int, 0, "draft context size (0: the run's n_ctx)", min=0, max=1048576),
         Option("threads", int, 0, "draft threads (0: the run's threads)", min=0, max=512),
+        Option("n_gpu_layers", int, None, "draft layers offloaded to the GPU (default: the target arm's)", min=-1),
     )
     stacks = frozenset({"llamacpp", "mlx"})
 

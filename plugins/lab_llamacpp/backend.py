@@ -65,6 +65,21 @@ class LlamaTarget:
         return self.model.piece(token)
 
 
+def wants_gpu_pick(setting: str, n_gpu_layers: int, temperature: float) -> bool:
+    """Whether an arm picks greedy tokens with llama.cpp's backend sampler.
+    "auto": where the logits live on a GPU (layers offloaded, a build that
+    offloads) and the run is greedy; at a temperature the host's
+    probabilities are needed anyway. "on" also works on the CPU backend,
+    which runs the same sampler graph (how the tests check it)."""
+    if setting == "on":
+        return True
+    if setting != "auto" or temperature > 0 or n_gpu_layers == 0:
+        return False
+    import llama_cpp as ll
+
+    return bool(ll.llama_supports_gpu_offload())
+
+
 class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
     name = "llamacpp"
     stack = "llamacpp"
@@ -79,6 +94,10 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
                "never decode a token alone (pad it to two rows), so greedy speculation is token-identical to the "
                "baseline on the CPU kernels; it slows every one-token decode (0.55x on SmolLM2 with 2 threads), "
                "so speeds are not the engine's own: for checking losslessness, not for verdicts"),
+        Option("gpu_pick", str, "auto",
+               "greedy picks by llama.cpp's backend sampler inside the decode (no logits copied to the host, no "
+               "host arg-max): auto = on when layers are offloaded to a GPU and the run is greedy",
+               choices=("auto", "on", "off")),
     )
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
@@ -87,6 +106,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
         self.context: Context | None = None
         self.drafter: Drafter | None = None
         self.stats = LoopStats()
+        self.gpu_pick = False
 
     def load(self, emit: Emit) -> None:
         from lab_llamacpp import engine
@@ -101,11 +121,20 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
         self.model = engine.Model(str(path), n_gpu_layers=int(opts.get("n_gpu_layers", 0)), extra_bufts=bool(opts.get("extra_bufts", True)))
         threads = self.ctx.run.threads or available_cores()
         emit(StatusChanged(cell, Status.LOADING, phase="creating context", progress=0.7))
+        self.gpu_pick = wants_gpu_pick(str(opts.get("gpu_pick", "auto")), int(opts.get("n_gpu_layers", 0)),
+                                       self.ctx.run.temperature)
         try:
             self.context = engine.Context(self.model, self.ctx.run.n_ctx, int(opts.get("n_batch", 512)), threads,
-                                          batch_invariant=bool(opts.get("batch_invariant", False)))
+                                          batch_invariant=bool(opts.get("batch_invariant", False)),
+                                          outputs_per_seq=self._outputs_per_seq() if self.gpu_pick else 0)
         except engine.LlamaError as exc:
             raise EngineOOM(str(exc)) from exc
+
+    def _outputs_per_seq(self) -> int:
+        from lab_llamacpp.gpu_pick import OUTPUTS_PER_SEQ
+
+        # A verify pass picks n_max + 1 rows; a padded lone row adds one.
+        return max(OUTPUTS_PER_SEQ, (self.arm.n_max or 0) + 2)
 
     def attach_drafter(self, drafter: Drafter) -> None:
         self.drafter = drafter
@@ -113,6 +142,10 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
     def draft_model(self, options: Mapping[str, Any], ctx: DrafterContext) -> Drafter:
         from lab_llamacpp.draft_model import LlamaDraftModel
 
+        # A draft model sits where its target does unless the arm says otherwise.
+        if options.get("n_gpu_layers") is None:
+            options = {**options, "n_gpu_layers": int(self.arm.options.get("n_gpu_layers", 0))}
+        options = {"gpu_pick": str(self.arm.options.get("gpu_pick", "auto")), **options}
         return LlamaDraftModel(options, ctx)
 
     def tokenize(self, text: str) -> list[int]:
@@ -136,7 +169,14 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
 
         assert self.context is not None
         self.context.set_sampling(engine.Sampling(request.temperature, request.seed, request.ignore_eos))
-        target = LlamaTarget(self.context, request.temperature, request.ignore_eos)
+        target: LlamaTarget
+        if self.gpu_pick:
+            from lab_llamacpp.gpu_pick import GpuPickTarget
+
+            # At a temperature it detaches the backend chain and samples on the host.
+            target = GpuPickTarget(self.context, request.temperature, request.ignore_eos)
+        else:
+            target = LlamaTarget(self.context, request.temperature, request.ignore_eos)
         ids = self.prompt_ids(request)
         try:
             gen = generate(target, ids, request, emit, cancelled, self.drafter, self.stats)
@@ -175,6 +215,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
             # what decides whether outputs can be bit-identical (see engine.py)
             "batch_invariant": bool(opts.get("batch_invariant", False)),
             "extra_bufts": bool(opts.get("extra_bufts", True)),
+            "gpu_pick": self.gpu_pick,
         }
 
     # -- verify cost (lab probe) ----------------------------------------------

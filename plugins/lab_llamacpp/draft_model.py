@@ -17,10 +17,13 @@ class LlamaDraftModel(TargetDrafter):
 
     def load(self) -> None:
         from lab_llamacpp import engine
-        from lab_llamacpp.backend import LlamaTarget
+        from lab_llamacpp.backend import LlamaTarget, wants_gpu_pick
 
         path = models.resolve(str(self.opts["model"]))
-        self.model = engine.Model(str(path))
+        # The backend fills in its arm's n_gpu_layers and gpu_pick where the
+        # profile gives none: a draft beside an offloaded target is offloaded too.
+        n_gpu_layers = int(self.opts.get("n_gpu_layers") or 0)
+        self.model = engine.Model(str(path), n_gpu_layers=n_gpu_layers)
         if self.model.n_vocab != self.ctx.vocab_size:
             n = self.model.n_vocab
             self.close()
@@ -31,7 +34,14 @@ class LlamaDraftModel(TargetDrafter):
         # kernels' speed.
         self.context = engine.Context(self.model, n_ctx, 512, threads, batch_invariant=False)
         self.context.set_sampling(engine.Sampling(self.ctx.temperature, self.ctx.seed, True))
-        self.target = LlamaTarget(self.context, self.ctx.temperature, ignore_eos=True)
+        # Each drafted token is one pick: on a GPU, the backend sampler saves
+        # copying a vocabulary-wide row of logits to the host per token.
+        if wants_gpu_pick(str(self.opts.get("gpu_pick", "auto")), n_gpu_layers, self.ctx.temperature):
+            from lab_llamacpp.gpu_pick import GpuPickTarget
+
+            self.target = GpuPickTarget(self.context, self.ctx.temperature, ignore_eos=True)
+        else:
+            self.target = LlamaTarget(self.context, self.ctx.temperature, ignore_eos=True)
 
     def memory_bytes(self) -> int | None:
         if self.model is None:

@@ -169,10 +169,17 @@ class Sampling:
 class Context:
     """One llama context: decode, sample, roll back."""
 
-    def __init__(self, model: Model, n_ctx: int, n_batch: int, threads: int, batch_invariant: bool = False) -> None:
+    def __init__(self, model: Model, n_ctx: int, n_batch: int, threads: int, batch_invariant: bool = False,
+                 outputs_per_seq: int = 0) -> None:
+        """``outputs_per_seq``: rows of one sequence a backend sampler may
+        pick in one decode (lab_llamacpp.gpu_pick); llama.cpp's default
+        reserves one, too few for a verify pass. 0 leaves the default, so a
+        context that picks on the host is built exactly as before."""
         self.model = model
         self.batch_invariant = batch_invariant
         params = ll.llama_context_default_params()
+        if outputs_per_seq:
+            params.n_outputs_max_per_seq = outputs_per_seq
         # One spare cell for the row that pads a lone token.
         params.n_ctx = n_ctx + 1 if batch_invariant else n_ctx
         params.n_batch = n_batch

@@ -16,16 +16,17 @@ greedy ``pick`` reads those ids. Sampling at a temperature still needs the
 host's probabilities and stays on the host path.
 
 A context samples at most ``n_outputs_max_per_seq`` rows of one sequence on
-the backend, and llama.cpp's default is 1: contexts for verification must
-be created inside :func:`outputs_per_seq` (or with that parameter set).
+the backend, and llama.cpp's default is 1: a context for verification is
+created with ``engine.Context(..., outputs_per_seq=OUTPUTS_PER_SEQ)``, which
+the llamacpp backend does for an arm whose ``gpu_pick`` is on (by default,
+for greedy arms with layers offloaded to a GPU).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import llama_cpp as ll
 
@@ -38,25 +39,6 @@ _set_sampler: Any = None
 
 # Rows one verify pass samples: n_max + 1, with room for wide sweeps.
 OUTPUTS_PER_SEQ = 64
-
-
-@contextlib.contextmanager
-def outputs_per_seq(n: int = OUTPUTS_PER_SEQ) -> Iterator[None]:
-    """Contexts created inside may sample up to ``n`` rows of a sequence on
-    the backend. The engine takes its context parameters from
-    ``llama_context_default_params``; this hands it ones with the limit set."""
-    plain = ll.llama_context_default_params
-
-    def params() -> Any:
-        p = plain()
-        p.n_outputs_max_per_seq = n
-        return p
-
-    ll.llama_context_default_params = params
-    try:
-        yield
-    finally:
-        ll.llama_context_default_params = plain
 
 
 def _bind_set_sampler() -> Any:
