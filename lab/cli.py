@@ -4,7 +4,7 @@ lab                         open the TUI on profiles/demo.toml
 lab PROFILE.toml            open the TUI on a profile
 lab run PROFILE [--out DIR] run headless, print progress and the comparison
 lab report RUN_DIR [--format md|csv|json] [--compare RUN_B] [--probe FILE]
-lab probe [--backend B] [--model M] [--widths 1-16] [--method decode|batched-bench] [--out FILE]
+lab probe [--backend B] [--model M] [--option K=V] [--profile P [--arm A]] [--widths 1-16] [--method M] [--out FILE]
 lab check PROFILE           validate a profile without loading a model
 lab lossless [-d DRAFTER]   test at temperature > 0 that drafters keep the target's distribution
 lab plugins                 backends, drafters, their options, load errors
@@ -212,13 +212,21 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"  {msg}", file=sys.stderr, flush=True)
 
+    from lab.probe_target import resolve
+
     try:
         widths = probe.parse_widths(args.widths)
+        registry = load_registry()
+        # The backend's options (GPU layers...) as the run will load it.
+        options = list(args.option or []) + ([f"n_gpu_layers={args.n_gpu_layers}"] if args.n_gpu_layers is not None else [])
+        target = resolve(registry, args.backend, args.model, options, args.profile, args.arm, args.threads)
+        say(f"target: {target.backend} / {target.model} from {target.source}, options {dict(target.options)}")
         result = probe.measure(
-            args.backend, args.model, widths, method=args.method, repeats=args.repeats,
-            threads=args.threads, registry=load_registry(), bandwidth=not args.no_bandwidth, progress=say,
+            target.backend, target.model, widths, method=args.method, repeats=args.repeats,
+            threads=target.threads, registry=registry, options=target.options, bandwidth=not args.no_bandwidth,
+            progress=say,
         )
-    except (probe.ProbeError, KeyError, OSError, RuntimeError, NotImplementedError, EngineFailure) as exc:
+    except (probe.ProbeError, ValueError, KeyError, OSError, RuntimeError, NotImplementedError, EngineFailure) as exc:
         print(f"lab: probe failed: {exc}", file=sys.stderr)
         return 2
     print(result.render())
@@ -323,10 +331,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--bandwidth", type=float, metavar="GBPS", help="device memory bandwidth for the roofline, GB/s")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("probe", help="measure verify cost T(w) of a backend and model")
-    p.add_argument("--backend", default="llamacpp")
-    p.add_argument("--model", default="embedded:smollm2")
+    p.add_argument("--backend", help="backend (default: the --arm's, else llamacpp)")
+    p.add_argument("--model", help="model (default: the --arm's, else embedded:smollm2)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a backend option, as a profile arm's options take it (repeatable), e.g. n_gpu_layers=999")
+    p.add_argument("--n-gpu-layers", type=int, metavar="N", help="short for --option n_gpu_layers=N")
+    p.add_argument("--profile", metavar="FILE", help="take backend, model, options and threads from an arm of this profile")
+    p.add_argument("--arm", metavar="NAME", help="the --profile arm (default: its first speculative arm)")
     p.add_argument("--widths", default="1-16", help="widths to verify, e.g. 1-16 or 1,2,4,8 (1 is always added)")
-    p.add_argument("--method", help="how to measure (llamacpp: decode, batched-bench); default: the backend's first")
+    p.add_argument("--method", help="how to measure (llamacpp: decode, decode-interleaved, batched-bench); "
+                   "default: the backend's first")
     p.add_argument("--repeats", type=int, default=3, help="measurements for min/median/max (default 3)")
     p.add_argument("--threads", type=int, default=0, help="engine threads (default: the backend's)")
     p.add_argument("--out", help="save the probe as JSON here (a file, or a run directory: RUN/probe.json)")

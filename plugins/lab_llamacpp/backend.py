@@ -219,23 +219,27 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
         }
 
     # -- verify cost (lab probe) ----------------------------------------------
-    probe_methods = ("decode", "batched-bench")
+    # decode: each width's passes back to back; decode-interleaved: widths
+    # alternating pass by pass (see lab_llamacpp.probe for why it differs on a GPU)
+    probe_methods = ("decode", "decode-interleaved", "batched-bench")
 
     def probe_needs_load(self, method: str) -> bool:
-        return method == "decode"
+        return method.startswith("decode")
 
     def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
         from lab_llamacpp import probe
 
         method = method or self.probe_methods[0]
-        if method == "decode":
+        if method in ("decode", "decode-interleaved"):
             if self.context is None:
                 raise RuntimeError("load() the backend before measuring by decode")
+            order = "interleaved" if method == "decode-interleaved" else "consecutive"
             self._probe_notes = {
                 "prefix_tokens": probe.PREFIX_TOKENS, "inner_passes": probe.INNER_PASSES,
-                "threads": self.ctx.run.threads or available_cores(),
+                "threads": self.ctx.run.threads or available_cores(), "order": order,
+                "n_gpu_layers": int(self.arm.options.get("n_gpu_layers", 0)), "gpu_pick": self.gpu_pick,
             }
-            return probe.decode_pass_seconds(self.context, widths)
+            return probe.decode_pass_seconds(self.context, widths, order=order)
         if method == "batched-bench":
             if self.arm.model is None:
                 raise ValueError("the probe needs a model")

@@ -3,7 +3,13 @@
 ``decode``: in this process, with the lab's own engine: after a fixed
 prefix, time one ``llama_decode`` of w rows of one sequence with logits for
 every row (exactly what a speculative step's verification does), rolled
-back after each pass. ``batched-bench``: llama.cpp's own llama-batched-bench,
+back after each pass. Each width's passes run back to back, as a sweep arm's
+equal-width verifies do: llama.cpp's CUDA backend replays a captured graph
+while consecutive decodes keep one shape and rebuilds it when the shape
+changes, so passes that alternate widths measured a one-row pass at 3.90 ms
+on an H200 against 2.93 ms back to back (and the loop's 3.06 ms a token),
+which deflated every T(w) and put 20 of 22 oracle predictions outside 10 %.
+``batched-bench``: llama.cpp's own llama-batched-bench,
 the write-ups' tool, decoding w parallel sequences; a pass of w rows takes
 w / S_TG(w) seconds, and S_TG(8) / S_TG(1) is their batch-8/batch-1 ratio.
 """
@@ -33,11 +39,26 @@ _PREFIX_TEXT = (
 )
 
 
-def decode_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES) -> list[float]:
-    """Median seconds of one verification pass of w rows, per width."""
+# Untimed passes before a width's timed ones: the first decodes of a new
+# batch shape allocate compute buffers (and, on CUDA, capture a graph).
+WARM_PASSES = 2
+ORDERS = ("consecutive", "interleaved")
+
+
+def decode_pass_seconds(
+    ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES, order: str = "consecutive"
+) -> list[float]:
+    """Median seconds of one verification pass of w rows, per width.
+
+    ``order``: "consecutive" times each width's passes back to back (what a
+    speculative loop of one n_max does); "interleaved" cycles through the
+    widths on every pass, which spreads slow drift (another process, clock
+    frequency) over all widths but rebuilds a GPU backend's graph each pass."""
+    if order not in ORDERS:
+        raise ValueError(f"probe order {order!r}: use {' or '.join(ORDERS)}")
     model = ctx.model
     prefix = model.tokenize(_PREFIX_TEXT * 8)[:PREFIX_TOKENS]
-    rows = model.tokenize(_PREFIX_TEXT * 2, add_special=False)
+    rows = model.tokenize(_PREFIX_TEXT * 4, add_special=False)
     if len(rows) < max(widths):
         raise ValueError(f"widths up to {max(widths)} need more filler tokens than {len(rows)}")
     if len(prefix) + max(widths) > ctx.n_ctx:
@@ -45,20 +66,26 @@ def decode_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_
     ctx.reset()
     ctx.decode(prefix, "last")
     base = ctx.n_past
-    # One untimed pass per width first: the first decode of a new batch
-    # shape allocates compute buffers.
-    for w in widths:
+
+    def one_pass(w: int) -> float:
+        t0 = time.perf_counter()
         ctx.decode(rows[:w], "all")
+        dt = time.perf_counter() - t0
         ctx.truncate(base)
+        return dt
+
     times: dict[int, list[float]] = {w: [] for w in widths}
-    for _ in range(inner):
-        # Interleave widths so drift (another process, frequency) spreads
-        # over all of them instead of biasing the last.
+    if order == "consecutive":
         for w in widths:
-            t0 = time.perf_counter()
-            ctx.decode(rows[:w], "all")
-            times[w].append(time.perf_counter() - t0)
-            ctx.truncate(base)
+            for _ in range(WARM_PASSES):
+                one_pass(w)
+            times[w] = [one_pass(w) for _ in range(inner)]
+    else:
+        for w in widths:
+            one_pass(w)
+        for _ in range(inner):
+            for w in widths:
+                times[w].append(one_pass(w))
     ctx.reset()
     return [statistics.median(times[w]) for w in widths]
 
