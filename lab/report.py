@@ -16,7 +16,7 @@ import io
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab.analysis import breakeven
+from lab.analysis import breakeven, categories
 from lab.analysis import run as analysis
 from lab.events import RunFinished
 from lab.results import RESULT_KEYS
@@ -336,6 +336,8 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     lines += ["", "## Acceptance per draft position", ""] + _position_lines(data)
     lines += ["", "## Prediction", ""] + _prediction_lines(data, probe)
     lines += ["", "## Statistics", ""] + _stats_lines(summaries)
+    if categories.has_categories(results):
+        lines += ["", "## Per category", ""] + categories.markdown_lines(results, profile.get("prompts") or ())
     lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
     roofs = analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
     lines += ["", "## Roofline", ""]
@@ -370,7 +372,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
 
 CSV_KEYS = RESULT_KEYS + (
     "prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail",
-    "break_even_len", "needed_acceptance", "verdict_kind",
+    "break_even_len", "needed_acceptance", "verdict_kind", "category",
 )
 
 
@@ -397,6 +399,7 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "summaries": summarize(results),
         "divergences": analysis.divergences(results),
+        "categories": [c.to_json() for c in categories.category_table(results)],
         "positions": None,
         "predictions": None,
         "probe": probe.to_json() if probe is not None else None,

@@ -32,6 +32,7 @@ RESULT_KEYS = (
 EXTRA_KEYS = (
     "is_baseline", "group", "stack", "model", "n_max", "sweep", "prompt_tokens", "prompt_s", "gen_s",
     "engine_bytes", "detail", "measured", "text", "text_origin", "engine_report", "plain_tokens",
+    "category",
 )
 ROW_KEYS = RESULT_KEYS + EXTRA_KEYS
 
@@ -86,6 +87,8 @@ class ResultRow(Mapping[str, Any]):
     text_origin: tuple[tuple[int, int], ...] | None = None
     engine_report: Mapping[str, Any] = field(default_factory=dict)
     plain_tokens: int | None = None
+    # the prompt's suite category; None for a prompt written out in the profile
+    category: str | None = None
     # keys a saved row has beyond these (a later version's), kept so that
     # reading and saving a row again loses nothing
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -202,6 +205,7 @@ def build_result(
     detail: str = "",
     engine_report: Mapping[str, Any] | None = None,
     text_origin: Sequence[Sequence[int]] | None = None,
+    category: str | None = None,
 ) -> ResultRow:
     """Assemble one row. ``baseline`` is the baseline's row for the same
     prompt and round (or the nearest round), used for speedup, step cost and
@@ -269,6 +273,7 @@ def build_result(
         text_origin=origin,
         engine_report=dict(engine_report or {}),
         plain_tokens=(n_tokens - landed) if counted and n_tokens is not None else None,
+        category=category,
     )
     return dataclasses.replace(row, verdict=verdict(row))
 

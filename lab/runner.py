@@ -162,6 +162,7 @@ class Runner:
         # (arm, prompt, round) -> output ids of baseline arms, for the oracle
         self.reference_ids: dict[tuple[str, str, int], list[int]] = {}
         self._emit_lock = threading.RLock()
+        self._categories = {p.name: p.category for p in profile.prompts}
 
     @property
     def run_dir(self) -> str:
@@ -264,6 +265,7 @@ class Runner:
             text=gen.text if gen else None, baseline=baseline, peak_mem_bytes=peak,
             engine_bytes=gen.engine_bytes if gen else None, detail=detail,
             engine_report=gen.engine_report if gen else None, text_origin=origin,
+            category=self._categories.get(cell.prompt),
         )
         with self._rows_lock:
             self._rows.append(row)

@@ -1,0 +1,164 @@
+"""Figures per prompt category: acceptance depends on the kind of text far
+more than on anything else (prompt lookup pays where the answer repeats its
+input), so a run over a suite is read category by category.
+
+Per speculative arm and category: acceptance pooled over the category's ok
+rows (accepted / drafted summed, so a long answer weighs by its drafts),
+mean accepted length pooled the same way (tokens landed by steps / steps),
+and the speedup as the geometric mean of the paired ratios (each prompt and
+round against its baseline's same prompt and round) with the bootstrap
+interval of :mod:`lab.analysis.stats`. An ``all`` row per arm pools every
+category. Rows without a category (prompts written out in the profile) are
+grouped as ``uncategorized`` when a run mixes them with suite prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from lab.analysis import stats
+
+ALL = "all"
+UNCATEGORIZED = "uncategorized"
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    """One arm's figures over one category (or over ``all``)."""
+
+    arm: str
+    category: str
+    prompts: int  # distinct prompts with at least one ok row
+    drafted: int
+    accepted: int
+    acceptance_rate: float | None
+    mean_accepted_len: float | None
+    speedup: float | None  # geometric mean of the paired ratios
+    speedup_low: float | None
+    speedup_high: float | None
+    pairs: int
+    call: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm, "category": self.category, "prompts": self.prompts, "drafted": self.drafted,
+            "accepted": self.accepted, "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_len": self.mean_accepted_len, "speedup": self.speedup,
+            "speedup_low": self.speedup_low, "speedup_high": self.speedup_high, "pairs": self.pairs,
+            "call": self.call,
+        }
+
+
+def has_categories(results: Sequence[Mapping[str, Any]]) -> bool:
+    return any(r.get("category") for r in results)
+
+
+def _category(row: Mapping[str, Any]) -> str:
+    return str(row.get("category") or UNCATEGORIZED)
+
+
+def _landed(row: Mapping[str, Any]) -> float | None:
+    """Tokens the row's steps landed: generated minus those the target made
+    outside steps when the row says so, else mean length x steps."""
+    n, plain = row.get("n_tokens"), row.get("plain_tokens")
+    if n is not None and plain is not None:
+        return float(n - plain)
+    mal, steps = row.get("mean_accepted_len"), row.get("steps")
+    if mal is not None and steps:
+        return float(mal) * int(steps)
+    return None
+
+
+def _row(arm: str, category: str, rows: Sequence[Mapping[str, Any]], results: Sequence[Mapping[str, Any]],
+         seed: int) -> CategoryRow:
+    ok = [r for r in rows if r.get("status") == "ok"]
+    drafted = sum(int(r.get("drafted") or 0) for r in ok)
+    accepted = sum(int(r.get("accepted") or 0) for r in ok)
+    steps = 0
+    landed = 0.0
+    for r in ok:
+        got = _landed(r)
+        if got is not None and r.get("steps"):
+            steps += int(r["steps"])
+            landed += got
+    prompts = sorted({str(r["prompt"]) for r in ok})
+    ratios = [x for p in prompts for _, _, x in stats.paired_ratios(results, arm, p)]
+    called = stats.call_speedup(ratios, seed=seed)
+    iv = called.interval
+    many = iv is not None and iv.n > 1
+    return CategoryRow(
+        arm=arm, category=category, prompts=len(prompts), drafted=drafted, accepted=accepted,
+        acceptance_rate=accepted / drafted if drafted else None,
+        mean_accepted_len=landed / steps if steps else None,
+        speedup=iv.estimate if iv is not None else None,
+        speedup_low=iv.low if many and iv is not None else None,
+        speedup_high=iv.high if many and iv is not None else None,
+        pairs=len(ratios), call=called.call,
+    )
+
+
+def category_table(results: Sequence[Mapping[str, Any]], seed: int = 0) -> list[CategoryRow]:
+    """Every speculative arm x category (in order of first appearance), each
+    arm followed by its ``all`` row when it has more than one category. Baseline arms have no acceptance and are
+    the denominators of the speedups, so they get no rows. Warmup never counts."""
+    recorded = [r for r in results if int(r.get("round", 1)) >= 1 and not r.get("is_baseline")]
+    arms = list(dict.fromkeys(str(r["arm"]) for r in recorded))
+    categories = list(dict.fromkeys(_category(r) for r in results if int(r.get("round", 1)) >= 1))
+    out: list[CategoryRow] = []
+    for arm in arms:
+        mine = [r for r in recorded if r["arm"] == arm]
+        shown = 0
+        for category in categories:
+            rows = [r for r in mine if _category(r) == category]
+            if rows:
+                out.append(_row(arm, category, rows, results, seed))
+                shown += 1
+        if shown > 1:
+            out.append(_row(arm, ALL, mine, results, seed))
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def _speedup(row: CategoryRow) -> str:
+    if row.speedup is None:
+        return "—"
+    if row.speedup_low is None or row.speedup_high is None:
+        return f"{row.speedup:.2f}x"
+    return f"{row.speedup:.2f}x [{row.speedup_low:.2f}–{row.speedup_high:.2f}]"
+
+
+def markdown_lines(results: Sequence[Mapping[str, Any]], prompts: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The report's per-category section: the table, then what it rests on.
+    ``prompts`` are the profile's prompts as saved (for the turn counts)."""
+    if not has_categories(results):
+        return ["No prompt categories in this run: its prompts are written out in the profile, not taken from "
+                "a suite (`[[prompts]] suite = \"speclab\"`)."]
+    table = category_table(results)
+    if not table:
+        return ["No speculative arms, so no per-category acceptance or speedup."]
+    lines = [
+        "| arm | category | prompts | acceptance | mean accepted len | speedup [95% interval] | pairs | call |",
+        "|---|---|---:|---:|---:|---|---:|---|",
+    ]
+    for r in table:
+        name = f"**{r.category}**" if r.category == ALL else r.category
+        mal = "—" if r.mean_accepted_len is None else f"{r.mean_accepted_len:.2f}"
+        lines.append(f"| {r.arm} | {name} | {r.prompts} | {_pct(r.acceptance_rate)} | {mal} | {_speedup(r)} "
+                     f"| {r.pairs} | {r.call} |")
+    lines += [
+        "",
+        "Acceptance is accepted / drafted summed over the category's rows; mean accepted length is tokens landed "
+        "by steps / steps; speedup is the geometric mean of each prompt and round over its baseline's, with a 95% "
+        "percentile bootstrap interval (none from one pair).",
+    ]
+    conversations = [p for p in prompts if int(p.get("turns") or 1) > 1]
+    if conversations:
+        lines.append(
+            f"Conversations of several turns among the prompts: {len(conversations)}. Backends take one user "
+            "message, so each was measured on its first turn only."
+        )
+    return lines

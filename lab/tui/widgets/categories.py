@@ -1,0 +1,64 @@
+"""CategoryTable: per speculative arm and prompt category, acceptance, mean
+accepted length and speedup with its paired interval, the same figures as
+the saved report's "Per category" section (:mod:`lab.analysis.categories`).
+
+It takes result rows (live :class:`lab.results.ResultRow` objects or rows
+read from results.json) and recomputes the table from all of them, so it can
+be fed the runner's rows each time a cell finishes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from lab.analysis.categories import ALL, CategoryRow, category_table
+from lab.analysis.stats import FASTER, SLOWER
+from lab.tui.widgets.fmt import DASH, num, pct, speedup
+
+COLUMNS = (
+    ("arm", "arm"), ("category", "category"), ("prompts", "prompts"), ("accept", "accept"),
+    ("mean_len", "mean len"), ("speedup", "speedup"), ("interval", "95% interval"), ("call", "call"),
+)
+
+
+def row_key(arm: str, category: str) -> str:
+    return f"{arm}\x1f{category}"
+
+
+def category_cells(r: CategoryRow) -> list[str | Text]:
+    interval = DASH
+    if r.speedup_low is not None and r.speedup_high is not None:
+        interval = f"{r.speedup_low:.2f}–{r.speedup_high:.2f}"
+    style = "green" if r.call == FASTER else "red" if r.call == SLOWER else ""
+    category = Text(r.category, style="bold") if r.category == ALL else r.category
+    return [
+        r.arm, category, str(r.prompts), pct(r.acceptance_rate), num(r.mean_accepted_len, ".2f"),
+        speedup(r.speedup), interval, Text(r.call, style=style),
+    ]
+
+
+class CategoryTable(DataTable[Any]):
+    """Per arm x category over the rows given: acceptance, mean accepted
+    length, speedup over the stack's baseline and its paired interval."""
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]] = (), *, id: str | None = None) -> None:
+        super().__init__(id=id, zebra_stripes=True, cursor_type="row")
+        self._rows: list[Mapping[str, Any]] = list(rows)
+
+    def on_mount(self) -> None:
+        for key, label in COLUMNS:
+            self.add_column(label, key=key)
+        self.show_rows(self._rows)
+
+    def show_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the table with the figures of ``rows`` (every row of the
+        run so far, not just the newest)."""
+        self._rows = list(rows)
+        if not self.columns:  # not mounted yet: on_mount shows them
+            return
+        self.clear()
+        for r in category_table(self._rows):
+            self.add_row(*category_cells(r), key=row_key(r.arm, r.category))
