@@ -181,6 +181,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from lab.report import load_for_report, render
     from lab.store import load_run
 
+    from lab.textsafe import printable
+
     try:
         data = load_for_report(args.run_dir, args.probe)
         if args.bandwidth:
@@ -189,6 +191,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             from lab.analysis.compare import render_compare, warnings
 
             data_b = load_run(args.compare)
+            _say_unreadable(data_b)
             text = render_compare(data, data_b, args.format)
             if args.format == "csv":  # Markdown and JSON carry them; a CSV is cells only
                 for line in warnings(data, data_b):
@@ -196,10 +199,27 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             text = render(data, args.format)
     except (OSError, ValueError, ProbeError) as exc:
-        print(f"lab: {exc}", file=sys.stderr)
+        print(f"lab: {printable(exc)}", file=sys.stderr)
         return 2
-    sys.stdout.write(text)
+    except Exception as exc:  # noqa: BLE001 - a saved file is user data: a message, not a traceback
+        print(f"lab: {printable(args.run_dir)}: cannot render this run ({type(exc).__name__}: {printable(exc)}); "
+              "its files have a shape the lab does not save", file=sys.stderr)
+        return 2
+    _say_unreadable(data)
+    # names and error texts in a saved run are not the lab's: nothing in
+    # them may drive the terminal
+    sys.stdout.write(printable(text, keep="\n\t"))
     return 0
+
+
+def _say_unreadable(data: dict[str, object]) -> None:
+    """What a saved run held that could not be used, on stderr (the report
+    itself names it too)."""
+    from lab.run_shape import Problems
+    from lab.textsafe import printable
+
+    for line in Problems(data.get("unreadable") or []).lines():  # type: ignore[arg-type]
+        print(f"lab: not used: {printable(line)}", file=sys.stderr)
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

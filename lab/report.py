@@ -20,6 +20,7 @@ from lab.analysis import breakeven, categories
 from lab.analysis import run as analysis
 from lab.events import RunFinished
 from lab.results import RESULT_KEYS
+from lab.run_shape import unreadable_lines
 from lab.run_events import RunEvent
 
 
@@ -59,19 +60,36 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
 
     data = load_run(run_dir)
     p = Path(run_dir)
+    unreadable: list[str] = list(data.get("unreadable") or [])
     if p.is_dir():
-        data["steps"] = load_steps(p)
+        data["steps"] = load_steps(p, unreadable)
+    named_by_run = False
     if probe is None:
         # A profile may name a probe (``probe = "..."`` under [run]), relative
         # to the profile's own directory.
         named = (data["profile"].get("run") or {}).get("probe") or data["profile"].get("probe")
-        if named and p.is_dir() and not (p / probes.PROBE_FILE).exists():
+        if isinstance(named, str) and named and p.is_dir() and not (p / probes.PROBE_FILE).exists():
             where = Path(str(data["profile"].get("path") or ".")).parent
             probe = where / str(named)
-    if probe is not None:
+            named_by_run = True
+    if probe is not None and named_by_run:
+        # the saved run names it: a probe gone since costs the prediction only
+        try:
+            data["probe"] = probes.load(probe)
+        except (OSError, ValueError, RecursionError) as exc:
+            unreadable.append(f"probe {probe} named by the run not used ({exc})")
+            data["probe"] = None
+    elif probe is not None:
         data["probe"] = probes.load(probe)
     elif p.is_dir():
-        data["probe"] = probes.find(p)
+        try:
+            data["probe"] = probes.find(p)
+        except (OSError, ValueError, RecursionError) as exc:
+            # a damaged probe costs the prediction, not the report
+            unreadable.append(f"{p}: probe not used ({exc})")
+            data["probe"] = None
+    if unreadable:
+        data["unreadable"] = unreadable
     return data
 
 
@@ -319,7 +337,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     results = data["results"]
     summaries = summarize(results)
     probe = _probe(data)
-    lines = [f"# {profile['name']}", ""]
+    lines = [f"# {profile['name']}", ""] + unreadable_lines(data)
     if profile.get("description"):
         lines += [profile["description"], ""]
     lines += [

@@ -334,33 +334,80 @@ def _dir_id(path: Path) -> tuple[int, int]:
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """Read a run directory's results.json (or the file itself)."""
+    """Read a run directory's results.json (or the file itself), in the
+    shape the lab saves (:mod:`lab.run_shape`): what does not fit it is left
+    out, and each thing left out is a line of ``data["unreadable"]`` (the
+    key is there only when something was)."""
+    from lab.run_shape import check_run
+
     p = Path(path)
     if p.is_dir():
         p = p / "results.json"
+    nonfinite: list[str] = []
+
+    def constant(name: str) -> None:
+        # NaN and Infinity are not JSON; runs saved before strict JSON have them
+        nonfinite.append(name)
+        return None
+
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        data = json.loads(text, parse_constant=constant)
     except FileNotFoundError:
         raise FileNotFoundError(f"{p}: no results.json here; is this a run directory?") from None
+    except IsADirectoryError:
+        raise ValueError(f"{p}: a directory, not a results file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not UTF-8 text; not a results file") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{p}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or "results" not in data or "profile" not in data:
-        raise ValueError(f"{p}: not a speclab results file (needs 'profile' and 'results')")
+        raise ValueError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; "
+                         "a file cut short?)") from None
+    except RecursionError:
+        raise ValueError(f"{p}: JSON nested too deep to be a results file") from None
+    data, problems = check_run(data, str(p))
+    if nonfinite:
+        problems.add(str(p), f"{len(nonfinite)} non-finite numbers ({', '.join(sorted(set(nonfinite)))}) read as null")
+    if problems:
+        data["unreadable"] = list(problems)
     return data
 
 
-def load_steps(path: str | Path) -> list[dict[str, Any]]:
+def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """steps.jsonl's records; a line that is not a step (torn by a kill, or
+    damaged) is skipped and, with ``problems``, named there."""
+    from lab.run_shape import check_step
+
     p = Path(path)
     if p.is_dir():
         p = p / "steps.jsonl"
     out: list[dict[str, Any]] = []
-    if not p.exists():
+    if not p.is_file():
         return out
-    for line in p.read_text(encoding="utf-8").splitlines():
+    bad: list[str] = []
+    nonfinite: list[int] = []
+    try:
+        text = p.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        if problems is not None:
+            problems.append(f"{p}: unreadable ({exc.strerror or exc})")
+        return out
+    for lineno, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
-        if line:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a run killed mid-write leaves a torn last line
+        if not line:
+            continue
+        try:
+            record = json.loads(line, parse_constant=lambda _c, n=lineno: nonfinite.append(n))
+        except (json.JSONDecodeError, RecursionError):
+            bad.append(f"line {lineno}: not JSON")
+            continue
+        why = check_step(record)
+        if why:
+            bad.append(f"line {lineno}: {why}")
+            continue
+        out.append(record)
+    if bad and problems is not None:
+        shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+        problems.append(f"{p}: {len(bad)} lines skipped ({shown})")
+    if nonfinite and problems is not None:
+        problems.append(f"{p}: non-finite numbers read as null on {len(set(nonfinite))} lines")
     return out
