@@ -167,8 +167,11 @@ def test_lab_check_refuses_an_unknown_category(tmp_path: Path) -> None:
 
 
 def test_shipped_categories_profile_covers_every_category() -> None:
+    from lab.plugins import load_registry
+    from lab.profiles import check_profile
+
     root = Path(__file__).resolve().parent.parent
-    p = load_profile(root / "profiles" / "categories.toml")
+    p = check_profile(root / "profiles" / "categories.toml", load_registry())
     counts = Counter(q.category for q in p.prompts)
     assert set(counts) == set(suite_categories(load_suite("speclab")))
     assert set(counts.values()) == {2}
