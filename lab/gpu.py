@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from lab.events import now
+from lab.events import Clock, now
 from lab.sampling import PeriodicSampler
 
 MIB = 1 << 20
@@ -367,3 +367,242 @@ def generation_energy(
         joules=energy_between(segs, t0, t1), seconds=t1 - t0, covered_s=covered_s(segs, t0, t1),
         n_tokens=n_tokens, draft_j=draft_j, verify_j=verify_j,
     )
+
+
+# -- a run's telemetry -----------------------------------------------------------
+
+# Result-row keys this module fills (lab.results.ResultRow): null without a GPU.
+ROW_KEYS = (
+    "gpu_name", "gpu_peak_mem_bytes", "gpu_card_peak_bytes", "gpu_energy_j", "energy_per_token_j",
+    "gpu_mean_power_w", "draft_energy_j", "verify_energy_j",
+)
+GPU_FILE = "gpu.json"
+SAMPLES_FILE = "gpu-samples.json.gz"
+# How often the run's GPU sampler reads: NVML answers in well under a
+# millisecond; nvidia-smi starts two processes a reading.
+NVML_INTERVAL_S = 0.05
+SMI_INTERVAL_S = 0.5
+# Live readings for the TUI at most this often (the sampler reads faster
+# so that energy windows stay tight).
+EMIT_INTERVAL_S = 0.25
+
+
+@dataclass(frozen=True)
+class GpuSampled:
+    """A live GPU reading for whoever renders the run: the card's memory in
+    use, the bytes held by the running arm's processes (this one and its
+    engine server; None where the driver does not tell per process),
+    utilization and power. ``arm`` is "" between arms."""
+
+    arm: str
+    name: str
+    card_used_bytes: int
+    card_total_bytes: int
+    process_bytes: int | None
+    utilization_pct: float | None
+    power_w: float | None
+    t: float = field(default_factory=now)
+
+
+@dataclass
+class _ArmWindow:
+    start: float
+    pids: Callable[[], list[int]]
+    peak_process: int | None = None
+    peak_card: int | None = None
+
+
+class RunTelemetry:
+    """GPU telemetry over one run: one sampler for the whole run, a window
+    per arm for its memory peaks, a window per cell for its energy. The
+    runner asks :meth:`cell_keys` for each row's GPU keys and
+    :meth:`write` saves ``gpu.json`` (per arm, per cell) and the raw
+    readings beside the run."""
+
+    def __init__(self, reader: GpuReader, interval: float | None = None, emit: Callable[[Any], None] | None = None) -> None:
+        if interval is None:
+            interval = SMI_INTERVAL_S if reader.source == "nvidia-smi" else NVML_INTERVAL_S
+        self.sampler = _EmittingSampler(reader, interval, self)
+        self.emit = emit
+        self.arm = ""
+        self._arms: dict[str, _ArmWindow] = {}
+        self._cells: list[dict[str, Any]] = []
+        self._last_emit = 0.0
+
+    @classmethod
+    def open(cls, emit: Callable[[Any], None] | None = None) -> RunTelemetry | None:
+        """Telemetry started on the first visible GPU, or None without one."""
+        reader = open_reader()
+        if reader is None:
+            return None
+        return cls(reader, emit=emit).start()
+
+    def start(self) -> RunTelemetry:
+        self.sampler.start()
+        return self
+
+    def stop(self) -> None:
+        self.sampler.stop()
+        self.sampler.reader.close()
+
+    # -- windows ---------------------------------------------------------------
+    def begin_arm(self, arm: str, pids: Callable[[], list[int]]) -> None:
+        """An arm starts loading; ``pids`` lists its processes (this one and
+        any engine server it started) whenever asked."""
+        self.arm = arm
+        self._arms[arm] = _ArmWindow(now(), pids)
+
+    def end_arm(self, arm: str) -> None:
+        self._update_peaks(arm)
+        if self.arm == arm:
+            self.arm = ""
+
+    def _pids(self, arm: str) -> list[int]:
+        import os
+
+        window = self._arms.get(arm)
+        extra: list[int] = []
+        if window is not None:
+            try:
+                extra = list(window.pids())
+            except Exception:  # noqa: BLE001 - a dead server has no pid to count
+                extra = []
+        return [os.getpid(), *extra]
+
+    def _update_peaks(self, arm: str) -> _ArmWindow | None:
+        window = self._arms.get(arm)
+        if window is None:
+            return None
+        pids = self._pids(arm)
+        for s in self.sampler.snapshot():
+            if s.t < window.start:
+                continue
+            window.peak_card = max(window.peak_card or 0, s.memory_used_bytes)
+            held = s.bytes_of(pids)
+            if held is not None:
+                window.peak_process = max(window.peak_process or 0, held)
+        return window
+
+    def device_bytes(self, arm: str) -> int | None:
+        """The arm's processes' device memory at the latest reading (the
+        memory sampler's ``device_bytes``)."""
+        got = self.sampler.latest()
+        return got.bytes_of(self._pids(arm)) if got is not None else None
+
+    def on_sample(self, s: GpuSample) -> None:
+        if self.emit is None or s.t - self._last_emit < EMIT_INTERVAL_S:
+            return
+        self._last_emit = s.t
+        arm = self.arm
+        self.emit(GpuSampled(
+            arm, s.name, s.memory_used_bytes, s.memory_total_bytes, s.bytes_of(self._pids(arm)) if arm else None,
+            s.utilization_pct, s.power_w, s.t,
+        ))
+
+    # -- rows --------------------------------------------------------------------
+    def cell_keys(
+        self, arm: str, prompt: str, round: int, t_end: float | None = None, gen_s: float | None = None,
+        n_tokens: int | None = None, steps: Sequence[Any] = (),
+    ) -> dict[str, Any]:
+        """A row's GPU keys. The arm's peaks so far always; energy only for
+        a cell that generated: over its generation phase [t_end - gen_s,
+        t_end], per generated token (tok/s's own denominator), split into
+        draft and verify where every step's phases were clocked by the lab
+        as they ran (a server's steps, read from its log afterwards, carry
+        times but not when they happened)."""
+        self.sampler.sample()  # the cell's last reading, so its window is closed by one
+        window = self._update_peaks(arm)
+        samples = self.sampler.snapshot()
+        keys: dict[str, Any] = dict.fromkeys(ROW_KEYS)
+        keys["gpu_name"] = samples[-1].name if samples else None
+        if window is not None:
+            keys["gpu_peak_mem_bytes"] = window.peak_process
+            keys["gpu_card_peak_bytes"] = window.peak_card
+        if t_end is None or gen_s is None or not n_tokens:
+            return keys
+        phases = [StepPhases.of_step(s.t, s.step_s, s.draft_s, s.verify_s) for s in steps if _clocked(s)]
+        e = generation_energy(samples, t_end - gen_s, t_end, n_tokens, phases if len(phases) == len(steps) else ())
+        if e.covered_s <= 0:
+            return keys
+        keys.update(
+            gpu_energy_j=e.joules, energy_per_token_j=e.joules_per_token, gpu_mean_power_w=e.mean_watts,
+            draft_energy_j=e.draft_j, verify_energy_j=e.verify_j,
+        )
+        self._cells.append({
+            "arm": arm, "prompt": prompt, "round": round, **e.to_json(), "seconds": e.seconds, "n_tokens": n_tokens,
+        })
+        return keys
+
+    # -- the run directory ----------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """gpu.json: the card, the sampling, each arm's peaks and energy per
+        token (min, median, max over its cells), and every cell."""
+        import statistics
+
+        samples = self.sampler.snapshot()
+        per_arm: dict[str, Any] = {}
+        for arm, window in self._arms.items():
+            cells = [c for c in self._cells if c["arm"] == arm]
+            jpt = [c["energy_per_token_j"] for c in cells if c["energy_per_token_j"] is not None]
+            total = sum(c["energy_j"] for c in cells)
+            draft = [c["draft_energy_j"] for c in cells if c["draft_energy_j"] is not None]
+            verify = [c["verify_energy_j"] for c in cells if c["verify_energy_j"] is not None]
+            per_arm[arm] = {
+                "peak_process_bytes": window.peak_process, "peak_card_bytes": window.peak_card,
+                "energy_per_token_j": [min(jpt), statistics.median(jpt), max(jpt)] if jpt else None,
+                "energy_j": total if cells else None,
+                "draft_share": sum(draft) / total if draft and total > 0 else None,
+                "verify_share": sum(verify) / total if verify and total > 0 else None,
+            }
+        return {
+            "source": self.sampler.reader.source, "interval_s": self.sampler.interval, "samples": len(samples),
+            "gpu": samples[-1].name if samples else None,
+            "memory_total_bytes": samples[-1].memory_total_bytes if samples else None,
+            "peak_used_bytes": self.sampler.peak_used_bytes(),
+            "refresh_note": "an H200's driver refreshes power and its energy counter every 100 ms: a cell's joules "
+                            "are exact to one refresh at each end; the draft/verify split apportions refresh windows "
+                            "by the time each phase spent in them",
+            "per_arm": per_arm, "cells": list(self._cells),
+        }
+
+    def write(self, run_dir: str | Any) -> None:
+        """gpu.json and the raw readings (column-wise, gzip) in ``run_dir``."""
+        import gzip
+        import json
+        from pathlib import Path
+
+        d = Path(run_dir)
+        (d / GPU_FILE).write_text(json.dumps(self.summary(), indent=1) + "\n", encoding="utf-8")
+        samples = self.sampler.snapshot()
+        cols = {
+            "t": [s.t for s in samples], "memory_used_bytes": [s.memory_used_bytes for s in samples],
+            "utilization_pct": [s.utilization_pct for s in samples], "power_w": [s.power_w for s in samples],
+            "energy_j": [s.energy_j for s in samples],
+            "process_bytes": [{str(k): v for k, v in s.process_bytes.items()} for s in samples],
+        }
+        with gzip.open(d / SAMPLES_FILE, "wt", encoding="utf-8") as fh:
+            json.dump(cols, fh)
+
+
+def _clocked(step: Any) -> bool:
+    """A step whose draft and verify seconds the lab clocked as they ran."""
+    clocks = getattr(step, "clocks", None)
+    if clocks is None:
+        return True
+    return bool(clocks.draft == Clock.MEASURED and clocks.verify == Clock.MEASURED)
+
+
+class _EmittingSampler(GpuSampler):
+    def __init__(self, reader: GpuReader, interval: float, owner: RunTelemetry) -> None:
+        super().__init__(reader, interval)
+        self.owner = owner
+
+    def sample(self) -> GpuSample | None:
+        got = super().sample()
+        if got is not None:
+            self.owner.on_sample(got)
+        return got
+
+    def latest(self) -> GpuSample | None:
+        with self._lock:
+            return self.samples[-1] if self.samples else None

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeVar
 
-from lab import figures
+from lab import figures, gpu
 from lab.events import Cell, Status, StepEvent
 from lab.verdict import verdict
 
@@ -32,6 +32,7 @@ RESULT_KEYS = (
 EXTRA_KEYS = (
     "is_baseline", "group", "stack", "model", "n_max", "sweep", "prompt_tokens", "prompt_s", "gen_s",
     "engine_bytes", "detail", "measured", "text", "text_origin", "engine_report", "plain_tokens",
+    *gpu.ROW_KEYS,  # GPU telemetry (lab.gpu): null on a run without a GPU
     "category",
 )
 ROW_KEYS = RESULT_KEYS + EXTRA_KEYS
@@ -87,6 +88,19 @@ class ResultRow(Mapping[str, Any]):
     text_origin: tuple[tuple[int, int], ...] | None = None
     engine_report: Mapping[str, Any] = field(default_factory=dict)
     plain_tokens: int | None = None
+    # GPU telemetry (lab.gpu.RunTelemetry): the card; peak device memory of
+    # the arm's processes (this one and its server) and of the whole card
+    # since the arm began loading; the generation phase's joules, per
+    # generated token, its mean power, and the joules spent while steps
+    # drafted and verified. None without a GPU.
+    gpu_name: str | None = None
+    gpu_peak_mem_bytes: int | None = None
+    gpu_card_peak_bytes: int | None = None
+    gpu_energy_j: float | None = None
+    energy_per_token_j: float | None = None
+    gpu_mean_power_w: float | None = None
+    draft_energy_j: float | None = None
+    verify_energy_j: float | None = None
     # the prompt's suite category; None for a prompt written out in the profile
     category: str | None = None
     # keys a saved row has beyond these (a later version's), kept so that
@@ -205,6 +219,7 @@ def build_result(
     detail: str = "",
     engine_report: Mapping[str, Any] | None = None,
     text_origin: Sequence[Sequence[int]] | None = None,
+    gpu_keys: Mapping[str, Any] | None = None,
     category: str | None = None,
 ) -> ResultRow:
     """Assemble one row. ``baseline`` is the baseline's row for the same
@@ -273,9 +288,15 @@ def build_result(
         text_origin=origin,
         engine_report=dict(engine_report or {}),
         plain_tokens=(n_tokens - landed) if counted and n_tokens is not None else None,
+        **_gpu_fields(gpu_keys),
         category=category,
     )
     return dataclasses.replace(row, verdict=verdict(row))
+
+
+def _gpu_fields(keys: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The row's GPU keys (lab.gpu.ROW_KEYS), None for each one not given."""
+    return {k: (keys or {}).get(k) for k in gpu.ROW_KEYS}
 
 
 def pick_baseline(rows: Iterable[RowT], arm: str, prompt: str, round: int) -> RowT | None:

@@ -44,6 +44,7 @@ from lab.events import (
     arm_cell,
     now,
 )
+from lab.gpu import RunTelemetry
 from lab.memory import MemorySampler
 from lab.plugins import Registry
 from lab.profiles import Arm, Profile
@@ -162,6 +163,10 @@ class Runner:
         # (arm, prompt, round) -> output ids of baseline arms, for the oracle
         self.reference_ids: dict[tuple[str, str, int], list[int]] = {}
         self._emit_lock = threading.RLock()
+        # GPU telemetry over the run (lab.gpu), None without a GPU; when the
+        # last cell's generation returned, the end of its energy window.
+        self.gpu: RunTelemetry | None = None
+        self._gen_end: float | None = None
         self._categories = {p.name: p.category for p in profile.prompts}
 
     @property
@@ -211,6 +216,7 @@ class Runner:
             )
         )
         interrupted = False
+        self.gpu = RunTelemetry.open(self.emit)
         try:
             for arm in self.profile.ordered_arms():
                 if self.control.cancelled:
@@ -228,6 +234,7 @@ class Runner:
                 self._fill(arm, Status.CANCELLED, "interrupted")
             raise
         finally:
+            self._close_gpu()
             self.emit(RunFinished(self.run_dir, cancelled=self.control.cancelled or interrupted))
         return list(self.rows())
 
@@ -265,6 +272,7 @@ class Runner:
             text=gen.text if gen else None, baseline=baseline, peak_mem_bytes=peak,
             engine_bytes=gen.engine_bytes if gen else None, detail=detail,
             engine_report=gen.engine_report if gen else None, text_origin=origin,
+            gpu_keys=self._gpu_keys(arm, cell, gen, steps),
             category=self._categories.get(cell.prompt),
         )
         with self._rows_lock:
@@ -278,6 +286,24 @@ class Runner:
         status = self.control.stop_status(arm.name)
         detail = "skipped: the run moved on to the next arm" if status == Status.SKIPPED else "cancelled"
         self._record(arm, cell, status, detail=detail, peak=peak)
+
+    def _gpu_keys(self, arm: Arm, cell: Cell, gen: Generation | None, steps: Sequence[StepEvent]) -> dict[str, object] | None:
+        if self.gpu is None:
+            return None
+        if gen is None or self._gen_end is None:
+            return self.gpu.cell_keys(arm.name, cell.prompt, cell.round)
+        return self.gpu.cell_keys(arm.name, cell.prompt, cell.round, self._gen_end, gen.gen_s, len(gen.ids), steps)
+
+    def _close_gpu(self) -> None:
+        """Stop sampling; gpu.json and the raw readings go beside the run."""
+        if self.gpu is None:
+            return
+        try:
+            self.gpu.stop()
+            if self.run_dir:
+                self.gpu.write(self.run_dir)
+        except Exception:  # noqa: BLE001 - telemetry must never cost a run its results
+            self._log(traceback.format_exc())
 
     def _reference(self, arm: Arm) -> Callable[[str, int], Sequence[int] | None]:
         def lookup(prompt: str, round: int) -> Sequence[int] | None:
@@ -309,9 +335,13 @@ class Runner:
         engine_bytes: list[int | None] = [None]
         try:
             backend = self.registry.backend(arm.backend)(arm, ctx)
+            telemetry = self.gpu
+            if telemetry is not None:
+                telemetry.begin_arm(arm.name, backend.child_pids)
             sampler = MemorySampler(
                 arm.name, self.emit, self.profile.run.memory_interval_s,
                 child_pids=backend.child_pids, engine_bytes=lambda: engine_bytes[0],
+                device_bytes=(lambda: telemetry.device_bytes(arm.name)) if telemetry is not None else lambda: None,
             )
             with sampler:
                 self.emit(StatusChanged(cell0, Status.LOADING, phase="loading"))
@@ -394,7 +424,9 @@ class Runner:
                 return self.control.stop_requested
 
             try:
+                self._gen_end = None
                 gen = backend.generate(self._request(cell, arm), collect, cancelled)
+                self._gen_end = now()
             except Cancelled:
                 if not cell.is_warmup:
                     self._record_stopped(arm, cell, sampler.peak)
