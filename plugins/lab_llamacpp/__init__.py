@@ -3,7 +3,8 @@
 Registered through the ``lab.backends`` entry-point group: the backend, the
 models derived from the embedded one with llama.cpp's tools and the synthetic
 timing models (``synthetic:...``), and the doctor's checks for llama.cpp.
-Nothing here imports llama_cpp until an arm loads."""
+Registering imports llama_cpp only where numpy is not loaded yet, so that
+llama.cpp's libraries load first (lab_llamacpp.native_first says why)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ if TYPE_CHECKING:
 
 @hookimpl
 def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
+    import sys
+
+    if "numpy" not in sys.modules:
+        # The backend module brings numpy in; llama.cpp's libraries go first
+        # where nothing loaded numpy yet (lab probe, lab plugins): see
+        # lab_llamacpp.native_first for the image where the order matters.
+        from lab_llamacpp.native_first import load_llama_first
+
+        load_llama_first()
     from lab_llamacpp.backend import LlamaCppBackend
 
     register(LlamaCppBackend)

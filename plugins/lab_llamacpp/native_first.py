@@ -1,0 +1,38 @@
+"""The lab's command line with llama.cpp's libraries loaded before numpy:
+``python -m lab_llamacpp.native_first run PROFILE`` is ``lab run PROFILE``.
+
+On the GPU image the lab was measured on, numpy's BLAS brings its own
+OpenMP runtime, and a ggml CPU backend loaded after it crashed at model
+load; a process that loaded llama.cpp first loaded the same model. The lab's
+core imports numpy (its figures) before any plugin loads, so the plugin
+cannot put itself first from its registration hook for ``lab run``: a
+process that needs the order starts here. Elsewhere (this CPU, Apple
+Silicon) the order makes no difference and plain ``lab`` is the same.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def load_llama_first() -> bool:
+    """Import llama_cpp (which loads its shared libraries) unless numpy is
+    already in; False when it came too late or is not installed."""
+    if "numpy" in sys.modules and "llama_cpp" not in sys.modules:
+        return False
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main() -> int:
+    load_llama_first()
+    from lab.cli import main as lab_main
+
+    return lab_main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
