@@ -103,7 +103,7 @@ def _table(rows: Sequence[ResultRow]) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from lab.plugins import load_registry
-    from lab.profiles import ProfileError, check_profile
+    from lab.profiles import ProfileError, check_profile, option_warnings
     from lab.report import ReportWriter
     from lab.runner import Runner
     from lab.store import RunStore, StoreError
@@ -118,6 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 2
+    for line in option_warnings(profile, registry):
+        print(f"lab: warning: {printable(line)}", file=sys.stderr)
     try:
         store = RunStore(profile, args.out, on_moved=_say_moved)
     except StoreError as exc:
@@ -163,14 +165,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     from lab.plugins import load_registry
     from lab.profiles import ProfileError, check_profile
 
+    from lab.profiles import option_warnings
+    from lab.textsafe import printable
+
+    registry = load_registry()
     try:
-        profile = check_profile(args.profile, load_registry())
+        profile = check_profile(args.profile, registry)
     except ProfileError as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 2
+    for line in option_warnings(profile, registry):
+        print(f"lab: warning: {printable(line)}", file=sys.stderr)
     cells = len(profile.arms) * len(profile.prompts) * profile.run.rounds
     print(
-        f"{profile.path}: ok, {len(profile.arms)} arms x {len(profile.prompts)} prompts x "
+        f"{printable(profile.path)}: ok, {len(profile.arms)} arms x {len(profile.prompts)} prompts x "
         f"{profile.run.rounds} rounds = {cells} cells"
     )
     return 0
@@ -262,22 +270,28 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_plugins(args: argparse.Namespace) -> int:
     from lab.plugins import load_registry
 
+    from lab.textsafe import printable
+
+    # names, descriptions and errors come from whatever plugins are installed
+    def say(text: str) -> None:
+        print(printable(text))
+
     registry = load_registry()
-    print("backends:")
+    say("backends:")
     for name, cls in sorted(registry.backends.items()):
-        print(f"  {name}  [stack {cls.stack}{', runs drafters' if cls.accepts_drafters else ''}]  {cls.description}")
+        say(f"  {name}  [stack {cls.stack}{', runs drafters' if cls.accepts_drafters else ''}]  {cls.description}")
         for opt in cls.options:
-            print(f"      {opt.describe()}")
-    print("drafters:")
+            say(f"      {opt.describe()}")
+    say("drafters:")
     for name, dcls in sorted(registry.drafters.items()):
         stacks = "any stack" if dcls.stacks is None else ", ".join(sorted(dcls.stacks))
-        print(f"  {name}  [{stacks}]  {dcls.description}")
+        say(f"  {name}  [{stacks}]  {dcls.description}")
         for opt in dcls.options:
-            print(f"      {opt.describe()}")
+            say(f"      {opt.describe()}")
     if registry.errors:
-        print("load errors:")
+        say("load errors:")
         for err in registry.errors:
-            print(f"  {err.entry_point} ({err.group}): {err.error}")
+            say(f"  {err.entry_point} ({err.group}): {err.error}")
     return 1 if registry.errors and args.strict else 0
 
 

@@ -73,7 +73,24 @@ def check_profile(path: str | Path, registry: Registry) -> Profile:
             for name, value in values.items():
                 if isinstance(value, str) and getattr(declared.get(name), "model_ref", False):
                     _check_model(src, value, [*key, table, name])
+        # A backend may refuse a combination its options' types cannot say
+        # (llama-server bound beyond loopback without the profile allowing it).
+        refuse = getattr(registry.backend(arm.backend), "refuse_options", None)
+        refused = refuse(arm.options) if refuse is not None else None
+        if refused:
+            raise src.error([*key, "options", refused[0]], refused[1])
     return profile
+
+
+def option_warnings(profile: Profile, registry: Registry) -> list[str]:
+    """What backends want said about options they allow (``warn_options``),
+    one line per arm and warning, for the CLI to print before a run."""
+    out = []
+    for arm in profile.arms:
+        warn = getattr(registry.backend(arm.backend), "warn_options", None)
+        for line in warn(arm.options) if warn is not None else ():
+            out.append(f"arm {arm.name}: {line}")
+    return out
 
 
 def _model_options(arm: Arm, registry: Registry) -> list[tuple[str, Any, dict[str, Any]]]:

@@ -326,6 +326,15 @@ def generate() -> list[Case]:
             if opt.required:
                 add("options", f"{dname} without {opt.name}", GOOD + arm("d", drafter=dname, n_max=3), key)
     add("options", "options not a table", GOOD + arm("t", options=3), "arms[1].options")  # type: ignore[arg-type]
+    # a server bound beyond loopback needs the profile to say so
+    for extra in REMOTE_BINDS:
+        for bname in ("llamacpp-server", "llamacpp-mtp", "llamacpp-dflash"):
+            if bname in registry.backends:
+                add("options", f"{bname} extra_args {extra}", GOOD + arm_for_backend(bname, {"extra_args": extra}),
+                    "arms[1].options.extra_args")
+        add("options", f"extra_args {extra} with allow_remote_bind = false",
+            GOOD + arm_for_backend("llamacpp-server", {"extra_args": extra, "allow_remote_bind": False}),
+            "arms[1].options.extra_args")
     add("options", "drafter_options without drafter", GOOD + arm("t", drafter_options={"max_ngram": 2}), "arms[1].drafter_options")
 
     # -- arms: backend, model, drafter ------------------------------------------------
@@ -351,6 +360,12 @@ def generate() -> list[Case]:
 
     add("arms", "too many prompts", HEAD + "".join(prompt(f"p{i}") for i in range(MAX_PROMPTS + 1)) + BASE_ARM, "prompts")
     return cases
+
+
+REMOTE_BINDS: list[list[str]] = [
+    ["--host", "0.0.0.0"], ["--host=0.0.0.0"], ["--host", "::"], ["--host", "192.168.1.7"], ["-v", "--host", "example.com"],
+    ["--host", "127.0.0.1", "--host", "0.0.0.0"], ["--host", "[::]"],
+]
 
 
 def _valid_value(opt: Any) -> Any:
@@ -589,3 +604,75 @@ def test_randomly_valued_profiles_parse_or_are_refused_at_a_key(registry, seed: 
         assert err.key and f"[{err.key}]" in str(err), f"{label}: {err}"
         assert "TOML" not in err.message, f"{label}: {err}"
         assert not _hidden_chars(str(err)), repr(str(err))
+
+
+LOCAL_BINDS: list[list[str]] = [["--host", "127.0.0.1"], ["--host=127.0.0.5"], ["--host", "::1"], ["--host", "localhost"],
+                                ["--host", "/tmp/lab.sock"], ["--port", "0"], []]
+
+
+@pytest.mark.parametrize("extra", LOCAL_BINDS + REMOTE_BINDS)
+def test_a_remote_bind_runs_only_when_allowed_and_is_warned(registry, tmp_path: Path, extra: list[str]) -> None:
+    """Loopback (or a UNIX socket) needs nothing; beyond it, allow_remote_bind
+    = true lets the check pass with a warning, and the server's command line
+    refuses it without (a profile that did not come through the check)."""
+    from lab.api import EngineFailure
+    from lab.profiles import option_warnings
+    from lab_llamacpp_server.command import server_args
+
+    remote = extra in REMOTE_BINDS
+    path = tmp_path / "p.toml"
+    path.write_text(GOOD + arm("srv", "llamacpp-server", options={"extra_args": extra, "allow_remote_bind": True}))
+    profile = check_profile(path, registry)
+    warned = option_warnings(profile, registry)
+    assert bool(warned) == remote, warned
+    if remote:
+        assert "srv" in warned[0] and "other machines" in warned[0]
+    kw: dict[str, Any] = dict(n_ctx=64, threads=1, port=1234, model_path="m.gguf", draft_path=None)
+    argv = server_args({"extra_args": extra}, "none", None, **kw) if not remote else None
+    if remote:
+        with pytest.raises(EngineFailure, match="allow_remote_bind"):
+            server_args({"extra_args": extra}, "none", None, **kw)
+        assert server_args({"extra_args": extra, "allow_remote_bind": True}, "none", None, **kw)[-len(extra):] == extra
+    else:
+        assert argv is not None and "127.0.0.1" in argv
+
+
+def test_lab_check_prints_the_remote_bind_warning(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "p.toml"
+    path.write_text(GOOD + arm("srv", "llamacpp-server", options={"extra_args": ["--host", "0.0.0.0"], "allow_remote_bind": True}))
+    ok = subprocess.run([sys.executable, "-m", "lab.cli", "check", str(path)], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "warning: arm srv: llama-server will listen on 0.0.0.0" in ok.stderr
+    path.write_text(GOOD + arm("srv", "llamacpp-server", options={"extra_args": ["--host", "0.0.0.0"]}))
+    refused = subprocess.run([sys.executable, "-m", "lab.cli", "check", str(path)], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "[arms[1].options.extra_args]" in refused.stderr and "allow_remote_bind" in refused.stderr
+
+
+@pytest.mark.engine
+def test_a_memory_limit_too_small_to_start_the_server_is_oom(tmp_path: Path) -> None:
+    """memory_limit_mb = 1 passes the check (it is a limit, not a mistake)
+    and the README promises oom for what it stops: the server cannot even
+    map its libraries, and the arm ends as oom, not error."""
+    import subprocess
+    import sys
+
+    from lab_llamacpp_server.binary import ServerNotFound, server_info
+
+    try:
+        server_info(None)
+    except ServerNotFound as exc:
+        pytest.skip(f"no llama-server: {exc}")
+    path = tmp_path / "p.toml"
+    path.write_text(HEAD + PROMPT + arm("base", "llamacpp-server", options={"memory_limit_mb": 1}))
+    out = subprocess.run([sys.executable, "-m", "lab.cli", "run", str(path), "--out", str(tmp_path / "runs"), "--quiet"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    (run,) = (tmp_path / "runs").iterdir()
+    rows = json.loads((run / "results.json").read_text())["results"]
+    assert [r["status"] for r in rows] == ["oom"], rows

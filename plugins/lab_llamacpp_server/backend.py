@@ -23,7 +23,7 @@ from lab.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
 from lab_llamacpp_server import crosscheck, failures
 from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, server_info
 from lab_llamacpp_server.client import HttpFailure, ServerClient
-from lab_llamacpp_server.command import COMMON_OPTIONS, NEEDS_DRAFT_MODEL, server_args
+from lab_llamacpp_server.command import COMMON_OPTIONS, NEEDS_DRAFT_MODEL, refuse_options, server_args, warn_options
 from lab_llamacpp_server.logparse import ImplStats
 from lab_llamacpp_server.metrics import device_bytes
 from lab_llamacpp_server.process import ServerProcess, free_port
@@ -50,6 +50,9 @@ class LlamaServerBackend(Backend):
     fixed_spec_type: ClassVar[str | None] = None
     # The server is another process, but on the same cores.
     gpu_layers_option = "n_gpu_layers"
+    # what `lab check` refuses or warns about before a run (lab.profiles.check_profile)
+    refuse_options = staticmethod(refuse_options)
+    warn_options = staticmethod(warn_options)
 
     @classmethod
     def spec_type_of(cls, arm_options: Mapping[str, Any]) -> str:

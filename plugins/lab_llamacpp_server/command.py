@@ -4,9 +4,10 @@ profile's raw extra arguments (last, so they win)."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Mapping
 
-from lab.api import Option
+from lab.api import EngineFailure, Option
 
 COMMON_OPTIONS: tuple[Option, ...] = (
     Option("server", str, None, "path of the llama-server binary (default: PATH, then the lab's llama.cpp build)"),
@@ -22,6 +23,8 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     Option("chat_template_kwargs", str, None, 'JSON object for the chat template, e.g. {"enable_thinking": false}'),
     Option("extra_args", list, [], "raw llama-server arguments, passed through unchanged after the lab's own",
            item_type=str),
+    Option("allow_remote_bind", bool, False,
+           "let extra_args bind the server beyond loopback (--host 0.0.0.0 and the like): other machines can reach it"),
     Option("health_timeout_s", float, 300.0, "seconds to wait for /health to say ok", min=1, max=86400),
     Option("memory_limit_mb", int, None, min=1, help=
            "cap the server's address space (Linux RLIMIT_AS, CPU builds only): allocations past it fail "
@@ -40,6 +43,54 @@ DRAFT_N_MAX_FLAG = {
     "ngram-map-k": "--spec-ngram-map-k-size-m",
 }
 NEEDS_DRAFT_MODEL = {"draft-simple", "draft-dflash", "draft-dspark", "draft-eagle3"}
+
+
+def bind_hosts(extra_args: Any) -> list[str]:
+    """The addresses ``--host`` in raw arguments asks the server to listen on."""
+    args = [str(a) for a in (extra_args or [])]
+    hosts = []
+    for i, a in enumerate(args):
+        if a == "--host" and i + 1 < len(args):
+            hosts.append(args[i + 1])
+        elif a.startswith("--host="):
+            hosts.append(a.split("=", 1)[1])
+    return hosts
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach ``host``: a loopback address, or
+    a path ending in .sock (llama-server then listens on a UNIX socket)."""
+    h = host.strip().strip("[]").lower()
+    if h == "localhost" or h.endswith(".sock"):
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False  # a host name resolves to whatever the network says
+
+
+def remote_host(options: Mapping[str, Any]) -> str | None:
+    """The first address beyond loopback the arm's raw arguments bind, if any."""
+    return next((h for h in bind_hosts(options.get("extra_args")) if not is_loopback(h)), None)
+
+
+def refuse_options(options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(option, why) when the options may not run as given: a server bound
+    beyond loopback needs the profile to say so (the lab's own servers
+    listen on 127.0.0.1; one on every interface serves anyone who asks)."""
+    host = remote_host(options)
+    if host is not None and not options.get("allow_remote_bind"):
+        return ("extra_args", f"--host {host} would make llama-server reachable from other machines; "
+                "add allow_remote_bind = true to the arm's options to allow it")
+    return None
+
+
+def warn_options(options: Mapping[str, Any]) -> list[str]:
+    """What a user should hear before the run about options that are allowed."""
+    host = remote_host(options)
+    if host is not None and options.get("allow_remote_bind"):
+        return [f"llama-server will listen on {host} (allow_remote_bind = true): other machines can reach it"]
+    return []
 
 
 def server_args(options: Mapping[str, Any], spec_type: str, n_max: int | None, *, n_ctx: int, threads: int,
@@ -74,5 +125,9 @@ def server_args(options: Mapping[str, Any], spec_type: str, n_max: int | None, *
         "-lv", "4",
         "--no-webui",
     ]
+    refused = refuse_options(options)
+    if refused is not None:
+        # `lab check` refuses this before a run; a profile that came another way is refused here
+        raise EngineFailure(refused[1])
     args += [str(a) for a in (opt("extra_args") or [])]
     return args

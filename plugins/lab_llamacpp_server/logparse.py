@@ -32,7 +32,9 @@ _DRAFT_PHASE = re.compile(r"loading draft model|creating MTP draft context|draft
 OOM_PATTERNS = re.compile(
     r"out of memory|OutOfMemory|failed to allocate|unable to allocate|cannot allocate|"
     r"alloc(?:ation)? failed|cudaMalloc failed|ErrorOutOfMemory|std::bad_alloc|"
-    r"insufficient memory|Compute error",
+    r"insufficient memory|Compute error|"
+    # the dynamic loader's mmap refused under an address-space cap (memory_limit_mb)
+    r"failed to map segment from shared object",
     re.IGNORECASE,
 )
 
