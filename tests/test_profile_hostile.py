@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -448,12 +449,61 @@ def test_enough_cases_in_every_category() -> None:
     assert min(by_category.values()) >= 10, by_category
 
 
+def _listing(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``root`` with its size and modification time."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+# Files the process opens while a profile is checked, recorded by an audit
+# hook (Python reports every open() to it, whoever calls it).
+_OPENED: list[str] = []
+_RECORDING = [False]
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _RECORDING[0] and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_audit)
+
+
+def _outside(opened: list[str], allowed: list[Path]) -> list[str]:
+    """Opened files that are neither under an allowed directory nor the
+    lab's own code and data (modules imported on first use, the package's
+    shipped files)."""
+    code = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, *sys.path) if p]
+    code.append(Path(__file__).resolve().parent.parent)
+    bad = []
+    for name in opened:
+        try:
+            real = Path(name).resolve()
+        except (OSError, ValueError):
+            continue
+        if not any(real == root or root in real.parents for root in [*allowed, *code]):
+            bad.append(name)
+    return bad
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.category}-{i}" for i, c in enumerate(CASES)])
 def test_hostile_profile_is_refused_naming_file_and_key(registry, tmp_path: Path, monkeypatch, case: Case) -> None:
     monkeypatch.delenv("LAB_ALLOW_OUTSIDE_PATHS", raising=False)
     path = _place(tmp_path, case)
-    with pytest.raises(ProfileError) as info:
-        check_profile(path, registry)
+    before = _listing(tmp_path)
+    _OPENED.clear()
+    _RECORDING[0] = True
+    try:
+        with pytest.raises(ProfileError) as info:
+            check_profile(path, registry)
+    finally:
+        _RECORDING[0] = False
+    # nothing written anywhere near the profile, nothing read outside its directory
+    assert _listing(tmp_path) == before, case.label
+    assert not _outside(_OPENED, [(tmp_path / "profiles").resolve()]), (case.label, _OPENED)
     err = info.value
     message = str(err)
     assert err.path == str(path), message
@@ -676,3 +726,30 @@ def test_a_memory_limit_too_small_to_start_the_server_is_oom(tmp_path: Path) -> 
     (run,) = (tmp_path / "runs").iterdir()
     rows = json.loads((run / "results.json").read_text())["results"]
     assert [r["status"] for r in rows] == ["oom"], rows
+
+
+def _one_per_category() -> list[Case]:
+    seen: dict[str, Case] = {}
+    for c in CASES:
+        if c.key and c.category not in seen and isinstance(c.content, str) and not c.files:
+            seen[c.category] = c
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("case", _one_per_category(), ids=lambda c: c.category)
+def test_lab_check_and_lab_run_exit_2_naming_file_and_key(tmp_path: Path, case: Case) -> None:
+    """The CLI end of a refusal, one case per category: exit 2, the file
+    and the key on stderr, no traceback, and `lab run` makes no run
+    directory."""
+    import subprocess
+
+    path = _place(tmp_path, case)
+    env = {k: v for k, v in os.environ.items() if k != "LAB_ALLOW_OUTSIDE_PATHS"}
+    for command in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "runs")]):
+        res = subprocess.run([sys.executable, "-m", "lab.cli", *command], capture_output=True, text=True, timeout=300,
+                             env=env, cwd=tmp_path)
+        assert res.returncode == 2, (case.label, res.stderr)
+        assert "Traceback" not in res.stderr
+        assert f"lab: {path}" in res.stderr and f"[{case.key}]" in res.stderr, res.stderr
+        assert not _hidden_chars(res.stderr.replace("\n", "")), repr(res.stderr)
+    assert not (tmp_path / "runs").exists()
