@@ -163,9 +163,7 @@ def load_errors_line(registry: Registry) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from lab.plugins import load_registry
-    from lab.profiles import ProfileError, check_profile
-
-    from lab.profiles import option_warnings
+    from lab.profiles import ProfileError, check_profile, option_warnings
     from lab.textsafe import printable
 
     registry = load_registry()
@@ -188,7 +186,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     from lab.probe import ProbeError
     from lab.report import load_for_report, render
     from lab.store import load_run
-
     from lab.textsafe import printable
 
     try:
@@ -269,7 +266,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     from lab.plugins import load_registry
-
     from lab.textsafe import printable
 
     # names, descriptions and errors come from whatever plugins are installed

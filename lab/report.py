@@ -20,8 +20,8 @@ from lab.analysis import breakeven, categories
 from lab.analysis import run as analysis
 from lab.events import RunFinished
 from lab.results import RESULT_KEYS
-from lab.run_shape import unreadable_lines
 from lab.run_events import RunEvent
+from lab.run_shape import unreadable_lines
 
 
 def _fmt(value: Any, spec: str = ".2f", none: str = "—") -> str:

@@ -665,9 +665,10 @@ def test_a_remote_bind_runs_only_when_allowed_and_is_warned(registry, tmp_path: 
     """Loopback (or a UNIX socket) needs nothing; beyond it, allow_remote_bind
     = true lets the check pass with a warning, and the server's command line
     refuses it without (a profile that did not come through the check)."""
+    from lab_llamacpp_server.command import server_args
+
     from lab.api import EngineFailure
     from lab.profiles import option_warnings
-    from lab_llamacpp_server.command import server_args
 
     remote = extra in REMOTE_BINDS
     path = tmp_path / "p.toml"

@@ -263,7 +263,7 @@ def test_saved_files_hold_no_nan_or_infinity(registry: Any, tmp_path: Path) -> N
     for name in ("results.json", "steps.jsonl"):
         text = (store.path / name).read_text()
         for line in text.splitlines() if name.endswith("jsonl") else [text]:
-            json.loads(line, parse_constant=lambda c: pytest.fail(f"{name} holds {c}"))
+            json.loads(line, parse_constant=lambda c, name=name: pytest.fail(f"{name} holds {c}"))
     report = load_run(store.path)["arm_reports"]["spec"]
     assert report == {"ratio": None, "nested": [None, {"x": None}], "ok": 1.5}
     step = load_steps(store.path)[0]

@@ -33,7 +33,7 @@ from lab.tui.screens.export import ExportScreen
 from lab.tui.screens.help import HelpScreen
 from lab.tui.screens.picker import Choice, PickerScreen
 from lab.tui.screens.plugins import PluginsScreen
-from lab.tui.screens.run import RunScreen
+from lab.tui.screens.run import TABS, RunScreen
 from lab.tui.session import RunSession
 
 GIL_SWITCH_S = 0.0005
@@ -288,18 +288,28 @@ class LabApp(App[int]):
     # -- command palette -----------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Open", "Open a profile or a saved run", self.action_open)
-        yield SystemCommand("Plugins", "Backends, drafters and plugin load errors", self.action_plugins)
-        yield SystemCommand("Help", "Keys and what the lanes show", self.action_help)
+        yield SystemCommand("Open (o)", "Open a profile or a saved run", self.action_open)
+        yield SystemCommand("Plugins (f2)", "Backends, drafters and plugin load errors", self.action_plugins)
+        yield SystemCommand("Help (f1)", "Keys and what the lanes show", self.action_help)
         if isinstance(screen, RunScreen):
+            for key, tab, title in TABS:
+                if screen.check_action("show_tab", (tab,)):
+                    yield SystemCommand(f"Show {title.lower()} ({key})", f"Switch the bottom pane to {title}",
+                                        lambda tab=tab: screen.action_show_tab(tab))
+            yield SystemCommand("Next lane (→)", "Select the next arm's lane; the plots follow",
+                                lambda: screen.action_select(1))
+            yield SystemCommand("Previous lane (←)", "Select the previous arm's lane",
+                                lambda: screen.action_select(-1))
             for title, help_text, action in (
-                ("Start run", "Run every arm of the profile", "start"),
-                ("Pause / resume", "Hold at the next step (or cell), outside any measurement", "pause"),
-                ("Cancel selected arm", "Stop the selected arm", "cancel_arm"),
-                ("Skip to next arm", "Stop the running arm and go on", "next_arm"),
-                ("Stop run", "Cancel every remaining cell", "stop"),
-                ("Save comparison", "Write report.md and comparison.csv into the run directory", "save"),
-                ("Export comparison", "Markdown, CSV or JSON to a path", "export"),
+                ("Start run (s)", "Run every arm of the profile", "start"),
+                ("Pause (p)", "Hold at the next step (or cell), outside any measurement", "pause"),
+                ("Resume (p)", "Go on from the hold", "resume"),
+                ("Cancel selected arm (c)", "Stop the selected arm; its cells are cancelled", "cancel_arm"),
+                ("Skip to next arm (n)", "Stop the running arm and go on; its cells are skipped", "next_arm"),
+                ("Stop run (x)", "Cancel every remaining cell", "stop"),
+                ("Save comparison (w)", "Write report.md and comparison.csv into the run directory", "save"),
+                ("Export comparison (e)", "Markdown, CSV or JSON to a path", "export"),
+                ("Back (escape)", "Close this saved run", "close"),
             ):
                 if screen.check_action(action, ()):
                     yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))

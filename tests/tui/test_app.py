@@ -351,9 +351,10 @@ async def test_help_and_command_palette_commands(tmp_path: Path) -> None:
     app = _app(tmp_path, BASE_AND_SPEC)
     async with app.run_test(size=SIZE) as pilot:
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        for want in ("Start run", "Save comparison", "Export comparison", "Plugins", "Open", "Help"):
+        for want in ("Start run (s)", "Save comparison (w)", "Export comparison (e)", "Plugins (f2)", "Open (o)",
+                     "Help (f1)", "Show plots (2)", "Show table (1)", "Next lane (→)"):
             assert want in titles
-        assert "Pause / resume" not in titles  # nothing to pause before a run
+        assert "Pause (p)" not in titles and "Resume (p)" not in titles  # nothing to pause before a run
         await pilot.press("f1")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
         await pilot.press("escape")

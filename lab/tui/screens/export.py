@@ -18,6 +18,8 @@ class ExportScreen(ModalScreen[tuple[str, str] | None]):
     """Returns (format, path) or None."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    # enter exports at once; tab reaches the format and the buttons
+    AUTO_FOCUS = "#export-path"
 
     def __init__(self, folder: Path) -> None:
         super().__init__()

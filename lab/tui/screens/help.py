@@ -17,18 +17,27 @@ accepted; plain text is what the target produced itself.
 
 | key | does |
 |---|---|
-| `s` | start the run |
-| `p` | pause / resume: holds at the next step of an in-process engine (the held time is taken out of the cell's tok/s), before the next cell for a server |
-| `c` | cancel the selected arm (now if running; a pending arm is never loaded) |
-| `n` | skip the running arm, go to the next |
-| `x` | stop the whole run |
-| `←` `→` `a` | select a lane; the plots follow the selection |
+| `s` | start the run (a profile opens ready, waiting for this key) |
+| `p` | pause; while paused the same key resumes (the footer says which). A pause holds at the next step of an in-process engine (the held time is taken out of the cell's tok/s), before the next cell for a server |
+| `c` | cancel the selected arm (now if running; a pending arm is never loaded): its cells are `cancelled` |
+| `n` | skip the running arm, go to the next: its cells are `skipped` |
+| `x` | stop the whole run: every cell left is `cancelled` |
+| `←` `→` | select a lane, whatever has focus; the plots follow the selection (`a` too) |
+| `1` `2` `3` | show the comparison table, the plots, the per-category table |
+| `tab` | move the focus between the tables (`↑` `↓` move the table's cursor) |
 | `w` | save the comparison into the run directory (report.md, comparison.csv) |
 | `e` | export Markdown, CSV or JSON |
 | `o` | open a profile or a saved run (read-only) |
+| `escape` | back: close a saved run, a dialog, this help |
 | `f2` | plugins: backends, drafters, load errors |
-| `ctrl+p` | command palette |
+| `ctrl+p` | command palette: every action above, by name |
 | `q` | quit (stops every engine first) |
+
+The comparison's verdict takes the width the other columns leave, wrapped;
+in a narrow terminal it is abbreviated to its kind and figures, and the
+highlighted row's verdict is always written in full under the table.
+Cancelled and skipped cells were stopped, not measured: they are never
+counted as failures.
 
 A run writes the same run directory as `lab run`: `runs/<time>-<profile>/`.
 A reopened run shows each cell's text with its drafted tokens marked.

@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, HorizontalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane, Tabs
 
 from lab.events import Status
 from lab.profiles import Arm, Profile
@@ -35,12 +35,22 @@ from lab.tui.messages import (
     TokensLanded,
 )
 from lab.tui.series import ArmSeries, series_from_saved
-from lab.tui.widgets.comparison import ComparisonTable
+from lab.tui.widgets.comparison import ComparisonTable, VerdictLine
 from lab.tui.widgets.lane import ArmLane, lane_id
 from lab.tui.widgets.plots import ArmPlots
 
 if TYPE_CHECKING:
     from lab.tui.session import RunSession
+
+try:
+    # per-category figures: a tab of their own when the widget is there
+    from lab.tui.widgets.categories import CategoryTable
+except ImportError:  # pragma: no cover - an install without it
+    CategoryTable = None  # type: ignore[assignment,misc]
+
+# The bottom tabs, each with its key: tabs switch by number, never by the
+# arrow keys, which always move between lanes.
+TABS = (("1", "tab-comparison", "Table"), ("2", "tab-plots", "Plots"), ("3", "tab-categories", "Categories"))
 
 FAILURES = (Status.OOM, Status.CRASHED, Status.ERROR)
 LANE_MIN = 36
@@ -83,15 +93,20 @@ class RunScreen(Screen[None]):
 
     BINDINGS = [
         Binding("s", "start", "Start"),
+        # one key, two meanings: the footer offers the one that applies
         Binding("p", "pause", "Pause"),
+        Binding("p", "resume", "Resume"),
         Binding("c", "cancel_arm", "Cancel arm"),
         Binding("n", "next_arm", "Skip arm"),
         Binding("x", "stop", "Stop run"),
         Binding("w", "save", "Save"),
         Binding("e", "export", "Export"),
-        Binding("left", "select(-1)", "Prev lane", show=False),
-        Binding("right", "select(1)", "Next lane", show=False),
-        Binding("a", "select(1)", "Plot arm", show=False),
+        *(Binding(key, f"show_tab('{tab}')", title) for key, tab, title in TABS),
+        # priority: the arrows mean "lane" whatever has focus (the tab
+        # strip and the tables would otherwise take them)
+        Binding("left", "select(-1)", "Lane", priority=True, key_display="← →"),
+        Binding("right", "select(1)", "→ lane", priority=True, show=False),
+        Binding("a", "select(1)", "Next lane", show=False),
         Binding("escape", "close", "Back", show=False),
     ]
 
@@ -161,15 +176,24 @@ class RunScreen(Screen[None]):
                 else:
                     yield ArmLane(arms[0])
         with TabbedContent(id="bottom"):
-            with TabPane("Comparison", id="tab-comparison"):
+            with TabPane("1 Comparison", id="tab-comparison"):
                 yield ComparisonTable(id="comparison")
-            with TabPane("Plots", id="tab-plots"):
+                yield VerdictLine(id="verdict-line")
+            with TabPane("2 Plots", id="tab-plots"):
                 yield ArmPlots(id="plots")
+            if CategoryTable is not None:
+                with TabPane("3 Categories", id="tab-categories"):
+                    yield CategoryTable(id="categories")
         yield Footer()
 
     def on_mount(self) -> None:
+        # Tab moves between the tables; tabs switch by 1/2/3, so the tab
+        # strip never holds the focus (and with it the arrow keys).
+        for tabs in self.query(Tabs):
+            tabs.can_focus = False
         table = self.query_one(ComparisonTable)
         table.set_cells([a.name for a in self.arms], self.prompts)
+        table.focus()
         self._size_lanes()
         self._select(0)
         self.set_interval(0.25, self._redraw_plots)
@@ -180,6 +204,7 @@ class RunScreen(Screen[None]):
         assert self.saved is not None
         results = self.saved_rows
         self.query_one(ComparisonTable).show(results)
+        self._show_categories()
         for arm in self.arms:
             rows = [r for r in results if r.arm == arm.name]
             if not rows:
@@ -206,8 +231,14 @@ class RunScreen(Screen[None]):
     def lane(self, arm: str) -> ArmLane:
         return self.query_one(f"#{lane_id(arm)}", ArmLane)
 
+    def _show_categories(self) -> None:
+        if CategoryTable is not None:
+            self.query_one(CategoryTable).show_rows(self.rows())
+
     def _header_text(self) -> str:
-        state = self.state + (" · paused" if self.paused else "")
+        state = self.state + (" · paused (p resumes)" if self.paused else "")
+        if self.state == "ready":
+            state = "ready: press s to start"
         if self.session is not None and self.session.running and self.session.cadence.reason:
             state += f" [dim]({self.session.cadence.reason})[/dim]"
         where = f"  [b]{self.current}[/b]" if self.current else ""
@@ -255,6 +286,7 @@ class RunScreen(Screen[None]):
         row = message.row
         self.query_one(ComparisonTable).show([r for r in self.rows() if (r.arm, r.prompt) == (row.arm, row.prompt)])
         self.lane(row.arm).apply_result(row)
+        self._show_categories()
         if row.status in FAILURES and row.arm not in self._failures_shown:
             self._failures_shown.add(row.arm)
             self.post_message(self.FailureSeen(f"{row.arm}: {row.status.value}", row.detail or "(no detail)"))
@@ -268,6 +300,7 @@ class RunScreen(Screen[None]):
         elif self._resume_to is not None:
             self.current, self._resume_to = self._resume_to, None
         self._update_header()
+        self.refresh_bindings()
 
     def on_run_ended(self, message: RunEnded) -> None:
         self.state = "cancelled" if message.cancelled else "done"
@@ -306,14 +339,20 @@ class RunScreen(Screen[None]):
 
     # -- actions ---------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        live_only = {"start", "pause", "cancel_arm", "next_arm", "stop"}
+        live_only = {"start", "pause", "resume", "cancel_arm", "next_arm", "stop"}
         if action in live_only and self.read_only:
             return False
         running = self.session is not None and self.session.running
         if action == "start":
             return not running
-        if action in ("pause", "cancel_arm", "next_arm", "stop"):
+        if action in ("pause", "resume"):
+            # hidden, not greyed: only one of the two shows at a time
+            held = running and self.session is not None and self.session.bridge.paused
+            return running and held == (action == "resume")
+        if action in ("cancel_arm", "next_arm", "stop"):
             return True if running else None
+        if action == "show_tab":
+            return bool(parameters) and bool(self.query(f"#{parameters[0]}"))
         if action == "close":
             return len(self.app.screen_stack) > 2
         return True
@@ -351,12 +390,24 @@ class RunScreen(Screen[None]):
             return
         bridge = self.session.bridge
         if bridge.paused:
-            bridge.resume()
-            self.notify("resumed")
-        else:
-            bridge.pause()
-            self.notify("pausing at the next step (in-process engines; the held time is not measured) "
-                        "or before the next cell (servers)")
+            self.action_resume()
+            return
+        bridge.pause()
+        self.notify("pausing at the next step (in-process engines; the held time is not measured) "
+                    "or before the next cell (servers); p resumes")
+        self.refresh_bindings()
+
+    def action_resume(self) -> None:
+        if self.session is None or not self.session.running or not self.session.bridge.paused:
+            return
+        self.session.bridge.resume()
+        self.notify("resumed")
+        self.refresh_bindings()
+
+    def action_show_tab(self, tab: str) -> None:
+        tabs = self.query_one(TabbedContent)
+        if tabs.query(f"#{tab}"):
+            tabs.active = tab
 
     def action_cancel_arm(self) -> None:
         if self.session is None or not self.session.running:

@@ -1,12 +1,19 @@
 """ComparisonTable: arm x prompt over the rounds that finished, filled in as
-cells finish (medians over ok rounds, as in the saved report)."""
+cells finish (medians over ok rounds, as in the saved report).
+
+Columns are as wide as what they hold, and the verdict, the one sentence a
+reader came for, takes the rest of the width: wrapped over up to
+VERDICT_MAX_LINES lines when it fits there (it does at 160 columns), else
+abbreviated to its kind and figures. The full line of the highlighted row is
+always under the table (VerdictLine)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 from rich.text import Text
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from lab.report import summarize
 from lab.tui.widgets.fmt import DASH, mib, num, pct, speedup
@@ -14,13 +21,58 @@ from lab.tui.widgets.fmt import DASH, mib, num, pct, speedup
 COLUMNS = (
     ("arm", "arm"), ("prompt", "prompt"), ("status", "status"), ("tok_s", "tok/s"),
     ("speedup", "speedup"), ("accept", "accept"), ("mean_len", "mean len"),
-    ("cost", "step cost / max yield"), ("peak", "peak mem"), ("identical", "identical"),
+    ("cost", "cost/yield"), ("peak", "peak mem"), ("identical", "identical"),
     ("verdict", "verdict"),
 )
+VERDICT_MIN = 24  # narrower than this the table scrolls sideways
+# Below this room for the verdict, columns go, least telling first (the
+# saved report keeps them all).
+VERDICT_ROOM = 36
+DROP_ORDER = ("peak", "identical", "mean_len", "prompt")
+VERDICT_MAX_LINES = 3  # a longer wrap reads worse than the abbreviation
+# DataTable pads every cell by one column on each side; the vertical
+# scrollbar takes two more.
+CELL_PAD = 2
+SCROLLBAR = 2
 
 
 def row_key(arm: str, prompt: str) -> str:
     return f"{arm}\x1f{prompt}"
+
+
+# the kinds a verdict line can report, most specific first
+MEASURED_KINDS = ("structural loss", "break-even", "pays", "loses")
+
+
+def verdict_style(verdict: str) -> str:
+    if verdict.startswith("pays"):
+        return "green"
+    if verdict.startswith(("loses", "structural", "failed")):
+        return "red"
+    if verdict.startswith(("cancelled", "skipped")):
+        return "dim"
+    return ""
+
+
+def short_verdict(s: Mapping[str, Any]) -> str:
+    """The verdict's kind and the figures it rests on, for narrow tables:
+    "loses 0.62x · lands 1.80, costs 2.95"."""
+    kind = str(s.get("verdict_kind") or s.get("verdict") or "")
+    line = str(s.get("verdict") or "")
+    prefix = ""
+    if kind == "uncertain":
+        # a busy machine's verdict still says what was measured: keep both
+        prefix = "busy: "
+        measured = line.split("measured ", 1)[-1]
+        kind = next((k for k in MEASURED_KINDS if measured.startswith(k)), kind)
+    sp, length, cost = s.get("speedup"), s.get("mean_accepted_len"), s.get("step_cost_tokens")
+    if kind in ("pays", "break-even", "loses") and sp is not None and length is not None and cost is not None:
+        return f"{prefix}{kind} {sp:.2f}x · lands {length:.2f}, costs {cost:.2f}"
+    if kind == "structural loss" and sp is not None and cost is not None:
+        return f"{prefix}structural {sp:.2f}x · costs {cost:.2f} ≥ yield {s.get('max_yield')}"
+    # failures and the rest: the line up to its first clause
+    head = line.split(";")[0].split(" (")[0]
+    return head if len(head) <= 40 else head[:39] + "…"
 
 
 def summary_cells(s: Mapping[str, Any]) -> list[str | Text]:
@@ -35,11 +87,19 @@ def summary_cells(s: Mapping[str, Any]) -> list[str | Text]:
     if s["tok_per_s_min"] is not None and s["rounds"] > 1:
         tps += f" ({s['tok_per_s_min']:.0f}–{s['tok_per_s_max']:.0f})"
     verdict = str(s["verdict"] or "")
-    style = "green" if verdict.startswith("pays") else "red" if verdict.startswith(("loses", "structural", "failed")) else ""
     return [
         s["arm"], s["prompt"], s["status"], tps, speedup(s["speedup"]), pct(s["acceptance_rate"]),
-        num(s["mean_accepted_len"], ".2f"), cost, mib(s["peak_mem_bytes"]), ident, Text(verdict, style=style),
+        num(s["mean_accepted_len"], ".2f"), cost, mib(s["peak_mem_bytes"]), ident,
+        Text(verdict, style=verdict_style(verdict)),
     ]
+
+
+def _width(cell: str | Text) -> int:
+    return cell.cell_len if isinstance(cell, Text) else Text(str(cell)).cell_len
+
+
+class VerdictLine(Static):
+    """The highlighted row's verdict in full, whatever the table's width."""
 
 
 class ComparisonTable(DataTable[Any]):
@@ -49,30 +109,88 @@ class ComparisonTable(DataTable[Any]):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, zebra_stripes=True, cursor_type="row")
+        # what each line shows, in table order: its cells and its summary
+        self._lines: dict[str, tuple[list[str | Text], Mapping[str, Any] | None]] = {}
 
     def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            self.add_column(label, key=key)
+        self._rebuild()
+
+    def on_resize(self) -> None:
+        self._rebuild()
 
     def set_cells(self, arms: Sequence[str], prompts: Sequence[str]) -> None:
         """One pending row per arm x prompt, in profile order."""
-        self.clear()
-        for arm in arms:
-            for prompt in prompts:
-                self.add_row(arm, prompt, "pending", *([DASH] * (len(COLUMNS) - 3)), key=row_key(arm, prompt))
+        self._lines = {
+            row_key(arm, prompt): ([arm, prompt, "pending", *([DASH] * (len(COLUMNS) - 3))], None)
+            for arm in arms for prompt in prompts
+        }
+        self._rebuild()
 
     def show(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Summarize ``rows`` into their arm x prompt lines (every round of
         an arm x prompt the table should show must be among them); lines
         of other cells stay as they are."""
         for s in summarize(rows):
-            self._put(s)
+            self._lines[row_key(s["arm"], s["prompt"])] = (summary_cells(s), s)
+        self._rebuild()
 
-    def _put(self, s: Mapping[str, Any]) -> None:
-        key = row_key(s["arm"], s["prompt"])
-        cells = summary_cells(s)
-        if key not in self.rows:
-            self.add_row(*cells, key=key)
+    def summary(self, key: str) -> Mapping[str, Any] | None:
+        line = self._lines.get(key)
+        return line[1] if line else None
+
+    def layout_columns(self) -> tuple[list[int], int]:
+        """Which columns show (indices into COLUMNS, the verdict last) and the
+        width the verdict gets: what the other columns leave, after the
+        least telling ones made room in a narrow table."""
+        cells = [c for c, _ in self._lines.values()]
+        widths = {i: max([len(label)] + [_width(c[i]) for c in cells]) + CELL_PAD
+                  for i, (_, label) in enumerate(COLUMNS[:-1])}
+        total = (self.size.width or self.app.size.width) - CELL_PAD - SCROLLBAR
+        shown = list(widths)
+        keys = [k for k, _ in COLUMNS]
+        for key in DROP_ORDER:
+            if total - sum(widths[i] for i in shown) >= VERDICT_ROOM:
+                break
+            shown.remove(keys.index(key))
+        return shown + [len(COLUMNS) - 1], max(VERDICT_MIN, total - sum(widths[i] for i in shown))
+
+    def _rebuild(self) -> None:
+        """Lay the table out again for its lines and width (a few dozen rows
+        at most: rebuilding is cheaper than tracking widths cell by cell)."""
+        if not self.is_mounted:
             return
-        for (col, _), value in zip(COLUMNS, cells):
-            self.update_cell(key, col, value)
+        cursor = self.cursor_row
+        shown, width = self.layout_columns()
+        self.clear(columns=True)
+        for i in shown[:-1]:
+            self.add_column(COLUMNS[i][1], key=COLUMNS[i][0])
+        self.add_column(COLUMNS[-1][1], key=COLUMNS[-1][0], width=width)
+        for key, (all_cells, s) in self._lines.items():
+            cells = [all_cells[i] for i in shown]
+            verdict = cells[-1]
+            lines = math.ceil(_width(verdict) / width) if _width(verdict) else 1
+            if lines > VERDICT_MAX_LINES and s is not None:
+                short = short_verdict(s)
+                verdict, lines = Text(short, style=verdict_style(str(s.get("verdict") or ""))), 1
+                lines = math.ceil(len(short) / width)
+            self.add_row(*cells[:-1], verdict, key=key, height=max(1, lines))
+        if self.row_count:
+            self.move_cursor(row=min(cursor, self.row_count - 1), animate=False)
+        self._show_verdict()
+
+    def _show_verdict(self) -> None:
+        try:
+            line = self.screen.query_one(VerdictLine)
+        except Exception:  # noqa: BLE001 - a table on its own has no verdict line
+            return
+        keys = list(self._lines)
+        if not keys or not 0 <= self.cursor_row < len(keys):
+            line.update("")
+            return
+        cells, _ = self._lines[keys[self.cursor_row]]
+        verdict = cells[-1]
+        text = verdict if isinstance(verdict, Text) else Text(str(verdict))
+        line.update(Text.assemble((f"{cells[0]} · {cells[1]}: ", "bold"), text))
+
+    def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
+        self._show_verdict()

@@ -13,7 +13,7 @@ from lab.events import Status, StatusChanged
 from lab.profiles import Arm
 from lab.results import ResultRow
 from lab.tui.messages import ArmMetrics
-from lab.tui.widgets.fmt import mib, num, pct
+from lab.tui.widgets.fmt import mib, ms, num, pct
 from lab.tui.widgets.stream_text import StreamText
 
 # Statuses whose detail the lane shows under its badge.
@@ -200,4 +200,10 @@ class ArmLane(Vertical):
                 f"\naccept {pct(acc)} · len {num(length, '.2f')}\n",
                 f"{timing} draft {num(draft_ms)} · verify {num(verify_ms)} ms\n",
             ]
-        return Content.assemble("tok/s ", (num(tps), "bold"), *lines, f"mem {mib(mem)} · peak {mib(peak)}")
+        # latency of the finished cell, where the row carries it (rows of
+        # runs saved before it was measured do not)
+        ttft = getattr(r, "ttft_s", None) if r is not None and r.ok else None
+        itl = getattr(r, "itl_p50_s", None) if r is not None and r.ok else None
+        latency = f"\nttft {ms(ttft * 1000 if ttft is not None else None)} · itl p50 " \
+                  f"{ms(itl * 1000 if itl is not None else None)}"
+        return Content.assemble("tok/s ", (num(tps), "bold"), *lines, f"mem {mib(mem)} · peak {mib(peak)}", latency)
