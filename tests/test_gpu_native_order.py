@@ -48,3 +48,11 @@ def test_the_native_first_entry_puts_llama_ahead_of_the_core() -> None:
 def test_the_check_can_fail_when_numpy_is_first() -> None:
     seen = dlopens("import numpy\nimport llama_cpp")
     assert seen and seen[0][1] is True
+
+
+def test_a_benchmark_script_runs_behind_llama_too(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "bench.py"
+    script.write_text("import sys\nimport numpy\nprint('args', sys.argv[1:])\nsys.exit(3)\n")
+    body = f"import sys\nsys.argv = ['x', {str(script)!r}, '--n', '1']\nfrom lab_llamacpp import native_first\nrc = native_first.main()\nprint('rc', rc)"
+    seen = dlopens(body)
+    assert seen and seen[0][1] is False, seen

@@ -1,5 +1,7 @@
 """The lab's command line with llama.cpp's libraries loaded before numpy:
-``python -m lab_llamacpp.native_first run PROFILE`` is ``lab run PROFILE``.
+``python -m lab_llamacpp.native_first run PROFILE`` is ``lab run PROFILE``,
+and ``python -m lab_llamacpp.native_first SCRIPT.py ARGS`` runs a script
+(a benchmark) the same way.
 
 On the GPU image the lab was measured on, numpy's BLAS brings its own
 OpenMP runtime, and a ggml CPU backend loaded after it crashed at model
@@ -29,9 +31,19 @@ def load_llama_first() -> bool:
 
 def main() -> int:
     load_llama_first()
+    args = sys.argv[1:]
+    if args and args[0].endswith(".py"):
+        import runpy
+
+        sys.argv = args
+        try:
+            runpy.run_path(args[0], run_name="__main__")
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return 0
     from lab.cli import main as lab_main
 
-    return lab_main(sys.argv[1:])
+    return lab_main(args)
 
 
 if __name__ == "__main__":

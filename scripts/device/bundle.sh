@@ -4,7 +4,8 @@
 #                             (docs, media, benches and model files dropped) and
 #                             the sdist's llama_cpp Python package beside it
 #   .device/whl/              speclab built from the committed tree (HEAD) and the
-#                             pure-Python wheels the machine lacks
+#                             pure-Python wheels the machine lacks (WHEEL_DIR's,
+#                             which may be the last bundle's .device/whl)
 # usage: scripts/device/bundle.sh SDIST.tar.gz WHEEL_DIR [PATH...]
 #   PATHs: working-tree files laid over HEAD (new modules not committed yet);
 #   the rest of the working tree, where others edit, stays out.
@@ -16,6 +17,9 @@ shift 2
 out=$root/.device
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
+# The wheels first: WHEEL_DIR may be the .device/whl of the last bundle.
+mkdir -p "$stage/wheels"
+find "$wheels" -maxdepth 1 -name '*.whl' ! -name 'speclab-*' -exec cp {} "$stage/wheels/" \;
 rm -rf "$out"
 mkdir -p "$out/whl" "$stage/pkg" "$stage/speclab"
 tar xzf "$sdist" -C "$stage"
@@ -28,5 +32,6 @@ tar czf "$out/llama.cpp.tar.gz" -C "$stage/pkg" .
 git -C "$root" archive HEAD | tar x -C "$stage/speclab"
 for f in "$@"; do install -D -m 644 "$root/$f" "$stage/speclab/$f"; done
 python3 -m pip wheel -q --no-deps -w "$out/whl" "$stage/speclab"
-cp "$wheels"/*.whl "$out/whl/"
+cp "$stage"/wheels/*.whl "$out/whl/"
 du -sh "$out"/* "$out"/whl/*
+du -sh "$out"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine (bare, no network), from the repository root: build
 # llama.cpp with CUDA, install the carried wheels, write the synthetic models,
-# measure. Everything lands in $W/results (packed by wait.sh). Each stage
-# leaves a line in $W/driver.log; a failing stage is logged and the next runs.
+# measure with the lab itself (lab probe, lab run, benchmarks/). Everything
+# lands in $W/results and $W/runs (packed by wait.sh). Each stage leaves a
+# line in $W/driver.log; a failing stage is logged and the next runs.
+#   no arguments:  overhead probe oracle_run draft_run          (call 1)
+#   stage names:   those, e.g. overhead_host probe_interleaved bench step_costs moe  (call 2)
 set -u
 W=${LAB_DEVICE_WORK:-/tmp/h200}
 R=$W/results
@@ -62,6 +65,39 @@ record_telemetry() {
 
 model_path() { python3 -c "from lab_llamacpp import synthetic; print(synthetic.resolve('synthetic:$1'))"; }
 
+# The lab and its benchmarks with llama.cpp's libraries loaded before numpy
+# (on this image the other order crashed at model load).
+lab() { python3 -m lab_llamacpp.native_first "$@"; }
+bench_py() { python3 -m lab_llamacpp.native_first "$repo/benchmarks/$1" "${@:2}"; }
+
+# -- call 1: the loop's two figures, the probe, the two profiles ---------------
+overhead() {
+  # gpu_pick auto: greedy picks by the backend sampler on the GPU
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 \
+    > "$R/decode-overhead.txt" 2> "$W/overhead.log"
+}
+
+probe() {
+  # each width's passes back to back (the lab's default order)
+  lab probe --model synthetic:llama-8b --n-gpu-layers 999 --widths 1-32 --repeats 3 --out "$R/probe.json" \
+    > "$R/probe.txt" 2> "$W/probe.log"
+}
+
+oracle_run() { lab run "$repo/profiles/h200-oracle.toml" --out "$W/runs" > "$R/lab-run-oracle.txt" 2> "$W/lab-run-oracle.log"; }
+
+draft_run() { lab run "$repo/profiles/h200-draft.toml" --out "$W/runs" > "$R/lab-run-draft.txt" 2> "$W/lab-run-draft.log"; }
+
+# -- call 2: what explains the figures -------------------------------------------
+overhead_host() {
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick off \
+    > "$R/decode-overhead-host-pick.txt" 2> "$W/overhead-host-pick.log"
+}
+
+probe_interleaved() {
+  lab probe --model synthetic:llama-8b --n-gpu-layers 999 --widths 1-32 --repeats 3 --method decode-interleaved \
+    --out "$R/probe-interleaved.json" > "$R/probe-interleaved.txt" 2> "$W/probe-interleaved.log"
+}
+
 bench() {
   local m8 m1; m8=$(model_path llama-8b); m1=$(model_path llama-1b)
   llama-bench -m "$m8" -ngl 99 -p 1,2,4,8,16,32 -n 128 -d 0,512 -r 5 -o md > "$R/llama-bench-8b.md" 2>&1
@@ -70,26 +106,16 @@ bench() {
   llama-batched-bench -m "$m8" -ngl 99 -c 16384 -npp 512 -ntg 128 -npl 1,2,4,8,16 > "$R/batched-bench-8b.txt" 2>&1
 }
 
-lab() { python3 "$repo/scripts/device/lab_device.py" "$@"; }
-
-probe() { lab probe --model synthetic:llama-8b --widths 1-32 --repeats 3 --out "$R/probe.json" > "$R/probe.txt" 2> "$W/probe.log"; }
-
-overhead() {
-  lab overhead --model synthetic:llama-8b --repeats 3 --tokens 256 > "$R/decode-overhead.txt" 2> "$W/overhead.log"
-  LAB_GPU_PICK=1 lab overhead --model synthetic:llama-8b --repeats 3 --tokens 256 > "$R/decode-overhead-gpu-pick.txt" 2> "$W/overhead-gpu-pick.log"
-}
-
-step_costs() { lab step-costs --model synthetic:llama-8b > "$R/step-costs.txt" 2> "$W/step-costs.log"; }
-
-profile_run() {
-  LAB_DRAFT_GPU_LAYERS=999 lab run "$repo/profiles/h200-oracle.toml" --out "$W/runs" --probe "$R/probe.json" > "$R/lab-run.txt" 2> "$W/lab-run.log"
+step_costs() {
+  bench_py step_costs.py --model synthetic:llama-8b --n-gpu-layers 999 > "$R/step-costs.txt" 2> "$W/step-costs.log"
 }
 
 moe() {
-  write_models qwen3-a3b qwen3-0.6b > "$R/moe-models.txt" 2>&1
+  write_models qwen3-a3b > "$R/moe-models.txt" 2>&1
   local mq; mq=$(model_path qwen3-a3b)
-  llama-bench -m "$mq" -ngl 99 -p 1,2,4,8,16,32 -n 128 -d 512 -r 3 -o md > "$R/llama-bench-qwen3-a3b.md" 2>&1
-  lab probe --model synthetic:qwen3-a3b --widths 1-16,24,32 --repeats 3 --out "$R/probe-qwen3-a3b.json" > "$R/probe-qwen3-a3b.txt" 2> "$W/probe-qwen3-a3b.log"
+  llama-bench -m "$mq" -ngl 99 -p 0 -n 128 -r 5 -o md > "$R/llama-bench-qwen3-a3b-tg.md" 2>&1
+  lab probe --model synthetic:qwen3-a3b --n-gpu-layers 999 --widths 1-16,24,32 --repeats 3 \
+    --out "$R/probe-qwen3-a3b.json" > "$R/probe-qwen3-a3b.txt" 2> "$W/probe-qwen3-a3b.log"
 }
 
 setup() {
@@ -106,28 +132,11 @@ setup() {
   stage llama_py llama_py
 }
 
-probe_consecutive() {
-  lab probe --consecutive --model synthetic:llama-8b --widths 1-32 --repeats 3 --out "$R/probe-consecutive.json" > "$R/probe-consecutive.txt" 2> "$W/probe-consecutive.log"
-}
-
-draft_run() {
-  LAB_DRAFT_GPU_LAYERS=999 lab run "$repo/profiles/h200-draft.toml" --out "$W/runs" --probe "$R/probe-consecutive.json" > "$R/lab-run-draft.txt" 2> "$W/lab-run-draft.log"
-}
-
-moe_consecutive() {
-  # 17 GB a file: drop earlier versions first.
-  find "$W/cache/models" -name '*synthetic-qwen3*' -delete
-  write_models qwen3-a3b > "$R/moe-models.txt" 2>&1
-  local mq; mq=$(model_path qwen3-a3b)
-  llama-bench -m "$mq" -ngl 99 -p 0 -n 128 -r 5 -o md > "$R/llama-bench-qwen3-a3b-tg.md" 2>&1
-  lab probe --consecutive --model synthetic:qwen3-a3b --widths 1-16,24,32 --repeats 3 --out "$R/probe-consecutive-qwen3-a3b.json" > "$R/probe-consecutive-qwen3-a3b.txt" 2> "$W/probe-consecutive-qwen3-a3b.log"
-}
-
 say "driver start in $repo: ${*:-all stages}"
 nvidia-smi -L
 setup
 if [ $# -eq 0 ]; then
-  set -- bench probe overhead profile_run step_costs moe
+  set -- overhead probe oracle_run draft_run
 fi
 for s in "$@"; do stage "$s" "$s"; done
 touch "$W/done"
