@@ -223,7 +223,8 @@ def _say_unreadable(data: dict[str, object]) -> None:
     from lab.run_shape import Problems
     from lab.textsafe import printable
 
-    for line in Problems(data.get("unreadable") or []).lines():  # type: ignore[arg-type]
+    found = data.get("unreadable")
+    for line in Problems(found if isinstance(found, list) else []).lines():
         print(f"lab: not used: {printable(line)}", file=sys.stderr)
 
 

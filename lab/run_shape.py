@@ -59,6 +59,10 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _is_count(v: Any) -> bool:
+    return _is_int(v) and v >= 0
+
+
 def _is_number(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
 
@@ -213,7 +217,7 @@ def check_step(raw: Any) -> str | None:
         return "no round"
     for key in _STEP_INTS:
         v = raw.get(key)
-        if key in raw and not (_is_int(v) and v >= 0):
+        if key in raw and not _is_count(v):
             return f"{key} is not a count"
     for key in ("drafted", "accepted"):
         if key not in raw:

@@ -372,6 +372,17 @@ def load_run(path: str | Path) -> dict[str, Any]:
     return data
 
 
+class _NonFinite:
+    """A json ``parse_constant`` that reads NaN and Infinity as null and
+    notes the line they were on."""
+
+    def __init__(self, seen: list[int], lineno: int) -> None:
+        self.seen, self.lineno = seen, lineno
+
+    def __call__(self, _name: str) -> None:
+        self.seen.append(self.lineno)
+
+
 def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
     """steps.jsonl's records; a line that is not a step (torn by a kill, or
     damaged) is skipped and, with ``problems``, named there."""
@@ -396,7 +407,7 @@ def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict
         if not line:
             continue
         try:
-            record = json.loads(line, parse_constant=lambda _c, n=lineno: nonfinite.append(n))
+            record = json.loads(line, parse_constant=_NonFinite(nonfinite, lineno))
         except (json.JSONDecodeError, RecursionError):
             bad.append(f"line {lineno}: not JSON")
             continue
