@@ -144,6 +144,7 @@ def test_markdown_section_lists_every_category_and_the_first_turn_note() -> None
     assert "| spec | qa | 1 | 12.5% | 1.50 | 0.35x [" in text
     assert "| spec | **all** | 3 |" in text
     assert "first turn only" in text and ": 1." in text
+    assert "little more than the range" in text  # 2 and 3 pairs
     assert "No prompt categories" in markdown_lines([row("base", "p", None, 1.0)])[0]
 
 

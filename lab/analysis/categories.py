@@ -20,6 +20,8 @@ from typing import Any, Mapping, Sequence
 from lab.analysis import stats
 
 ALL = "all"
+# Pairs below which a percentile bootstrap mostly restates the pairs' range.
+FEW_PAIRS = 5
 UNCATEGORIZED = "uncategorized"
 
 
@@ -155,6 +157,11 @@ def markdown_lines(results: Sequence[Mapping[str, Any]], prompts: Sequence[Mappi
         "by steps / steps; speedup is the geometric mean of each prompt and round over its baseline's, with a 95% "
         "percentile bootstrap interval (none from one pair).",
     ]
+    if any(1 < r.pairs < FEW_PAIRS for r in table):
+        lines.append(
+            f"Below {FEW_PAIRS} pairs the bootstrap interval is little more than the range of the pairs; more "
+            "prompts per category (per_category) or rounds make it a statement about the category."
+        )
     conversations = [p for p in prompts if int(p.get("turns") or 1) > 1]
     if conversations:
         lines.append(
