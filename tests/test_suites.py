@@ -123,6 +123,10 @@ def test_toml_suite_of_ones_own(tmp_path: Path) -> None:
         ('[[prompts]]\nname = "a"\ncategory = "c"\ntext = "t"\n[[prompts]]\nname = "a"\ncategory = "c"\ntext = "u"\n',
          "used twice"),
         ('[suite]\nname = "x"\n', "no \\[\\[prompts\\]\\]"),
+        ('suite = 3\n', "\\[suite\\] must be a table"),
+        ('prompts = ["a"]\n', "must be \\[\\[prompts\\]\\] tables"),
+        ('prompts = "a"\n', "must be \\[\\[prompts\\]\\] tables"),
+        ("x = " + "[" * 2000 + "]" * 2000 + "\n", "nested too deeply|recursion|maximum"),
     ],
 )
 def test_toml_suite_errors_name_the_file_and_the_entry(tmp_path: Path, body: str, message: str) -> None:
@@ -199,3 +203,29 @@ def test_blank_lines_are_skipped_and_line_numbers_stay_true(tmp_path: Path) -> N
     path.write_text('{"question_id": 1, "category": "qa", "turns": ["a"]}\n\n{"oops": 1}\n', encoding="utf-8")
     with pytest.raises(SuiteError, match=":3: missing"):
         load_suite(path)
+
+
+def test_a_question_file_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(b'{"question_id": 1, "category": "qa", "turns": ["caf\xe9"]}\n')
+    with pytest.raises(SuiteError, match="not UTF-8") as info:
+        load_suite(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_fifo_is_refused_instead_of_read(tmp_path: Path) -> None:
+    import os
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("hardware: no FIFOs on this system")
+    path = tmp_path / "q.jsonl"
+    os.mkfifo(path)
+    with pytest.raises(SuiteError, match="not a regular file"):
+        load_suite(path)
+
+
+def test_a_line_separator_inside_a_json_string_does_not_split_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question_id": 1, "category": "qa", "turns": ["one\u2028two"]}\n', encoding="utf-8")
+    (prompt,) = load_suite(path)
+    assert prompt.text == "one\u2028two"

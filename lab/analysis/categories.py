@@ -147,7 +147,8 @@ def markdown_lines(results: Sequence[Mapping[str, Any]], prompts: Sequence[Mappi
         "|---|---|---:|---:|---:|---|---:|---|",
     ]
     for r in table:
-        name = f"**{r.category}**" if r.category == ALL else r.category
+        # a question file's category is free text: keep it from splitting the table
+        name = f"**{r.category}**" if r.category == ALL else r.category.replace("|", "\\|")
         mal = "—" if r.mean_accepted_len is None else f"{r.mean_accepted_len:.2f}"
         lines.append(f"| {r.arm} | {name} | {r.prompts} | {_pct(r.acceptance_rate)} | {mal} | {_speedup(r)} "
                      f"| {r.pairs} | {r.call} |")

@@ -5,6 +5,7 @@ on every line, other fields such as ``reference`` ignored)."""
 from __future__ import annotations
 
 import json
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,10 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+# Spec-Bench's question file, retrieval contexts and articles included, is a
+# few megabytes; the bound keeps a wrong path (a model) from being read whole.
+MAX_SUITE_BYTES = 32 * 1024 * 1024
 
 _TOP_KEYS = {"suite", "prompts"}
 _SUITE_KEYS = {"name", "description"}
@@ -29,23 +34,46 @@ def _turns(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _read(path: Path) -> str:
+    """A suite file's text, refused with a message naming it when it is not
+    a regular UTF-8 file of bounded size (a FIFO would block a run forever)."""
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise SuiteError(f"{path}: not a regular file")
+        if st.st_size > MAX_SUITE_BYTES:
+            raise SuiteError(f"{path}: {st.st_size:,} bytes; a suite file may be at most {MAX_SUITE_BYTES:,}")
+        return path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read: {exc.strerror or type(exc).__name__}") from None
+
+
 def read_suite_toml(path: Path) -> list[SuitePrompt]:
     """The lab's format: ``[suite]`` then ``[[prompts]]`` tables with name,
     category, either text (one turn) or turns (a list), and an optional
     system message. Unknown keys are errors, as in profiles."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(_read(path))
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{path}: {exc}") from exc
+    except RecursionError:
+        raise SuiteError(f"{path}: arrays or tables nested too deeply") from None
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise SuiteError(f"{path}: unknown key(s) {', '.join(unknown)}")
+    if not isinstance(data.get("suite", {}), dict):
+        raise SuiteError(f"{path}: [suite] must be a table")
+    entries = data.get("prompts", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise SuiteError(f"{path}: prompts must be [[prompts]] tables")
     unknown = sorted(set(data.get("suite", {})) - _SUITE_KEYS)
     if unknown:
         raise SuiteError(f"{path}: [suite] unknown key(s) {', '.join(unknown)}")
     prompts: list[SuitePrompt] = []
     seen: set[str] = set()
-    for i, entry in enumerate(data.get("prompts", [])):
+    for i, entry in enumerate(entries):
         where = f"{path}: prompts[{i}]"
         unknown = sorted(set(entry) - _PROMPT_KEYS)
         if unknown:
@@ -76,32 +104,32 @@ def read_question_jsonl(path: Path) -> list[SuitePrompt]:
     so a report reads by category; ids must be unique in the file."""
     prompts: list[SuitePrompt] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SuiteError(f"{where}: not JSON: {exc.msg}") from exc
-            if not isinstance(record, dict):
-                raise SuiteError(f"{where}: a question must be a JSON object")
-            missing = [k for k in ("question_id", "category", "turns") if k not in record]
-            if missing:
-                raise SuiteError(f"{where}: missing {', '.join(missing)}")
-            qid = str(record["question_id"])
-            if qid in seen:
-                raise SuiteError(f"{where}: question_id {qid} is used twice")
-            seen.add(qid)
-            category = record["category"]
-            if not isinstance(category, str) or not category:
-                raise SuiteError(f"{where}: category must be a non-empty string")
-            system = record.get("system")
-            prompts.append(SuitePrompt(
-                f"{category}-{qid}", category, _turns(record["turns"], where),
-                system if isinstance(system, str) and system else None,
-            ))
+    # split on newlines only: a JSON string may hold other line separators
+    for lineno, line in enumerate(_read(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise SuiteError(f"{where}: not JSON: {getattr(exc, 'msg', 'nested too deeply')}") from None
+        if not isinstance(record, dict):
+            raise SuiteError(f"{where}: a question must be a JSON object")
+        missing = [k for k in ("question_id", "category", "turns") if k not in record]
+        if missing:
+            raise SuiteError(f"{where}: missing {', '.join(missing)}")
+        qid = str(record["question_id"])
+        if qid in seen:
+            raise SuiteError(f"{where}: question_id {qid} is used twice")
+        seen.add(qid)
+        category = record["category"]
+        if not isinstance(category, str) or not category:
+            raise SuiteError(f"{where}: category must be a non-empty string")
+        system = record.get("system")
+        prompts.append(SuitePrompt(
+            f"{category}-{qid}", category, _turns(record["turns"], where),
+            system if isinstance(system, str) and system else None,
+        ))
     if not prompts:
         raise SuiteError(f"{path}: no questions")
     return prompts
