@@ -71,8 +71,8 @@ def parse_options(registry: Registry, backend: str, pairs: Sequence[str]) -> dic
     """``KEY=VALUE`` strings as the backend's typed options."""
     try:
         declared = {o.name: o for o in registry.backend(backend).options}
-    except KeyError:
-        raise ProbeTargetError(f"no backend {backend!r}; `lab plugins` lists them") from None
+    except KeyError as exc:
+        raise ProbeTargetError(str(exc.args[0]) if exc.args else f"unknown backend {backend!r}") from None
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")

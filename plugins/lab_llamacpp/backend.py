@@ -239,6 +239,12 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
                 "threads": self.ctx.run.threads or available_cores(), "order": order,
                 "n_gpu_layers": int(self.arm.options.get("n_gpu_layers", 0)), "gpu_pick": self.gpu_pick,
             }
+            if self.gpu_pick:
+                from lab_llamacpp.gpu_pick import backend_greedy
+
+                # The loop's verify passes run the sampler in the graph and
+                # copy no logits: the probe's passes do the same work.
+                backend_greedy(self.context, self.context.model.eog_ids)
             return probe.decode_pass_seconds(self.context, widths, order=order)
         if method == "batched-bench":
             if self.arm.model is None:
