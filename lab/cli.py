@@ -139,7 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report.error:
         print(f"lab: {printable(report.error)}", file=sys.stderr)
     if store.memory_only:
-        print("\nlab: nothing could be saved (see above); the table is all that is left of this run", file=sys.stderr)
+        print(f"\nlab: {printable(store.path)} holds the run only up to where writing failed (see above); "
+              "the table above has every row", file=sys.stderr)
         return 1
     print(f"\nsaved: {printable(store.path)}")
     return 0

@@ -157,8 +157,12 @@ class RunStore:
         # the rows as results.json holds them: what this store writes, not
         # a list anyone reads (the runner owns the rows)
         self._saved: list[dict[str, Any]] = []
-        # steps.jsonl's lines, to write again wherever the run moves
-        self._step_lines: list[str] = []
+        # steps.jsonl lines the open file holds (flushed); a run that moves
+        # reads them back from the file itself, whose data outlives its
+        # directory while it is open, instead of keeping every step twice
+        self._steps_flushed = 0
+        # a step whose write failed, and every step once only memory is left
+        self._steps_pending: list[str] = []
         self._log_lines: list[str] = []
         self.meta: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
@@ -175,17 +179,18 @@ class RunStore:
         }
         self._steps: IO[str] | None = None
         try:
-            self._open(self.path)
+            self._open(self.path, "")
         except OSError as exc:
             shutil.rmtree(self.path, ignore_errors=True)
             raise StoreError(f"{self.path}: cannot write the run directory ({_reason(exc)})") from None
 
-    def _open(self, path: Path) -> None:
+    def _open(self, path: Path, steps_text: str) -> None:
         """Write everything kept so far into ``path`` and append from there."""
         (path / "profile.toml").write_text(self.profile.source, encoding="utf-8")
-        steps = open(path / "steps.jsonl", "w", encoding="utf-8")
+        # read and write: a move reads the lines back through this descriptor
+        steps = open(path / "steps.jsonl", "w+", encoding="utf-8")
         try:
-            steps.writelines(self._step_lines)
+            steps.write(steps_text)
             steps.flush()
             if self._log_lines:
                 (path / "lab.log").write_text("".join(self._log_lines), encoding="utf-8")
@@ -194,6 +199,8 @@ class RunStore:
             steps.close()
             raise
         self._steps = steps
+        self._steps_flushed = steps_text.count("\n")
+        self._steps_pending = []
         self._dir_id = _dir_id(path)
 
     def _guarded(self, write: Callable[[], None]) -> None:
@@ -208,12 +215,14 @@ class RunStore:
             return
         except OSError as exc:
             failed, reason = self.path, _reason(exc)
+        steps_text = self._read_back_steps()
         self._close_steps()
         try:
             fallback = Path(tempfile.mkdtemp(prefix=f"speclab-{self.path.name[:80]}-"))
-            self._open(fallback)
+            self._open(fallback, steps_text)
         except OSError:
             self.memory_only = True
+            self._steps_pending = steps_text.splitlines(keepends=True)
             self._tell(failed, None, reason)
             return
         _copy_logs(failed, fallback)
@@ -225,12 +234,26 @@ class RunStore:
         if self.on_moved is not None:
             self.on_moved(failed, now, reason)
 
+    def _read_back_steps(self) -> str:
+        """Every step line so far: those flushed to the open steps.jsonl,
+        read through its descriptor (past Python's buffer, which a full disk
+        leaves unwritable), then those whose write failed."""
+        lines: list[str] = []
+        if self._steps is not None and not self._steps.closed and self._steps_flushed:
+            try:
+                fd = self._steps.fileno()
+                data = os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", errors="replace")
+                lines = data.splitlines(keepends=True)[: self._steps_flushed]
+            except OSError:
+                lines = []  # the file itself is gone from under us: its steps are lost
+        return "".join(line if line.endswith("\n") else line + "\n" for line in lines) + "".join(self._steps_pending)
+
     def _close_steps(self) -> None:
         if self._steps is not None and not self._steps.closed:
             try:
                 self._steps.close()
             except OSError:
-                pass  # what it held is in _step_lines
+                pass  # its lines were read back before it closed
 
     def log_path(self, name: str) -> Path:
         return self.path / name
@@ -257,21 +280,19 @@ class RunStore:
             "step_s": event.step_s, "measured": event.measured,
         }
         line = dumps(row) + "\n"
-        self._step_lines.append(line)
-
-        def write() -> None:
-            assert self._steps is not None
-            self._steps.write(line)
-            self._steps.flush()
-
+        if self.memory_only:
+            self._steps_pending.append(line)
+            return
         # A step is appended to an open file, which takes writes even after
         # its directory went away; the check of the directory itself comes
         # with the next results.json (once per cell), not once per step.
-        if self.memory_only:
-            return
         try:
-            write()
+            assert self._steps is not None
+            self._steps.write(line)
+            self._steps.flush()
+            self._steps_flushed += 1
         except OSError:
+            self._steps_pending.append(line)
             self._guarded(lambda: None)
 
     def add_result(self, row: ResultRow) -> None:

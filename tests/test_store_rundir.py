@@ -268,3 +268,37 @@ def test_saved_files_hold_no_nan_or_infinity(registry: Any, tmp_path: Path) -> N
     assert report == {"ratio": None, "nested": [None, {"x": None}], "ok": 1.5}
     step = load_steps(store.path)[0]
     assert step["draft_s"] is None and step["verify_s"] is None and step["step_s"] == 0.1
+
+
+FULL_DISK = """
+import resource, signal, sys
+sys.path.insert(0, sys.argv[2])
+from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml
+import lab.plugins
+registry = fake_registry()
+lab.plugins.load_registry = lambda *a, **k: registry
+open("p.toml", "w").write(profile_toml(BASE_AND_SPEC, rounds=2, prompts=("prose", "code")))
+# every file this process writes stops growing here: the kernel answers EFBIG
+# as a full disk answers ENOSPC, for the run directory and any fallback alike
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+from lab.cli import main
+sys.exit(main(["run", "p.toml", "--out", "runs", "--quiet"]))
+"""
+
+
+def test_a_full_disk_keeps_the_rows_in_memory_and_says_so(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, "-c", FULL_DISK, "9000", str(root)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert "Traceback" not in res.stderr
+    assert res.returncode == 1, res.stderr
+    # the table has every arm x prompt though nothing more could be written
+    table = [line.split()[:2] for line in res.stdout.splitlines()[1:] if line.strip()]
+    assert table == [["base", "prose"], ["base", "code"], ["spec", "prose"], ["spec", "code"]], res.stdout
+    (run,) = (tmp_path / "runs").iterdir()
+    assert f"cannot write {run.relative_to(tmp_path)} (File too large)" in res.stderr
+    assert "no fallback directory either" in res.stderr and "the table above has every row" in res.stderr
+    # what was saved before the disk filled is whole (results.json is replaced atomically)
+    saved = load_run(run)
+    assert 0 < len(saved["results"]) < 8 and "unreadable" not in saved
