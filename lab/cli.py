@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence, TextIO
 
 from lab.events import Finished, RunStarted, Status, StatusChanged
+from lab.probe import ProbeReported
 from lab.run_events import Listener, RunEvent, finished_row
 
 if TYPE_CHECKING:
@@ -39,26 +40,35 @@ def default_profile() -> Path:
 
 
 class Progress:
-    """Headless progress, a listener of the run: one line per status change
-    and per finished cell."""
+    """Headless progress, a listener of the run: one line per phase change
+    (a phase says what the engine does, else the status does) and per
+    finished cell; a phase said again for the same cell is not repeated."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self._said: dict[object, str] = {}
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
             self.out.write(f"run {event.profile}: {len(event.arms)} arms x {len(event.prompts)} prompts x {event.rounds} rounds -> {event.run_dir}\n")
         elif isinstance(event, StatusChanged):
             c = event.cell
-            where = c.arm if c.round < 0 else f"{c.arm} {c.prompt} {'warmup' if c.round == 0 else 'r' + str(c.round)}"
+            # a warmup cell's phase says "warming up"; its place need not say it too
+            where = c.arm if c.round < 0 else f"{c.arm} {c.prompt}" + ("" if c.round == 0 else f" r{c.round}")
             if event.status in (Status.LOADING, Status.WARMUP, Status.RUNNING):
-                phase = f" {event.phase}" if event.phase else ""
-                self.out.write(f"  [{where}] {event.status.value}{phase}\n")
+                text = event.phase or event.status.value
+                if self._said.get(c) == text:
+                    return
+                self._said[c] = text
+                self.out.write(f"  [{where}] {text}\n")
             elif event.status != Status.OK and c.round < 0:
                 first = event.detail.splitlines()[0] if event.detail else ""
                 self.out.write(f"  [{where}] {event.status.value} {first}\n")
         elif isinstance(event, Finished):
             self._finished(finished_row(event))
+        elif isinstance(event, ProbeReported):
+            where = f" {event.stack}" if event.stack else ""
+            self.out.write(f"  [probe{where}] {'' if event.done else 'measuring '}{event.text}\n")
         else:
             return
         self.out.flush()
@@ -79,6 +89,7 @@ class Progress:
 
 def _table(rows: Sequence[ResultRow]) -> str:
     from lab.report import summarize
+    from lab.verdict import busy_warning
 
     head = ["arm", "prompt", "tok/s", "speedup", "accept", "len", "cost/yield", "identical", "verdict"]
     lines = [head]
@@ -92,7 +103,7 @@ def _table(rows: Sequence[ResultRow]) -> str:
             f"{s['mean_accepted_len']:.2f}" if s["mean_accepted_len"] is not None else "",
             cost,
             "" if s["identical_to_baseline"] is None else ("yes" if s["identical_to_baseline"] else f"no@{s['first_divergence_char']}"),
-            s["verdict"],
+            " ".join(x for x in (s["verdict"], busy_warning(s)) if x),
         ])
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(head) - 1)]
     out = []

@@ -41,6 +41,15 @@ class ProbeError(ValueError):
     pass
 
 
+class ProbeInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) while measuring: ``probe`` holds the repeats that
+    finished (every width measured in each), None when none had."""
+
+    def __init__(self, probe: Probe | None) -> None:
+        super().__init__()
+        self.probe = probe
+
+
 def parse_widths(text: str) -> tuple[int, ...]:
     """"1-16", "1,2,4,8" or "1-4,8,16" -> sorted widths, always with 1 (T is
     relative to it)."""
@@ -91,6 +100,10 @@ class Probe:
     bandwidth_bytes_s: float | None = None
     model_bytes: int | None = None
     notes: Mapping[str, Any] = field(default_factory=dict)
+    # How a run came by this probe: {"source": "measured" | "cached" | "file",
+    # "seconds": what measuring cost, "key": the cache key, ...}. Empty for
+    # a probe measured by `lab probe`.
+    origin: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.widths or self.widths[0] != 1:
@@ -147,7 +160,7 @@ class Probe:
             "method": self.method, "widths": list(self.widths), "seconds": [list(r) for r in self.seconds],
             "created": self.created, "machine": dict(self.machine), "threads": self.threads,
             "bandwidth_bytes_s": self.bandwidth_bytes_s, "model_bytes": self.model_bytes,
-            "notes": dict(self.notes), "summary": self.summary(),
+            "notes": dict(self.notes), "origin": dict(self.origin), "summary": self.summary(),
         }
 
     @classmethod
@@ -164,9 +177,22 @@ class Probe:
                 created=str(data.get("created", "")), machine=dict(data.get("machine") or {}),
                 threads=data.get("threads"), bandwidth_bytes_s=data.get("bandwidth_bytes_s"),
                 model_bytes=data.get("model_bytes"), notes=dict(data.get("notes") or {}),
+                origin=dict(data.get("origin") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProbeError(f"{where}: malformed probe ({exc})") from None
+
+    def origin_line(self) -> str:
+        """How the run came by this probe, for progress and the report:
+        "measured in 4.1 s", "cached (measured 2026-12-01T10:50:00+0000)"."""
+        source = self.origin.get("source")
+        if source == "measured":
+            return f"measured in {float(self.origin.get('seconds') or 0.0):.1f} s"
+        if source == "cached":
+            return f"cached (measured {self.created or 'earlier'})"
+        if source == "file":
+            return f"from {self.origin.get('path')} (measured {self.created or 'earlier'})"
+        return f"measured {self.created}" if self.created else "measured earlier"
 
     def render(self) -> str:
         """The curve as text: one line per width with a bar, then the ratio."""
@@ -284,6 +310,7 @@ def measure(
     seconds: list[tuple[float, ...]] = []
     notes: dict[str, Any] = {}
     model_bytes: int | None = None
+    interrupted = False
     try:
         if instance.probe_needs_load(method):
             say(f"loading {model} on {backend}")
@@ -296,14 +323,32 @@ def measure(
             seconds.append(tuple(float(s) for s in got))
             notes = instance.probe_notes()
         model_bytes = model_file_bytes(model)
+    except KeyboardInterrupt:
+        # what finished is kept: the caller saves it and says how much it is
+        interrupted = True
     finally:
         instance.close()
+
+    def build(bw: float | None, size: int | None, more: Mapping[str, Any]) -> Probe:
+        return Probe(
+            backend=backend, model=model, method=method, widths=widths, seconds=tuple(seconds),
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
+            threads=int(notes.get("threads") or threads) or None,
+            bandwidth_bytes_s=bw, model_bytes=size, notes={**notes, **more},
+        )
+
+    if interrupted:
+        kept = build(None, model_file_bytes(model), {"interrupted": f"after {len(seconds)} of {repeats} repeats"})
+        raise ProbeInterrupted(kept if seconds else None) from None
     bw = None
     if bandwidth:
         from lab.analysis.roofline import measure_read_bandwidth
 
         say("measuring memory read bandwidth")
-        bw = measure_read_bandwidth(threads=threads or None)
+        try:
+            bw = measure_read_bandwidth(threads=threads or None)
+        except KeyboardInterrupt:
+            raise ProbeInterrupted(build(None, model_bytes, {"interrupted": "during the bandwidth measurement"})) from None
     return Probe(
         backend=backend, model=model, method=method, widths=widths, seconds=tuple(seconds),
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
@@ -324,3 +369,198 @@ def model_file_bytes(model: str) -> int | None:
     if path.is_dir():
         return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     return path.stat().st_size
+
+
+# -- the probe a run takes before its arms ------------------------------------------
+
+# Few repeats: a default probe must cost seconds on two cores, and the
+# analysis uses the median of what there is.
+DEFAULT_REPEATS = 2
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ProbeReported:
+    """A run-level event of the probe phase, before any arm runs: one line
+    of progress (``done`` false while measuring) and, when done, the probe
+    itself (None when the stack could not be probed)."""
+
+    stack: str
+    text: str
+    done: bool = True
+    probe: Probe | None = None
+    t: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """One stack to probe: what decides how fast a verify pass runs. Two
+    arms with equal specs share a probe."""
+
+    backend: str
+    model: str
+    threads: int
+    options: Mapping[str, Any]
+    widths: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} / {self.model}"
+
+    def identity(self) -> dict[str, Any]:
+        """What the cache keys on: the engine, the model (its reference and
+        its file, so a rebuilt model is probed again), threads, the arm's
+        backend options (GPU layers, batch-invariant decoding and the like)
+        and the machine (CPU model, cores, GPUs)."""
+        from lab.bandwidth import machine_identity
+
+        return {
+            "kind": KIND, "version": VERSION, "cache_version": CACHE_VERSION,
+            "backend": self.backend, "model": self.model, "model_file": _model_file_identity(self.model),
+            "threads": self.threads, "options": {k: self.options[k] for k in sorted(self.options)},
+            "machine": machine_identity(),
+        }
+
+    def key(self) -> str:
+        import hashlib
+
+        text = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _model_file_identity(model: str) -> list[Any] | None:
+    from lab import models
+
+    try:
+        path = models.resolve(model)
+        st = path.stat()
+    except Exception:  # noqa: BLE001 - a model that does not resolve keys on its reference alone
+        return None
+    return [path.name, st.st_size, st.st_mtime_ns]
+
+
+def needed_widths(n_maxes: Sequence[int]) -> tuple[int, ...]:
+    """Widths a profile's n_max values need (1 .. max n_max + 1), plus a few
+    beyond so the prediction can say whether a larger n_max would pay."""
+    top = max([*n_maxes, 1]) + 1
+    # two widths past the top: enough for the curve to say whether a larger
+    # n_max would pay (interpolated between them), few enough to stay cheap
+    extra = {top + 2, min(2 * top, top + 16)}
+    return tuple(sorted(set(range(1, top + 1)) | extra))
+
+
+def plan(arms: Sequence[Any], threads: int, registry: Registry) -> tuple[list[ProbeSpec], list[str]]:
+    """The stacks to probe for a run: one per distinct target stack that
+    speculates, widths for every n_max it runs. Also a line per stack that
+    cannot be probed (its backend has no Probing capability)."""
+    from lab.api import Probing
+
+    specs: dict[tuple[str, str, str], ProbeSpec] = {}
+    skipped: list[str] = []
+    for arm in arms:
+        if arm.is_baseline:
+            continue
+        try:
+            cls = registry.backend(arm.backend)
+        except Exception:  # noqa: BLE001 - the arm reports its own load failure later
+            continue
+        if not issubclass(cls, Probing) or not cls.probe_methods:
+            line = f"{arm.backend}: cannot measure verify cost, so no prediction for {arm.name}"
+            if line not in skipped:
+                skipped.append(line)
+            continue
+        opts = dict(arm.options)
+        model = arm.model or ""
+        ident = (arm.backend, model, json.dumps(opts, sort_keys=True, default=str))
+        n_max = int(arm.n_max or 1)
+        old = specs.get(ident)
+        wanted = set(needed_widths([n_max]))
+        if old is not None:
+            wanted |= set(old.widths)
+        specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)))
+    return list(specs.values()), skipped
+
+
+def cache_path(spec: ProbeSpec, root: Path | None = None) -> Path:
+    from lab.bandwidth import cache_root
+
+    return (root or cache_root()) / f"probe-{spec.key()}.json"
+
+
+def cached(spec: ProbeSpec, root: Path | None = None) -> Probe | None:
+    """The cached probe of this stack on this machine when it covers the
+    widths asked for; None otherwise (a miss, or a torn file)."""
+    path = cache_path(spec, root)
+    if not path.exists():
+        return None
+    try:
+        p = load(path)
+    except ProbeError:
+        return None
+    if not set(spec.widths) <= set(p.widths):
+        return None
+    return p
+
+
+def obtain(
+    spec: ProbeSpec,
+    registry: Registry | None = None,
+    repeats: int = DEFAULT_REPEATS,
+    root: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Probe:
+    """The probe of one stack: from the cache, else measured now (T(w) and
+    the machine's bandwidth) and cached. ``origin`` says which and what
+    measuring cost."""
+    from lab.bandwidth import machine_bandwidth
+
+    found = cached(spec, root)
+    if found is not None:
+        bw = machine_bandwidth(threads=spec.threads or None, root=root)
+        import dataclasses
+
+        return dataclasses.replace(
+            found, bandwidth_bytes_s=found.bandwidth_bytes_s or bw.bytes_s,
+            origin={**found.origin, "source": "cached", "key": spec.key()},
+        )
+    t0 = time.perf_counter()
+    p = measure(
+        spec.backend, spec.model, widths=spec.widths, repeats=repeats, threads=spec.threads,
+        registry=registry, options=spec.options, bandwidth=False, progress=progress,
+    )
+    t_curve = time.perf_counter() - t0
+    bw = machine_bandwidth(threads=spec.threads or None, root=root)
+    spent = time.perf_counter() - t0
+    import dataclasses
+
+    p = dataclasses.replace(
+        p, bandwidth_bytes_s=bw.bytes_s,
+        origin={
+            "source": "measured", "seconds": spent, "curve_s": t_curve,
+            "bandwidth": {"bytes_s": bw.bytes_s, "method": bw.method, "cached": bw.cached,
+                          "measured": bw.measured},
+            "key": spec.key(), "identity": spec.identity(),
+        },
+    )
+    save(p, cache_path(spec, root))
+    return p
+
+
+def save_for_run(run_dir: str | Path, got: Sequence[Probe]) -> list[Path]:
+    """A run directory's probes: the first stack's as probe.json (what
+    reports read), any further stack's as probe-2.json, probe-3.json..."""
+    out = []
+    for i, p in enumerate(got):
+        name = PROBE_FILE if i == 0 else f"probe-{i + 1}.json"
+        out.append(save(p, Path(run_dir) / name))
+    return out
+
+
+def find_all(run_dir: str | Path) -> list[Probe]:
+    """Every probe saved in a run directory, probe.json first."""
+    d = Path(run_dir)
+    first = find(d)
+    if first is None:
+        return []
+    rest = sorted(d.glob("probe-*.json"), key=lambda f: int(f.stem.split("-")[1]) if f.stem.split("-")[1].isdigit() else 0)
+    return [first] + [load(f) for f in rest]

@@ -16,12 +16,14 @@ import io
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab.analysis import breakeven, categories
+from lab import serving
+from lab.analysis import breakeven, categories, conditions, divergence, latency
 from lab.analysis import run as analysis
 from lab.events import RunFinished
 from lab.results import RESULT_KEYS
 from lab.run_events import RunEvent
 from lab.run_shape import unreadable_lines
+from lab.verdict import BUSY_WARNING, busy_warning
 
 
 def _fmt(value: Any, spec: str = ".2f", none: str = "—") -> str:
@@ -62,12 +64,16 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
     p = Path(run_dir)
     unreadable: list[str] = list(data.get("unreadable") or [])
     if p.is_dir():
-        data["steps"] = load_steps(p, unreadable)
+        # Steps of a cell that has no ok row (cancelled, skipped, killed
+        # mid-cell) were never part of a result: the report leaves them out.
+        ok_cells = {(r.get("arm"), r.get("prompt"), r.get("round")) for r in data["results"] if r.get("status") == "ok"}
+        data["steps"] = [s for s in load_steps(p, unreadable) if (s.get("arm"), s.get("prompt"), s.get("round")) in ok_cells]
     named_by_run = False
     if probe is None:
         # A profile may name a probe (``probe = "..."`` under [run]), relative
         # to the profile's own directory.
         named = (data["profile"].get("run") or {}).get("probe") or data["profile"].get("probe")
+        # true / false switch the run's own probe on and off: not a file
         if isinstance(named, str) and named and p.is_dir() and not (p / probes.PROBE_FILE).exists():
             where = Path(str(data["profile"].get("path") or ".")).parent
             probe = where / str(named)
@@ -82,12 +88,14 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
     elif probe is not None:
         data["probe"] = probes.load(probe)
     elif p.is_dir():
+        # a run probes every stack that speculates: probe.json, probe-2.json...
         try:
-            data["probe"] = probes.find(p)
+            data["probes"] = probes.find_all(p)
         except (OSError, ValueError, RecursionError) as exc:
             # a damaged probe costs the prediction, not the report
             unreadable.append(f"{p}: probe not used ({exc})")
-            data["probe"] = None
+            data["probes"] = []
+        data["probe"] = data["probes"][0] if data["probes"] else None
     if unreadable:
         data["unreadable"] = unreadable
     return data
@@ -177,6 +185,8 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
             verdict = kinds[0][1]
         else:
             verdict = "; ".join(f"{p}: {k}" for p, k in kinds)
+        if any(busy_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
+            verdict += f" {BUSY_WARNING}"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {accept} | {verdict} |")
     return lines
 
@@ -204,7 +214,7 @@ def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
             f"| {s['arm']} | {s['prompt']} | {tps if s['rounds'] else s['status']} | {speed} | "
             f"{_pct(s['acceptance_rate'])} | {_fmt(s['mean_accepted_len'])} | {_ms(s['draft_s'])} | "
             f"{_ms(s['verify_s'])} | {cost} | {_fmt(s['break_even_len'])} | {_mib(s['peak_mem_bytes'])} | "
-            f"{ident} | {s['verdict']} |"
+            f"{ident} | {' '.join(x for x in (s['verdict'], busy_warning(s)) if x)} |"
         )
     return lines
 
@@ -254,8 +264,18 @@ def _position_lines(data: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _probes(data: Mapping[str, Any], probe: Any) -> list[Any]:
+    from lab import probe as probes
+
+    many = [v if isinstance(v, probes.Probe) else probes.Probe.from_json(v) for v in data.get("probes") or ()]
+    return many or ([probe] if probe is not None else [])
+
+
 def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
     if probe is None:
+        off = (data["profile"].get("run") or {}).get("probe") is False
+        if off:
+            return ["No prediction: this profile turned the probe off (`[run] probe = false`)."]
         return [
             "No verify-cost probe for this run, so no prediction. Measure one with "
             "`lab probe --backend BACKEND --model MODEL --out RUN_DIR/probe.json`, or name one with "
@@ -264,14 +284,20 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
     steps = data.get("steps")
     if steps is None:
         return ["The prediction needs the run's steps.jsonl (acceptance per position): render with `lab report RUN_DIR`."]
-    preds = analysis.predictions(data["results"], steps, probe)
-    ratio = probe.batch_ratio()
-    lines = [
-        f"Probe: {probe.backend} / {probe.model} by {probe.method}, {len(probe.seconds)} repeats"
-        + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
-        + "; T(w) " + ", ".join(f"{w}: {probe.t_ratio(w):.2f}" for w in probe.widths if w in (1, 2, 4, 8, 16)) + ".",
-        "",
-    ]
+    from lab.analysis.predict import predicted_for_rows
+
+    pool = _probes(data, probe)
+    preds = predicted_for_rows(data["results"], steps, pool)
+    lines = []
+    for pr in pool:
+        ratio = pr.batch_ratio()
+        lines.append(
+            f"- probe: {pr.origin_line()}, before the arms and apart from their timing. "
+            f"{pr.backend} / {pr.model} by {pr.method}, {len(pr.seconds)} repeats"
+            + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
+            + "; T(w) " + ", ".join(f"{w}: {pr.t_ratio(w):.2f}" for w in pr.widths if w in (1, 2, 4, 5, 8, 16)) + "."
+        )
+    lines.append("")
     if not preds:
         return lines + ["No speculative arm with steps to predict."]
     lines += [
@@ -328,7 +354,7 @@ def _divergence_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     if not divs:
         checked = any(r.get("identical_to_baseline") is not None for r in results)
         return ["Every speculative output is identical to its baseline." if checked else "No outputs to compare."]
-    return [f"- {d['arm']} / {d['prompt']} r{d['round']}: {d['line']}" for d in divs]
+    return divergence.markdown_lines(divs, results)
 
 
 def render_markdown(data: Mapping[str, Any]) -> str:
@@ -347,6 +373,8 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         "",
     ]
     lines += _writeup_table(results, summaries)
+    lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results)
+    lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
     lines += ["", "## Detail", ""] + _detail_table(summaries)
     econ = _economics_lines(summaries)
     if econ:
@@ -356,7 +384,11 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     lines += ["", "## Statistics", ""] + _stats_lines(summaries)
     if categories.has_categories(results):
         lines += ["", "## Per category", ""] + categories.markdown_lines(results, profile.get("prompts") or ())
+    lines += ["", "## Latency", ""] + latency.markdown_lines(results)
     lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
+    for title, section in (("Concurrency", serving.concurrency_lines(results)),
+                           ("Servers the lab attached to", serving.attached_lines(results))):
+        lines += ["", f"## {title}", "", *section] if section else []
     roofs = analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
     lines += ["", "## Roofline", ""]
     if roofs:
@@ -391,6 +423,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
 CSV_KEYS = RESULT_KEYS + (
     "prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail",
     "break_even_len", "needed_acceptance", "verdict_kind", "category",
+    "ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s",
 )
 
 
@@ -433,12 +466,15 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
             for (a, p), v in analysis.positions(steps).items()
         ]
         if probe is not None:
-            out["predictions"] = analysis.predictions(results, steps, probe)
+            from lab.analysis.predict import predicted_for_rows
+
+            out["predictions"] = predicted_for_rows(results, steps, _probes(data, probe))
+    out["latency"] = latency.summary(results)
     return out
 
 
 def render_json(data: Mapping[str, Any]) -> str:
-    saved = {k: v for k, v in data.items() if k not in ("steps", "probe")}
+    saved = {k: v for k, v in data.items() if k not in ("steps", "probe", "probes")}
     from lab.store import dumps
 
     # strict JSON, as the run's own files: a non-finite figure is null

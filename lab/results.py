@@ -14,11 +14,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeVar
 
-from lab import figures, gpu
+from lab import figures, gpu, serving
 from lab.events import Cell, Status, StepEvent
 from lab.verdict import verdict
 
 if TYPE_CHECKING:
+    from lab.contention import Contention
     from lab.profiles import Arm
 
 RESULT_KEYS = (
@@ -33,8 +34,9 @@ EXTRA_KEYS = (
     "is_baseline", "group", "stack", "model", "n_max", "sweep", "prompt_tokens", "prompt_s", "gen_s",
     "engine_bytes", "detail", "measured", "text", "text_origin", "engine_report", "plain_tokens",
     *gpu.ROW_KEYS,  # GPU telemetry (lab.gpu): null on a run without a GPU
-    "category",
-)
+    "category", "ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s", "divergence_cause",
+    "prompt_sha256", "prompt_template", "contended", "contention", "contention_note",
+) + serving.ROW_KEYS  # server arms beyond one stream: concurrency, the attached server
 ROW_KEYS = RESULT_KEYS + EXTRA_KEYS
 
 
@@ -103,6 +105,37 @@ class ResultRow(Mapping[str, Any]):
     verify_energy_j: float | None = None
     # the prompt's suite category; None for a prompt written out in the profile
     category: str | None = None
+    # the shape of latency (lab.analysis.latency): seconds to the first
+    # token, and percentiles of the gaps between tokens, a token inside a
+    # burst of accepted drafts counting as a gap of 0
+    ttft_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    itl_p99_s: float | None = None
+    # why a greedy speculative output left its baseline: what the backend's
+    # check established (engine_report["divergence"]) or "not established";
+    # None when it did not leave it
+    divergence_cause: str | None = None
+    # sha256 of the exact prompt text sent (lab.prompting) and which template made it
+    prompt_sha256: str | None = None
+    prompt_template: str | None = None
+    # taken on a busy machine (this cell or its baseline's; lab.contention),
+    # other processes' mean busy cores during this cell, and what was seen
+    contended: bool | None = None
+    contention: float | None = None
+    contention_note: str = ""
+    concurrency: int | None = None
+    aggregate_tok_per_s: float | None = None
+    aggregate_speedup: float | None = None
+    stream_tok_per_s_p50: float | None = None
+    stream_tok_per_s_min: float | None = None
+    concurrent_ttft_p50_s: float | None = None
+    concurrent_ttft_p95_s: float | None = None
+    concurrent_itl_p50_s: float | None = None
+    concurrent_itl_p95_s: float | None = None
+    concurrent_itl_p99_s: float | None = None
+    aggregate_acceptance_rate: float | None = None
+    server_url: str | None = None
     # keys a saved row has beyond these (a later version's), kept so that
     # reading and saving a row again loses nothing
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -145,7 +178,7 @@ class ResultRow(Mapping[str, Any]):
         for key in ("sweep", "engine_report"):
             if key in known:
                 known[key] = dict(known[key] or {})
-        for key in ("verdict", "detail", "group", "stack"):
+        for key in ("verdict", "detail", "group", "stack", "contention_note"):
             if key in known and known[key] is None:
                 known[key] = ""
         unknown = {k: v for k, v in data.items() if k not in ROW_KEYS}
@@ -221,6 +254,8 @@ def build_result(
     text_origin: Sequence[Sequence[int]] | None = None,
     gpu_keys: Mapping[str, Any] | None = None,
     category: str | None = None,
+    latency: Mapping[str, float | None] | None = None,
+    contention: Contention | None = None,
 ) -> ResultRow:
     """Assemble one row. ``baseline`` is the baseline's row for the same
     prompt and round (or the nearest round), used for speedup, step cost and
@@ -290,8 +325,59 @@ def build_result(
         plain_tokens=(n_tokens - landed) if counted and n_tokens is not None else None,
         **_gpu_fields(gpu_keys),
         category=category,
+        divergence_cause=divergence_cause(identical, engine_report),
+        itl_p50_s=_latency(latency, "itl_p50_s", ok),
+        itl_p95_s=_latency(latency, "itl_p95_s", ok),
+        itl_p99_s=_latency(latency, "itl_p99_s", ok),
+        ttft_s=_ttft_without_rehearsal(latency, engine_report) if ok else None,
+        **_prompt_keys(engine_report),
+        **_contention_keys(contention, baseline),
     )
+    if ok:
+        row = dataclasses.replace(row, **serving.row_fields(engine_report, baseline))
     return dataclasses.replace(row, verdict=verdict(row))
+
+
+def _prompt_keys(engine_report: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The prompt's hash and template as the backend reported sending them."""
+    report = engine_report or {}
+    return {"prompt_sha256": report.get("prompt_sha256"), "prompt_template": report.get("prompt_template")}
+
+
+def _contention_keys(reading: Contention | None, baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Busy-machine keys: a row is contended when its own cell or its
+    baseline's cell ran on a busy machine (either makes the speedup wrong)."""
+    own = reading is not None and reading.contended
+    base_busy = bool(baseline is not None and baseline.get("contended") and not baseline.get("baseline_arm"))
+    notes = [reading.note()] if reading is not None else []
+    if base_busy and baseline is not None:
+        notes.append(f"its baseline's cell ran on a busy machine ({baseline.get('contention_note') or 'see its row'})")
+    return {
+        "contended": None if reading is None and not base_busy else bool(own or base_busy),
+        "contention": round(reading.others_cores, 3) if reading is not None else None,
+        "contention_note": "; ".join(notes),
+    }
+
+
+def _latency(shape: Mapping[str, float | None] | None, key: str, ok: bool) -> float | None:
+    return shape.get(key) if ok and shape else None
+
+
+def _ttft_without_rehearsal(latency: Mapping[str, float | None] | None, engine_report: Mapping[str, Any] | None) -> float | None:
+    """A rehearsing drafter's untimed passes (lab.speculative.rehearse) run
+    between the request and the first token: they are no part of its wait."""
+    ttft = (latency or {}).get("ttft_s")
+    rehearsal = float((engine_report or {}).get("rehearsal_s") or 0.0)
+    return ttft if ttft is None else max(0.0, ttft - rehearsal)
+
+
+def divergence_cause(identical: bool | None, engine_report: Mapping[str, Any] | None) -> str | None:
+    """What the row's divergence is put down to (see lab.api.DivergenceExplaining)."""
+    if identical is not False:
+        return None
+    evidence = (engine_report or {}).get("divergence")
+    cause = evidence.get("cause") if isinstance(evidence, Mapping) else None
+    return str(cause) if cause else "not established"
 
 
 def _gpu_fields(keys: Mapping[str, Any] | None) -> dict[str, Any]:

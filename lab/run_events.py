@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Union
 
 from lab.events import Event, Finished, now
+from lab.probe import ProbeReported
 from lab.results import ResultRow
 
 
@@ -35,7 +36,8 @@ class Logged:
     t: float = field(default_factory=now)
 
 
-RunEvent = Union[Event, ArmReported, Logged]
+# the probe phase's progress, before any arm (lab.probe)
+RunEvent = Union[Event, ArmReported, Logged, ProbeReported]
 Listener = Callable[[RunEvent], None]
 
 

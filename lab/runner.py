@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
+from lab.analysis.latency import ArrivalClock, LatencyShape
 from lab.api import (
     Backend,
     BackendContext,
@@ -30,6 +31,7 @@ from lab.api import (
     Generation,
     GenerationRequest,
 )
+from lab.contention import Contention, ContentionWatcher
 from lab.events import (
     Cell,
     Event,
@@ -218,6 +220,8 @@ class Runner:
         interrupted = False
         self.gpu = RunTelemetry.open(self.emit)
         try:
+            # Before any arm: the probe's passes must never overlap a timed cell.
+            self._probe_phase()
             for arm in self.profile.ordered_arms():
                 if self.control.cancelled:
                     self._fill(arm, Status.CANCELLED, "run cancelled before this arm started")
@@ -237,6 +241,54 @@ class Runner:
             self._close_gpu()
             self.emit(RunFinished(self.run_dir, cancelled=self.control.cancelled or interrupted))
         return list(self.rows())
+
+    def _probe_phase(self) -> None:
+        """Measure (or find cached) the verify cost T(w) and the memory
+        bandwidth of every stack that speculates, so every report has a
+        prediction and a roofline. ``[run] probe = false`` turns it off; a
+        file there is used as it is. Its time is reported apart from the
+        arms'; a failed probe costs the prediction, never the run."""
+        from lab import probe as probes
+
+        setting = self.profile.run.probe
+        if setting is False:
+            self.emit(probes.ProbeReported("", "off ([run] probe = false)"))
+            return
+        got: list[probes.Probe] = []
+        if isinstance(setting, str):
+            path = Path(setting)
+            if not path.is_absolute():
+                path = Path(self.profile.path).parent / path
+            try:
+                p = probes.load(path)
+            except probes.ProbeError as exc:
+                self.emit(probes.ProbeReported("", f"{exc}; no prediction"))
+                return
+            p = dataclasses.replace(p, origin={**p.origin, "source": "file", "path": setting})
+            self.emit(probes.ProbeReported(f"{p.backend} / {p.model}", p.origin_line(), probe=p))
+            got.append(p)
+        else:
+            specs, skipped = probes.plan(self.profile.arms, self.profile.run.threads, self.registry)
+            for line in skipped:
+                self.emit(probes.ProbeReported("", line))
+            for spec in specs:
+                if self.control.cancelled:
+                    break
+                self.emit(probes.ProbeReported(
+                    spec.label, f"verify cost T(w) for widths {probes.format_widths(spec.widths)}", done=False))
+                try:
+                    p = probes.obtain(spec, self.registry)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - no probe means no prediction, not a failed run
+                    self._log(traceback.format_exc())
+                    self.emit(probes.ProbeReported(
+                        spec.label, f"failed ({type(exc).__name__}: {exc}); no prediction for this stack"))
+                    continue
+                self.emit(probes.ProbeReported(spec.label, p.origin_line(), probe=p))
+                got.append(p)
+        if got and self.run_dir:
+            probes.save_for_run(self.run_dir, got)
 
     def _hold(self, cell: Cell, in_cell: bool) -> float:
         """Wait here while the run is paused; returns the seconds held."""
@@ -263,7 +315,8 @@ class Runner:
 
     def _record(self, arm: Arm, cell: Cell, status: Status, gen: Generation | None = None,
                 steps: Sequence[StepEvent] = (), detail: str = "", peak: int | None = None,
-                origin: Sequence[Sequence[int]] | None = None) -> ResultRow:
+                origin: Sequence[Sequence[int]] | None = None, latency: LatencyShape | None = None,
+                contention: Contention | None = None) -> ResultRow:
         baseline = pick_baseline(self.rows(), arm.baseline, cell.prompt, cell.round) if arm.baseline else None
         row = build_result(
             arm=arm, prompt=cell.prompt, round=cell.round, status=status, steps=steps,
@@ -274,6 +327,7 @@ class Runner:
             engine_report=gen.engine_report if gen else None, text_origin=origin,
             gpu_keys=self._gpu_keys(arm, cell, gen, steps),
             category=self._categories.get(cell.prompt),
+            latency=latency.to_json() if latency is not None else None, contention=contention,
         )
         with self._rows_lock:
             self._rows.append(row)
@@ -343,7 +397,10 @@ class Runner:
                 child_pids=backend.child_pids, engine_bytes=lambda: engine_bytes[0],
                 device_bytes=(lambda: telemetry.device_bytes(arm.name)) if telemetry is not None else lambda: None,
             )
-            with sampler:
+            # the noise guard: other processes' CPU use while this arm's cells run
+            watcher = ContentionWatcher(
+                arm.name, type(backend).busy_cores(arm.options, self.profile.run.threads), backend.child_pids)
+            with sampler, watcher:
                 self.emit(StatusChanged(cell0, Status.LOADING, phase="loading"))
                 try:
                     backend.load(self.emit)
@@ -362,7 +419,7 @@ class Runner:
                     self._log(traceback.format_exc())
                     self._fill(arm, Status.ERROR, f"load failed: {type(exc).__name__}: {exc}")
                     return
-                self._run_cells(arm, backend, sampler)
+                self._run_cells(arm, backend, sampler, watcher)
         finally:
             if drafter is not None:
                 try:
@@ -389,7 +446,8 @@ class Runner:
         )
         return dcls(arm.drafter_options, dctx)
 
-    def _run_cells(self, arm: Arm, backend: Backend, sampler: MemorySampler) -> None:
+    def _run_cells(self, arm: Arm, backend: Backend, sampler: MemorySampler,
+                   watcher: ContentionWatcher | None = None) -> None:
         cell0 = arm_cell(arm.name)
         run = self.profile.run
         warm_cells = [Cell(arm.name, self.profile.prompts[0].name, 0)] * run.warmup
@@ -405,28 +463,38 @@ class Runner:
                     self._record_stopped(arm, cell, sampler.peak)
                 continue
             status = Status.WARMUP if cell.is_warmup else Status.RUNNING
-            self.emit(StatusChanged(cell, status, phase="warmup" if cell.is_warmup else "generating"))
+            self.emit(StatusChanged(cell, status, phase="warming up" if cell.is_warmup else "running"))
             steps: list[StepEvent] = []
             held = [0.0]
             pausable = backend.pauses_between_steps()
             origin: list[list[int]] = []
+            clock = ArrivalClock(now())
 
-            def collect(event: Event, steps: list[StepEvent] = steps, origin: list[list[int]] = origin) -> None:
+            def collect(event: Event, steps: list[StepEvent] = steps, origin: list[list[int]] = origin,
+                        clock: ArrivalClock = clock) -> None:
                 if isinstance(event, StepEvent):
                     steps.append(event)
                 elif isinstance(event, TokenEvent):
                     add_origin(origin, len(event.text), event.from_draft)
+                    clock.token(event.t, len(event.ids))
                 self.emit(event)
 
-            def cancelled(cell: Cell = cell, held: list[float] = held, pausable: bool = pausable) -> bool:
+            def cancelled(cell: Cell = cell, held: list[float] = held, pausable: bool = pausable,
+                          clock: ArrivalClock = clock) -> bool:
                 if pausable:
-                    held[0] += self._hold(cell, in_cell=True)
+                    seconds = self._hold(cell, in_cell=True)
+                    held[0] += seconds
+                    clock.held(seconds)
                 return self.control.stop_requested
 
             try:
+                mark = watcher.mark() if watcher is not None else None
+                # the request goes in now: the time to first token counts from here
+                clock.start = now()
                 self._gen_end = None
                 gen = backend.generate(self._request(cell, arm), collect, cancelled)
                 self._gen_end = now()
+                busy = watcher.reading(mark) if watcher is not None and mark is not None else None
             except Cancelled:
                 if not cell.is_warmup:
                     self._record_stopped(arm, cell, sampler.peak)
@@ -451,7 +519,8 @@ class Runner:
             if arm.is_baseline:
                 self.reference_ids[(arm.name, cell.prompt, cell.round)] = list(gen.ids)
             if not cell.is_warmup:
-                self._record(arm, cell, Status.OK, gen, steps, peak=sampler.peak, origin=origin)
+                self._record(arm, cell, Status.OK, gen, steps, peak=sampler.peak, origin=origin,
+                             latency=clock.shape(), contention=busy)
         final = {r.status for r in self.rows() if r.arm == arm.name}
         worst = next((s for s in _WORST_FIRST if s in final), Status.OK)
         self.emit(StatusChanged(cell0, worst))

@@ -18,8 +18,10 @@ class RunSettings:
     n_ctx: int = 4096
     threads: int = 0
     memory_interval_s: float = 0.1
-    # A saved verify-cost probe (lab probe --out FILE) the analysis predicts from.
-    probe: str | None = None
+    # The verify-cost probe the analysis predicts from: None or true measures
+    # (or finds cached) one before the arms, false turns that off, a string
+    # names a saved probe (lab probe --out FILE).
+    probe: str | bool | None = None
     # Files the profile reads may lie outside its own directory tree (absolute
     # paths, ``..``); off so that a shared profile cannot read what it likes.
     allow_outside_paths: bool = False

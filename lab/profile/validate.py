@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 TOP_KEYS = ("profile", "run", "prompts", "arms")
 PROFILE_KEYS = ("name", "description")
 PROMPT_KEYS = ("name", "text", "system", "file")
-ARM_KEYS = ("name", "backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline")
+ARM_KEYS = ("name", "backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline",
+            "url", "api_key_env", "concurrency")
+# Arm keys that are spelled at the arm's level but are options of its
+# backend (a server arm's): they are checked as its options are.
+ARM_OPTION_KEYS = ("url", "api_key_env", "concurrency")
 RUN_TYPES: dict[str, tuple[type, ...]] = {
     "max_tokens": (int,),
     "temperature": (float, int),
@@ -40,7 +44,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "n_ctx": (int,),
     "threads": (int,),
     "memory_interval_s": (float, int),
-    "probe": (str,),
+    "probe": (str, bool),
     "allow_outside_paths": (bool,),
 }
 _FLOAT_KEYS = ("temperature", "memory_interval_s")
@@ -115,7 +119,7 @@ def validate_run(src: Source, raw: Any) -> RunSettings:
             if why:
                 raise src.error(["run", k], why)
     settings = RunSettings(**values)
-    if settings.probe is not None:
+    if isinstance(settings.probe, str):
         allow = files.outside_allowed(settings.allow_outside_paths)
         files.check_probe(src, files.base_dir(src.path), settings.probe, ["run", "probe"], allow)
     return settings
@@ -223,6 +227,11 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> A
             drafter = None
     baseline = _text(src, t, "baseline", key)
     options = table(src, t.get("options", {}), [*key, "options"])
+    for k in ARM_OPTION_KEYS:
+        if k in t:
+            if k in options:
+                raise src.error([*key, k], f"{k} is given twice: at the arm's level and in its options")
+            options = {**options, k: t[k]}
     drafter_options = table(src, t.get("drafter_options", {}), [*key, "drafter_options"])
     n_max = _n_max(src, t.get("n_max"), [*key, "n_max"])
 

@@ -1,0 +1,158 @@
+"""The machine's memory bandwidth, measured once and cached.
+
+The roofline of plain decoding needs the bytes per second the device can
+read; a run measures it before its arms (a short numpy benchmark) and keeps
+the figure per machine, so the second run on the same machine pays nothing.
+The cache lives beside the lab's model cache: ``$LAB_CACHE_DIR`` or
+``$XDG_CACHE_HOME/speclab`` (``~/.cache/speclab``), under ``probes/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+# Bumped when the benchmark changes what it measures: older figures are
+# then measured again rather than compared with new ones.
+BENCH_VERSION = 1
+# Large enough to leave any last-level cache, small enough to take well
+# under a second on two cores.
+BENCH_BYTES = 128 * 2**20
+BENCH_REPEATS = 3
+
+
+def cache_root() -> Path:
+    """Where the lab keeps what it measured about this machine (created)."""
+    root = os.environ.get("LAB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "speclab"
+    )
+    path = Path(root) / "probes"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_names() -> list[str]:
+    """Names of the GPUs the engines could use; empty without a driver. A
+    GPU changes every speed the lab measures, so it is part of the
+    machine's identity."""
+    try:
+        from lab.gpu import open_reader
+
+        reader = open_reader()
+    except Exception:  # noqa: BLE001 - no GPU telemetry is a machine without a GPU here
+        return []
+    if reader is None:
+        return []
+    try:
+        return [s.name for s in reader.read()]
+    except Exception:  # noqa: BLE001
+        return []
+    finally:
+        reader.close()
+
+
+_IDENTITY: dict[str, Any] | None = None
+
+
+def machine_identity() -> dict[str, Any]:
+    """What makes two machines' speeds comparable: CPU model, the cores this
+    process may use, GPU names. Looked up once per process."""
+    global _IDENTITY
+    if _IDENTITY is None:
+        from lab.api import available_cores
+
+        _IDENTITY = {
+            "cpu": _cpu_name(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
+            "cores": available_cores(), "gpus": _gpu_names(),
+        }
+    return dict(_IDENTITY)
+
+
+def identity_key(identity: Mapping[str, Any]) -> str:
+    text = json.dumps(dict(identity), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def measure_copy_bandwidth(nbytes: int = BENCH_BYTES, repeats: int = BENCH_REPEATS) -> float:
+    """Bytes per second numpy moves copying one buffer into another (each
+    copied byte is read once and written once, so both count). Best of
+    ``repeats``: a lower bound of the device's peak, as any software
+    measure is."""
+    import numpy as np
+
+    n = max(1, nbytes // 8)
+    src = np.ones(n, dtype=np.float64)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # first touch: page faults are not bandwidth
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        elapsed = time.perf_counter() - t0
+        if elapsed > 0:
+            best = max(best, 2 * n * 8 / elapsed)
+    return best
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    bytes_s: float
+    method: str
+    measured: str  # when, local time
+    seconds: float  # what measuring it cost
+    cached: bool
+
+
+def _measure(threads: int | None) -> tuple[float, str]:
+    """The read bandwidth the roofline wants (weights are read, not
+    written), from threads summing private buffers; the copy benchmark when
+    that fails to give a figure."""
+    from lab.analysis.roofline import measure_read_bandwidth
+
+    bw = measure_read_bandwidth(nbytes=BENCH_BYTES, threads=threads)
+    if bw > 0:
+        return bw, "numpy read (threaded sum)"
+    return measure_copy_bandwidth(), "numpy copy"
+
+
+def machine_bandwidth(threads: int | None = None, cache: bool = True, root: Path | None = None) -> Bandwidth:
+    """This machine's memory read bandwidth: from the cache when this machine
+    measured it before, else measured now (well under a second) and
+    cached."""
+    identity = machine_identity()
+    where = (root or cache_root()) / f"bandwidth-{identity_key({**identity, 'threads': threads or 0})}.json"
+    if cache and where.exists():
+        try:
+            data = json.loads(where.read_text(encoding="utf-8"))
+            if data.get("version") == BENCH_VERSION and float(data["bytes_s"]) > 0:
+                return Bandwidth(float(data["bytes_s"]), str(data["method"]), str(data["measured"]),
+                                 float(data.get("seconds", 0.0)), cached=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a torn or foreign file is measured again and overwritten
+    t0 = time.perf_counter()
+    bw, method = _measure(threads)
+    spent = time.perf_counter() - t0
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    if cache:
+        payload = {"version": BENCH_VERSION, "bytes_s": bw, "method": method, "measured": stamp,
+                   "seconds": spent, "machine": identity, "threads": threads}
+        tmp = where.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, where)
+    return Bandwidth(bw, method, stamp, spent, cached=False)
