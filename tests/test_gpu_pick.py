@@ -183,3 +183,29 @@ def test_auto_picks_on_the_gpu_only_when_offloaded_and_greedy() -> None:
 
     # this CPU build offloads nothing, so auto stays on the host here
     assert wants_gpu_pick("auto", 999, 0.0) == bool(llama_cpp.llama_supports_gpu_offload())
+
+
+@pytest.mark.parametrize(
+    ("arm_options", "drafter_options", "expected"),
+    [
+        ({"n_gpu_layers": 999}, {}, (999, "auto")),  # the draft sits where its target does
+        ({"n_gpu_layers": 999, "gpu_pick": "off"}, {}, (999, "off")),
+        ({"n_gpu_layers": 999}, {"n_gpu_layers": 0}, (0, "auto")),  # its own setting wins
+        ({}, {}, (0, "auto")),
+    ],
+)
+def test_a_draft_model_takes_its_arms_gpu_layers_unless_it_names_its_own(
+    arm_options: dict[str, Any], drafter_options: dict[str, Any], expected: tuple[int, str]
+) -> None:
+    from lab_llamacpp.backend import LlamaCppBackend
+
+    from lab.api import BackendContext, DrafterContext
+    from lab.profiles import Arm, RunSettings
+
+    arm = Arm(name="d", backend="llamacpp", model="m", drafter="draft-model", n_max=4, options=arm_options,
+              drafter_options={}, baseline="b", is_baseline=False, stack="llamacpp", group="d")
+    backend = LlamaCppBackend(arm, BackendContext(run=RunSettings(), run_dir="", log=lambda _t: None))
+    dctx = DrafterContext(stack="llamacpp", target_model="m", vocab_size=10, n_ctx=64, threads=1, seed=0,
+                          temperature=0.0, reference=lambda _p, _r: None, log=lambda _t: None)
+    draft = backend.draft_model({"model": "x", **drafter_options}, dctx)
+    assert (int(draft.opts["n_gpu_layers"]), draft.opts["gpu_pick"]) == expected
