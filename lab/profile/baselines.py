@@ -30,7 +30,7 @@ def infer_baselines(src: Source, drafts: Sequence[ArmDraft], registry: Registry 
     for d in drafts:
         base = named.get(d.name)
         if base is None and speculative[d.name]:
-            base = next((b.name for b in bases if b.stack == d.stack and b.model == d.model), None)
+            base = next((b.name for b in bases if b.stack == d.stack and b.model == d.model and _same_setting(b, d)), None)
         if base is None and d.drafter is not None and registry is not None:
             if getattr(registry.drafter(d.drafter), "needs_baseline", False):
                 raise src.error(
@@ -47,6 +47,14 @@ def infer_baselines(src: Source, drafts: Sequence[ArmDraft], registry: Registry 
             )
         )
     return tuple(arms)
+
+
+def _same_setting(base: ArmDraft, arm: ArmDraft) -> bool:
+    """A server arm pairs with a baseline under the same load and of the
+    same kind: as many concurrent streams, and attached (``url``) with
+    attached, started with started."""
+    same_load = int(base.options.get("concurrency") or 1) == int(arm.options.get("concurrency") or 1)
+    return same_load and bool(base.options.get("url")) == bool(arm.options.get("url"))
 
 
 def _speculative(src: Source, d: ArmDraft, registry: Registry | None) -> bool:

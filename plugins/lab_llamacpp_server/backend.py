@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 from lab import models
 from lab.api import Backend, BackendContext, EngineFailure, Generation, GenerationRequest, Option
 from lab.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
-from lab_llamacpp_server import crosscheck, failures
+from lab_llamacpp_server import attach, crosscheck, failures
+from lab_llamacpp_server.attach import ATTACH_OPTIONS
 from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, server_info
 from lab_llamacpp_server.client import HttpFailure, ServerClient
 from lab_llamacpp_server.command import COMMON_OPTIONS, NEEDS_DRAFT_MODEL, refuse_options, server_args, warn_options
+from lab_llamacpp_server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, generate_streamed, stream_figures
 from lab_llamacpp_server.logparse import ImplStats
 from lab_llamacpp_server.metrics import device_bytes
 from lab_llamacpp_server.process import ServerProcess, free_port
@@ -46,6 +48,8 @@ class LlamaServerBackend(Backend):
                requires=tuple((t, ("draft_model",)) for t in sorted(NEEDS_DRAFT_MODEL))),
         Option("draft_model", str, None, "-md: draft model (path, embedded:... or tiny:...)", model_ref=True),
         *COMMON_OPTIONS,
+        *ATTACH_OPTIONS,
+        *CONCURRENCY_OPTIONS,
     )
     fixed_spec_type: ClassVar[str | None] = None
     # The server is another process, but on the same cores.
@@ -76,6 +80,11 @@ class LlamaServerBackend(Backend):
         # the server's cumulative per-implementation counters after the last request
         self._stats_last: dict[str, ImplStats] = {}
         self._totals: dict[str, float] = {}
+        # an attached server: its base URL, its kind and what it said about itself
+        self.attached: str | None = None
+        self.server_kind: str | None = None
+        self.server_props: dict[str, Any] = {}
+        self.concurrency = int(arm.options.get("concurrency") or 1)
 
     @property
     def speculative(self) -> bool:
@@ -91,14 +100,22 @@ class LlamaServerBackend(Backend):
     def server_args(self, model_path: str, draft_path: str | None) -> list[str]:
         """The server's command line after the binary (see :mod:`.command`)."""
         run = self.ctx.run
+        options = dict(self.arm.options)
+        if self.concurrency > 1:
+            # a slot per stream, each with the context one stream would get
+            options["parallel"] = max(int(options.get("parallel") or 1), self.concurrency)
+            options["ctx_size"] = int(options.get("ctx_size") or run.n_ctx) * options["parallel"]
         return server_args(
-            self.arm.options, self.spec_type, self.arm.n_max, n_ctx=run.n_ctx, threads=run.threads,
+            options, self.spec_type, self.arm.n_max, n_ctx=run.n_ctx, threads=run.threads,
             port=self.port, model_path=model_path, draft_path=draft_path,
         )
 
     # -- life cycle ---------------------------------------------------------------
     def load(self, emit: Emit) -> None:
         cell = arm_cell(self.arm.name)
+        if self.opt("url"):
+            self._attach(emit)
+            return
         emit(StatusChanged(cell, Status.LOADING, phase="locating llama-server"))
         try:
             self.info = server_info(self.opt("server"))
@@ -150,6 +167,35 @@ class LlamaServerBackend(Backend):
             )
         self._totals = self._client.metrics()
 
+    def _attach(self, emit: Emit) -> None:
+        """Use the running server the arm names: the lab starts nothing,
+        so it can neither restart nor stop it, and reads it over HTTP only."""
+        cell = arm_cell(self.arm.name)
+        try:
+            where = attach.target(self.arm.options)
+        except attach.AttachError as exc:
+            raise EngineFailure(f"arm {self.arm.name}: {exc}") from exc
+        self.attached = where.base_url
+        self.base_url = where.base_url
+        self._client = ServerClient(where.base_url, where.headers)
+        emit(StatusChanged(cell, Status.LOADING, phase=f"attaching to {where.base_url}", progress=0.5))
+        given = self.opt("health_timeout_s")
+        try:
+            self._client.wait_healthy(lambda: True, 300.0 if given is None else float(given), lambda: None)
+        except TimeoutError as exc:
+            raise EngineFailure(f"arm {self.arm.name}: no server ready at {where.base_url} ({exc})") from exc
+        try:
+            self.server_kind, self.server_props = attach.detect(self._client)
+        except attach.AttachError as exc:
+            raise EngineFailure(f"arm {self.arm.name}: {exc}") from exc
+        if self.server_kind != attach.LLAMA_SERVER:
+            raise EngineFailure(
+                f"arm {self.arm.name}: the server at {where.base_url} is {self.server_kind}, not llama-server; "
+                "use the backend that reads it (vllm for a vLLM server)"
+            )
+        self._totals = self._client.metrics()
+        self.ctx.log(f"{self.arm.name}: attached to {self.server_kind} at {where.base_url} {self.server_props}")
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -166,6 +212,55 @@ class LlamaServerBackend(Backend):
         return self.server_log.engine_bytes or None
 
     # -- generation ---------------------------------------------------------------
+    def _streamed(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        """A cell read from the stream alone: an attached server (no log of
+        ours) or several streams at once (the log interleaves them)."""
+        import httpx
+
+        client = self._client
+        assert client is not None, "generate() before load()"
+        if self.server is not None and not self.server.alive():
+            raise self._failed("llama-server is not running")
+        try:
+            prompt = self._prompt(request)
+            timeout = self.opt("concurrency_timeout_s")
+            gen = generate_streamed(
+                client, self._body(prompt, request), request, emit, cancelled, speculative=self.speculative,
+                concurrency=self.concurrency, timeout_s=600.0 if timeout is None else float(timeout),
+                exclusive_metrics=self.attached is None,
+            )
+        except (httpx.HTTPError, HttpFailure, StreamError) as exc:
+            if self.server is None:
+                raise EngineFailure(f"{self.attached}: {type(exc).__name__}: {exc}") from exc
+            raise self._failed(exc) from exc
+        except EngineFailure as exc:
+            if self.server is not None and not self.server.alive():
+                raise self._failed(exc) from exc
+            raise
+        if self.server is not None:
+            gen.engine_report["engine_buffers"] = dict(self.server_log.buffers)
+            gen.engine_bytes = self.engine_bytes()
+        gen.engine_report["attached"] = self.attached
+        checks = gen.engine_report.get("checks") or {}
+        if checks and not all(checks.values()):
+            self.ctx.log(f"{self.arm.name} {request.cell}: count cross-check failed: {checks}")
+        return gen
+
+    @staticmethod
+    def _body(prompt: str, request: GenerationRequest) -> dict[str, Any]:
+        return {
+            "prompt": prompt,
+            "n_predict": request.max_tokens,
+            "temperature": request.temperature,
+            "seed": request.seed,
+            "ignore_eos": request.ignore_eos,
+            "stream": True,
+            "timings_per_token": True,
+            "return_tokens": True,
+            # every round processes its prompt: no reuse of the previous round's KV
+            "cache_prompt": False,
+        }
+
     def _running(self) -> tuple[ServerProcess, ServerClient]:
         assert self.server is not None and self._client is not None, "generate() before load()"
         return self.server, self._client
@@ -184,7 +279,8 @@ class LlamaServerBackend(Backend):
     def _prompt(self, request: GenerationRequest) -> str:
         """The prompt text; with the chat template on, the server's own
         template renders it (/apply-template), as a chat client would get."""
-        _, client = self._running()
+        client = self._client
+        assert client is not None, "generate() before load()"
         if not request.chat_template:
             return request.prompt
         messages = []
@@ -196,6 +292,8 @@ class LlamaServerBackend(Backend):
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
         import httpx
 
+        if self.attached is not None or self.concurrency > 1:
+            return self._streamed(request, emit, cancelled)
         server, client = self._running()
         if not server.alive():
             raise self._failed("llama-server is not running")
@@ -204,23 +302,14 @@ class LlamaServerBackend(Backend):
         except (httpx.HTTPError, HttpFailure) as exc:
             raise self._failed(exc) from exc
         before = client.metrics()
-        body: dict[str, Any] = {
-            "prompt": prompt,
-            "n_predict": request.max_tokens,
-            "temperature": request.temperature,
-            "seed": request.seed,
-            "ignore_eos": request.ignore_eos,
-            "stream": True,
-            "timings_per_token": True,
-            "return_tokens": True,
-            # every round processes its prompt: no reuse of the previous round's KV
-            "cache_prompt": False,
-        }
+        body = self._body(prompt, request)
         t_sent = now()
         live = LiveSteps(request.cell, emit, StepTracker(t_sent))
         req = self.server_log.begin(live.on_accepted)
+        record = StreamRecord(t_sent)
 
         def landed(chunk: Chunk, ids: list[int], from_draft: bool) -> None:
+            record.arrivals.append((chunk.t, chunk.n_tokens))
             emit(TokenEvent(request.cell, chunk.text, tuple(ids), from_draft=from_draft, t=chunk.t))
             # the chunk may complete a step whose log line is already in
             live.poll()
@@ -250,6 +339,10 @@ class LlamaServerBackend(Backend):
         )
         gen.engine_report["engine_buffers"] = dict(self.server_log.buffers)
         gen.engine_bytes = self.engine_bytes()
+        if "concurrency" in self.arm.options:
+            # the one-stream level of a concurrency sweep, in the same figures as the others
+            record.final = streamed.final
+            gen.engine_report["concurrency"] = stream_figures([record])
         if server.pid is not None:
             gen.engine_report["device_bytes"] = device_bytes(server.pid)
         if checks and not all(checks.values()):
@@ -276,6 +369,12 @@ class LlamaServerBackend(Backend):
             "log": self.server.log_path if self.server else None,
             "engine_buffers": dict(self.server_log.buffers),
             "metrics_at_load": self._totals,
+            "attached": self.attached,
+            "server_kind": self.server_kind or ("llama-server" if self.server else None),
+            "server_props": self.server_props,
+            "process": "attached: not started, restarted or stopped by the lab" if self.attached
+            else "started by the lab for this arm",
+            "concurrency": self.concurrency,
         }
 
 
@@ -287,6 +386,8 @@ class LlamaMtpBackend(LlamaServerBackend):
         Option("mtp_model", str, None, "separate MTP head GGUF (mtp-*.gguf), passed as -md; omit when the target embeds it",
                model_ref=True),
         *COMMON_OPTIONS,
+        *ATTACH_OPTIONS,
+        *CONCURRENCY_OPTIONS,
     )
 
     def draft_model_ref(self) -> str | None:
@@ -300,4 +401,6 @@ class LlamaDFlashBackend(LlamaServerBackend):
     options = (
         Option("draft_model", str, None, "-md: the DFlash draft GGUF", required=True, model_ref=True),
         *COMMON_OPTIONS,
+        *ATTACH_OPTIONS,
+        *CONCURRENCY_OPTIONS,
     )

@@ -1,5 +1,5 @@
 """The server's HTTP side: /health read by its body, /apply-template,
-/metrics and the streamed /completion.
+/tokenize, /metrics and the streamed /completion.
 
 httpx is imported when a client is made, so registering the plugin stays
 cheap.
@@ -23,11 +23,12 @@ class HttpFailure(RuntimeError):
 
 
 class ServerClient:
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None) -> None:
         import httpx
 
         self.base_url = base_url
-        self._http = httpx.Client(base_url=base_url, timeout=httpx.Timeout(600.0, connect=5.0))
+        self.headers = dict(headers or {})
+        self._http = httpx.Client(base_url=base_url, headers=self.headers, timeout=httpx.Timeout(600.0, connect=5.0))
 
     def close(self) -> None:
         try:
@@ -81,14 +82,26 @@ class ServerClient:
         raise_for_status(r)
         return str(r.json()["prompt"])
 
+    def get(self, path: str, timeout: float = 5.0) -> httpx.Response:
+        """A plain GET, answered as the server answers."""
+        return self._http.get(path, timeout=timeout)
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        """The server's own token ids for ``text``, with the same flags the
+        in-process stack tokenizes with."""
+        r = self.post("/tokenize", json={"content": text, "add_special": add_special, "parse_special": parse_special})
+        raise_for_status(r)
+        return [int(t) for t in r.json()["tokens"]]
+
     def post(self, path: str, json: dict[str, Any]) -> httpx.Response:
         """A plain JSON request (no stream), answered as the server answers."""
         return self._http.post(path, json=json)
 
     @contextmanager
-    def completion(self, body: dict[str, Any]) -> Iterator[Iterator[str]]:
-        """The lines of a streamed /completion."""
-        with self._http.stream("POST", "/completion", json=body) as r:
+    def completion(self, body: dict[str, Any], path: str = "/completion") -> Iterator[Iterator[str]]:
+        """The lines of a streamed /completion (or another streamed POST:
+        an OpenAI-compatible server's /v1/completions)."""
+        with self._http.stream("POST", path, json=body) as r:
             if r.status_code >= 400:
                 r.read()
                 raise_for_status(r)

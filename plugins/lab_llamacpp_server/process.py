@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import IO, Callable, Sequence
+from typing import IO, Any, Callable, Sequence
 
 GRACE_S = 5.0
 
@@ -164,6 +164,9 @@ class ServerProcess:
         proc = self.proc
         if proc is None:
             return None
+        # A server that runs its engine in worker processes (vLLM) must not
+        # leave them behind: note them while the server still holds them.
+        workers = _children(proc.pid) if proc.poll() is None else []
         try:
             if proc.poll() is None:
                 try:
@@ -178,6 +181,7 @@ class ServerProcess:
                     except ProcessLookupError:
                         pass
                     proc.wait(timeout=10)
+            _kill_all(workers, grace)
         finally:
             if self._reader is not None:
                 self._reader.join(timeout=2)
@@ -187,6 +191,36 @@ class ServerProcess:
                     self._log.close()
             _live.discard(self)
         return proc.returncode
+
+
+def _children(pid: int) -> list[Any]:
+    try:
+        import psutil
+
+        return list(psutil.Process(pid).children(recursive=True))
+    except Exception:  # noqa: BLE001 - no psutil, or the process just went
+        return []
+
+
+def _kill_all(workers: list[Any], grace: float) -> None:
+    """Workers still running once their server exited: SIGTERM, then SIGKILL."""
+    if not workers:
+        return
+    import psutil
+
+    alive = [w for w in workers if w.is_running()]
+    for w in alive:
+        try:
+            w.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, left = psutil.wait_procs(alive, timeout=grace)
+    for w in left:
+        try:
+            w.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(left, timeout=5)
 
 
 def stop_all() -> None:

@@ -1,0 +1,150 @@
+"""Arms that attach to a server already running (``url = "http://..."``)
+instead of starting one.
+
+The lab cannot restart such a server, read its log or stop it: what it
+knows comes from the server's HTTP side alone. Which server answers decides
+how it is read, so the kind is detected, never assumed from the arm's
+backend: llama-server answers ``/props`` with its build and slots, vLLM
+exposes ``vllm:`` Prometheus counters, SGLang answers ``/get_server_info``.
+
+Only loopback addresses are accepted unless the arm says otherwise
+(``allow_remote = true``): a shared profile must not send prompts, or an
+API key, to a host its reader did not choose. The key itself never sits in
+a profile: the arm names an environment variable that holds it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from lab.api import Option
+
+if TYPE_CHECKING:
+    from lab_llamacpp_server.client import ServerClient
+
+LLAMA_SERVER = "llama-server"
+VLLM = "vllm"
+SGLANG = "sglang"
+UNKNOWN = "openai-compatible"
+
+
+class AttachError(ValueError):
+    """A URL or key the lab refuses, or a server it cannot read."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an attached arm sends its requests."""
+
+    base_url: str
+    headers: dict[str, str]
+    loopback: bool
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_url(url: str, allow_remote: bool = False) -> tuple[str, bool]:
+    """The base URL (no trailing slash, no path) and whether it is loopback.
+
+    Raises:
+        AttachError: not http(s), no host, a path, query or credentials in
+            it, or a host other than loopback without ``allow_remote``.
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise AttachError(f"url {url!r}: expected http:// or https://")
+    if not parts.hostname:
+        raise AttachError(f"url {url!r}: no host")
+    if parts.username or parts.password:
+        raise AttachError(f"url {url!r}: credentials do not belong in a URL; name an environment variable with api_key_env")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise AttachError(f"url {url!r}: give the server's root (scheme, host, port), without a path")
+    loopback = _is_loopback(parts.hostname)
+    if not loopback and not allow_remote:
+        raise AttachError(
+            f"url {url!r}: {parts.hostname} is not a loopback address; "
+            "set allow_remote = true in the arm's options to send prompts there"
+        )
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise AttachError(f"url {url!r}: {exc}") from None
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    base = f"{parts.scheme}://{host}" + (f":{port}" if port else "")
+    return base, loopback
+
+
+def auth_headers(api_key_env: str | None, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The Authorization header from the variable the arm names, if any."""
+    if not api_key_env:
+        return {}
+    env = os.environ if environ is None else environ
+    key = env.get(api_key_env)
+    if not key:
+        raise AttachError(f"api_key_env = {api_key_env!r}: that environment variable is not set")
+    return {"Authorization": f"Bearer {key}"}
+
+
+def target(options: dict[str, Any] | Any) -> Target:
+    base, loopback = check_url(str(options.get("url")), bool(options.get("allow_remote")))
+    return Target(base, auth_headers(options.get("api_key_env")), loopback)
+
+
+def detect(client: ServerClient) -> tuple[str, dict[str, Any]]:
+    """The kind of server behind ``client`` and what it said about itself.
+
+    Raises:
+        AttachError: the server refused the key (or wants one).
+    """
+    import httpx
+
+    def get(path: str) -> httpx.Response | None:
+        try:
+            return client.get(path)
+        except httpx.HTTPError:
+            return None
+
+    props = get("/props")
+    if props is not None and props.status_code in (401, 403):
+        raise AttachError(f"{client.base_url} refused the request (HTTP {props.status_code}): check the key api_key_env names")
+    if props is not None and props.status_code == 200:
+        try:
+            body = props.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and ("default_generation_settings" in body or "build_info" in body):
+            return LLAMA_SERVER, {
+                "build_info": body.get("build_info"),
+                "model_path": body.get("model_path"),
+                "total_slots": body.get("total_slots"),
+            }
+    metrics = get("/metrics")
+    if metrics is not None and metrics.status_code == 200 and "vllm:" in metrics.text:
+        return VLLM, {}
+    info = get("/get_server_info")
+    if info is not None and info.status_code == 200:
+        try:
+            body = info.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            return SGLANG, {"version": body.get("version")}
+    return UNKNOWN, {}
+
+
+ATTACH_OPTIONS: tuple[Option, ...] = (
+    Option("url", str, None, "attach to this running server (http://127.0.0.1:PORT) instead of starting one"),
+    Option("api_key_env", str, None, "environment variable holding the server's API key (never the key itself)"),
+    Option("allow_remote", bool, False, "let url name a host other than loopback (prompts are sent there)"),
+)
