@@ -93,6 +93,9 @@ def test_runner_gives_suite_prompts_their_category_and_plain_ones_none() -> None
     want = {p.name: p.category for p in profile.prompts}
     assert len(rows) == 2 * 3 and got == {(a, p): c for a in ("base", "spec") for p, c in want.items()}
     assert sorted(c for c in want.values() if c) == ["editing", "qa"]
+    # live rows feed the table as saved ones do
+    table = {(r.arm, r.category) for r in category_table(rows)}
+    assert table == {("spec", UNCATEGORIZED), ("spec", "qa"), ("spec", "editing"), ("spec", ALL)}
 
 
 # -- the table's arithmetic --------------------------------------------------------

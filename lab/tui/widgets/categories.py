@@ -4,7 +4,11 @@ the saved report's "Per category" section (:mod:`lab.analysis.categories`).
 
 It takes result rows (live :class:`lab.results.ResultRow` objects or rows
 read from results.json) and recomputes the table from all of them, so it can
-be fed the runner's rows each time a cell finishes.
+be fed the runner's rows each time a cell finishes. A screen mounts it like
+any DataTable (``yield CategoryTable(id="categories")``) and calls
+``show_rows(rows)`` with every row so far when a cell's Finished arrives, or
+once with a saved run's ``results``; before mount the rows are kept and shown
+on mount.
 """
 
 from __future__ import annotations
