@@ -572,7 +572,9 @@ class RunTelemetry:
         from pathlib import Path
 
         d = Path(run_dir)
-        (d / GPU_FILE).write_text(json.dumps(self.summary(), indent=1) + "\n", encoding="utf-8")
+        from lab.strictjson import dumps, strict_json
+
+        (d / GPU_FILE).write_text(dumps(self.summary(), indent=1) + "\n", encoding="utf-8")
         samples = self.sampler.snapshot()
         cols = {
             "t": [s.t for s in samples], "memory_used_bytes": [s.memory_used_bytes for s in samples],
@@ -581,7 +583,7 @@ class RunTelemetry:
             "process_bytes": [{str(k): v for k, v in s.process_bytes.items()} for s in samples],
         }
         with gzip.open(d / SAMPLES_FILE, "wt", encoding="utf-8") as fh:
-            json.dump(cols, fh)
+            json.dump(strict_json(cols), fh, allow_nan=False)
 
 
 def _clocked(step: Any) -> bool:

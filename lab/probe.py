@@ -223,7 +223,9 @@ def save(probe: Probe, path: str | Path) -> Path:
     if p.is_dir():
         p = p / PROBE_FILE
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(probe.to_json(), indent=1) + "\n", encoding="utf-8")
+    from lab.strictjson import dumps
+
+    p.write_text(dumps(probe.to_json(), indent=1) + "\n", encoding="utf-8")
     return p
 
 

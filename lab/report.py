@@ -475,7 +475,7 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def render_json(data: Mapping[str, Any]) -> str:
     saved = {k: v for k, v in data.items() if k not in ("steps", "probe", "probes")}
-    from lab.store import dumps
+    from lab.strictjson import dumps
 
     # strict JSON, as the run's own files: a non-finite figure is null
     return dumps({**saved, "analysis": analysis_json(data)}, indent=1) + "\n"

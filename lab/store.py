@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
-import math
 import os
 import platform
 import re
@@ -32,6 +31,7 @@ from lab.events import Finished, RunFinished, StepEvent
 from lab.profiles import Profile
 from lab.results import ResultRow
 from lab.run_events import ArmReported, Logged, RunEvent, finished_row
+from lab.strictjson import dumps
 
 SCHEMA_VERSION = 1
 # The profile's part of a run directory's name: file systems refuse names
@@ -51,26 +51,6 @@ def _slug(name: str) -> str:
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
-
-
-def strict_json(value: Any) -> Any:
-    """``value`` with every NaN and infinity replaced by null: JSON has no
-    such numbers, and a saved run must read anywhere. A null already means
-    "not applicable" in a row, which is what a figure that came out
-    non-finite is."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    return value
-
-
-def dumps(value: Any, **kw: Any) -> str:
-    """JSON text as every saved file of a run holds it: strict (no NaN or
-    Infinity; see :func:`strict_json`); anything not JSON becomes its str."""
-    return json.dumps(strict_json(value), allow_nan=False, default=str, **kw)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -302,3 +302,22 @@ def test_a_full_disk_keeps_the_rows_in_memory_and_says_so(tmp_path: Path) -> Non
     # what was saved before the disk filled is whole (results.json is replaced atomically)
     saved = load_run(run)
     assert 0 < len(saved["results"]) < 8 and "unreadable" not in saved
+
+
+def test_strict_json_everywhere_a_run_is_written_or_exported(registry: Any, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from lab.cli import main
+    from lab.strictjson import dumps
+
+    assert json.loads(dumps({"a": (math.nan, 1.0), "b": {"c": -math.inf}, 3: [math.inf]})) == {
+        "a": [None, 1.0], "b": {"c": None}, "3": [None]}
+    p = profile(registry, rounds=1)
+    store = RunStore(p, tmp_path)
+    Runner(p, registry, store).run()
+    data = json.loads((store.path / "results.json").read_text())
+    data["results"][0]["speedup"] = math.inf  # as an older lab saved it
+    (store.path / "results.json").write_text(json.dumps(data))
+    for args in (["--format", "json"], ["--compare", str(store.path), "--format", "json"]):
+        assert main(["report", str(store.path), *args]) == 0
+        out = capsys.readouterr().out
+        json.loads(out, parse_constant=lambda c, args=args: pytest.fail(f"{args}: {c}"))

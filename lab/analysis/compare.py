@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from typing import Any, Mapping
 
 from lab.analysis.breakeven import NEUTRAL_BAND
@@ -161,8 +160,9 @@ def render_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], fmt: st
     rows = compare(data_a, data_b)
     warned = warnings(data_a, data_b, rows)
     if fmt == "json":
-        return json.dumps({"a": _name(data_a), "b": _name(data_b), "warnings": warned, "cells": rows},
-                          indent=1, default=str) + "\n"
+        from lab.strictjson import dumps
+
+        return dumps({"a": _name(data_a), "b": _name(data_b), "warnings": warned, "cells": rows}, indent=1) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
         keys = list(dict.fromkeys(k for r in rows for k in r)) if rows else ["arm", "prompt"]
