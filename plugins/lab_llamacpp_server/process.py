@@ -57,6 +57,28 @@ def _child_setup(address_space: int | None) -> Callable[[], None]:
     return setup
 
 
+# Watches a server's process group from outside it: when the lab is gone
+# (this process was handed to another parent) it kills the whole group. The
+# kernel's parent-death signal reaches only the server itself; workers it
+# forks do not inherit it.
+_GROUP_WATCHDOG = """
+import os, signal, sys, time
+lab, group = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        break
+    if os.getppid() != lab:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        break
+    time.sleep(0.5)
+"""
+
+
 class ServerExited(RuntimeError):
     def __init__(self, returncode: int | None, excerpt: str) -> None:
         super().__init__(f"llama-server exited (code {returncode})")
@@ -76,6 +98,7 @@ class ServerProcess:
         on_line: Callable[[str], None] | None = None,
         tail_lines: int = 400,
         address_space_limit: int | None = None,
+        watch_group: bool = False,
     ) -> None:
         self.argv = list(argv)
         self.log_path = log_path
@@ -88,6 +111,10 @@ class ServerProcess:
         self._lock = threading.Lock()
         self.started_at = 0.0
         self.address_space_limit = address_space_limit
+        # a server with worker processes: a watchdog kills its whole process
+        # group should the lab die without stopping it (kill -9)
+        self.watch_group = watch_group
+        self._watchdog: subprocess.Popen[bytes] | None = None
 
     # -- life cycle -----------------------------------------------------------
     def start(self) -> None:
@@ -109,6 +136,12 @@ class ServerProcess:
         )
         self.started_at = time.monotonic()
         _live.add(self)
+        if self.watch_group and sys.platform.startswith("linux"):
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-c", _GROUP_WATCHDOG, str(os.getpid()), str(self.proc.pid)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._reader = threading.Thread(target=self._read, name=f"llama-server-{self.proc.pid}", daemon=True)
         self._reader.start()
 
@@ -183,6 +216,9 @@ class ServerProcess:
                     proc.wait(timeout=10)
             _kill_all(workers, grace)
         finally:
+            if self._watchdog is not None and self._watchdog.poll() is None:
+                self._watchdog.kill()
+                self._watchdog.wait(timeout=5)
             if self._reader is not None:
                 self._reader.join(timeout=2)
             with self._lock:
