@@ -378,9 +378,11 @@ ROW_KEYS = (
 )
 GPU_FILE = "gpu.json"
 SAMPLES_FILE = "gpu-samples.json.gz"
-# How often the run's GPU sampler reads: NVML answers in well under a
-# millisecond; nvidia-smi starts two processes a reading.
-NVML_INTERVAL_S = 0.05
+# How often the run's GPU sampler reads: an H200's driver refreshes power
+# and the energy counter every 100 ms, so reading faster adds repeats (which
+# power_segments skips) and the sampler's Python time beside the engine's
+# loop; nvidia-smi starts two processes a reading.
+NVML_INTERVAL_S = 0.1
 SMI_INTERVAL_S = 0.5
 # Live readings for the TUI at most this often (the sampler reads faster
 # so that energy windows stay tight).
