@@ -78,6 +78,12 @@ class FakeBackend(Backend):
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod
+    def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
+        # It sleeps or runs a virtual clock: other processes cannot slow it,
+        # so the noise guard (lab.contention) leaves every core spare.
+        return 0
+
+    @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return bool(arm_options.get("speculative", False)) or drafter is not None
 

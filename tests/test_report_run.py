@@ -96,7 +96,8 @@ def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
     saved = json.loads(render(data, "json"))
     kinds = {s["arm"]: s["verdict_kind"] for s in saved["analysis"]["summaries"]}
     assert kinds["baseline"] == breakeven.BASELINE
-    assert kinds["oracle"] in (breakeven.PAYS, breakeven.EVEN, breakeven.LOSES, breakeven.STRUCTURAL)
+    # uncertain: every round ran on a busy machine (lab.contention)
+    assert kinds["oracle"] in (breakeven.PAYS, breakeven.EVEN, breakeven.LOSES, breakeven.STRUCTURAL, breakeven.UNCERTAIN)
     rows = list(csv.DictReader(io.StringIO(render(data, "csv"))))
     assert len(rows) == 3 * 2 and rows[0]["verdict_kind"] == "baseline"
 

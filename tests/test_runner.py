@@ -55,6 +55,10 @@ class ScriptedBackend(Backend):
         return bool(self.arm.options.get("pausable"))
 
     @classmethod
+    def busy_cores(cls, arm_options, threads) -> int:
+        return 0  # scripted timings: a busy machine cannot change them (lab.contention)
+
+    @classmethod
     def is_speculative(cls, arm_options, drafter) -> bool:
         return bool(arm_options.get("spec"))
 

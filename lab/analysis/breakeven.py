@@ -30,6 +30,8 @@ SKIPPED = "skipped"
 BASELINE = "baseline"
 NO_STEPS = "no steps"
 NO_BASELINE = "no baseline"
+# a comparison measured on a busy machine (lab.contention): never pays or loses
+UNCERTAIN = "uncertain"
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,16 @@ class Call:
 
 
 def classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:
+    """The verdict of a row (or a summary with the same keys). A row taken
+    on a busy machine is not called pays, loses or either kind of even: its
+    speed says as much about the other processes as about the drafter."""
+    call = _classify(row, band)
+    if row.get("contended") and call.kind in (PAYS, EVEN, LOSES, STRUCTURAL):
+        return Call(UNCERTAIN, f"uncertain, the machine was busy: measured {call.line}")
+    return call
+
+
+def _classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:
     status = row.get("status")
     if status in (CANCELLED, SKIPPED):
         # Stopped on purpose: nothing was measured, and nothing failed.

@@ -74,6 +74,9 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "peak_mem_bytes": max((r["peak_mem_bytes"] or 0 for r in rows), default=0) or None,
             "identical_to_baseline": all(identical) if identical else None,
             "first_divergence_char": min(divergences) if divergences else None,
+            # busy-machine rounds (lab.contention): all of them makes the verdict uncertain
+            "contended_rounds": sum(1 for r in ok if r.get("contended")),
+            "contended": bool(ok) and all(r.get("contended") for r in ok),
         }
         econ = breakeven.economics(s)
         s["break_even_len"] = econ.break_even_len if econ else None

@@ -21,6 +21,7 @@ from lab.api import (
     available_cores,
 )
 from lab.events import Emit, Status, StatusChanged, arm_cell
+from lab.prompting import RenderedPrompt, render_prompt
 from lab.speculative import LoopStats, generate, softmax
 
 if TYPE_CHECKING:
@@ -156,13 +157,16 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
         assert self.model is not None
         return self.model.n_vocab
 
-    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+    def rendered_prompt(self, request: GenerationRequest) -> RenderedPrompt:
+        """The cell's prompt as the lab renders it for every stack (see
+        lab.prompting), from the model file this arm loaded."""
         assert self.model is not None
-        if request.chat_template:
-            text = self.model.chat_prompt(request.prompt, request.system)
-            # The template already holds BOS where the model wants one.
-            return self.model.tokenize(text, add_special=False, parse_special=True)
-        return self.model.tokenize(request.prompt, add_special=True, parse_special=False)
+        return render_prompt(self.model.path, request.prompt, request.system, request.chat_template)
+
+    def prompt_ids(self, request: GenerationRequest, rendered: RenderedPrompt | None = None) -> list[int]:
+        assert self.model is not None
+        rendered = rendered or self.rendered_prompt(request)
+        return self.model.tokenize(rendered.text, add_special=rendered.add_special, parse_special=rendered.parse_special)
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
         from lab_llamacpp import engine
@@ -177,7 +181,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
             target = GpuPickTarget(self.context, request.temperature, request.ignore_eos)
         else:
             target = LlamaTarget(self.context, request.temperature, request.ignore_eos)
-        ids = self.prompt_ids(request)
+        rendered = self.rendered_prompt(request)
+        ids = self.prompt_ids(request, rendered)
         try:
             gen = generate(target, ids, request, emit, cancelled, self.drafter, self.stats)
         except engine.LlamaError as exc:
@@ -185,6 +190,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
                 raise EngineOOM(str(exc)) from exc
             raise
         gen.engine_bytes = self.engine_bytes()
+        gen.engine_report.update(rendered.report())
         return gen
 
     def pauses_between_steps(self) -> bool:

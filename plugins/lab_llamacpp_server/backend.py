@@ -14,12 +14,14 @@ each speculative arm compares against a server baseline of the same model.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from lab import models
 from lab.api import Backend, BackendContext, EngineFailure, Generation, GenerationRequest, Option
 from lab.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
+from lab.prompting import OFF, RenderedPrompt, render_prompt
 from lab_llamacpp_server import attach, crosscheck, failures
 from lab_llamacpp_server.attach import ATTACH_OPTIONS
 from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, server_info
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from lab.profiles import Arm
 
 STACK = "llamacpp-server"
+# prompt_template of an attached server's rows when its model file is not here
+SERVER_TEMPLATE = "server"
 
 
 class LlamaServerBackend(Backend):
@@ -75,6 +79,9 @@ class LlamaServerBackend(Backend):
         self.port = 0
         self.base_url = ""
         self.spec_type = self.spec_type_of(arm.options)
+        # the model file the prompt's template comes from, and the last prompt sent
+        self.model_path = ""
+        self.rendered = RenderedPrompt("", OFF)
         self._client: ServerClient | None = None
         self.server_log = ServerLog()
         # the server's cumulative per-implementation counters after the last request
@@ -130,6 +137,7 @@ class LlamaServerBackend(Backend):
             raise EngineFailure(f"arm {self.arm.name}: {self.name} needs model = ...")
         emit(StatusChanged(cell, Status.LOADING, phase="resolving models"))
         model_path = str(models.resolve(self.arm.model))
+        self.model_path = model_path
         draft_ref = self.draft_model_ref()
         if self.spec_type in NEEDS_DRAFT_MODEL and draft_ref is None:
             raise EngineFailure(f"arm {self.arm.name}: --spec-type {self.spec_type} needs a draft model (draft_model = ...)")
@@ -152,10 +160,10 @@ class LlamaServerBackend(Backend):
         given = self.opt("health_timeout_s")
         timeout = 300.0 if given is None else float(given)  # 0 is refused by the profile check, never "default"
         try:
-            served = self._client.wait_healthy(
-                self.server.alive, timeout,
-                lambda: emit(StatusChanged(cell, Status.LOADING, phase="llama-server loading model", progress=0.5)),
-            )
+            # One phase change for the whole wait: the poll runs ten times a
+            # second, and a status per poll reached every listener each time.
+            emit(StatusChanged(cell, Status.LOADING, phase="llama-server loading the model", progress=0.5))
+            served = self._client.wait_healthy(self.server.alive, timeout, lambda: None)
         except TimeoutError as exc:
             raise EngineFailure(str(exc), self.server.excerpt(40)) from exc
         if not served:
@@ -240,6 +248,7 @@ class LlamaServerBackend(Backend):
         if self.server is not None:
             gen.engine_report["engine_buffers"] = dict(self.server_log.buffers)
             gen.engine_bytes = self.engine_bytes()
+        gen.engine_report.update(self.rendered.report())
         gen.engine_report["attached"] = self.attached
         checks = gen.engine_report.get("checks") or {}
         if checks and not all(checks.values()):
@@ -247,7 +256,7 @@ class LlamaServerBackend(Backend):
         return gen
 
     @staticmethod
-    def _body(prompt: str, request: GenerationRequest) -> dict[str, Any]:
+    def _body(prompt: str | list[int], request: GenerationRequest) -> dict[str, Any]:
         return {
             "prompt": prompt,
             "n_predict": request.max_tokens,
@@ -276,18 +285,32 @@ class LlamaServerBackend(Backend):
         server, _ = self._running()
         return failures.request_failed(message, server, self.server_log.oom_lines)
 
-    def _prompt(self, request: GenerationRequest) -> str:
-        """The prompt text; with the chat template on, the server's own
-        template renders it (/apply-template), as a chat client would get."""
+    def _prompt(self, request: GenerationRequest) -> list[int]:
+        """The prompt's ids. The text is the one the lab renders for every
+        stack (lab.prompting), not the server's own template handling (which
+        falls back to ChatML silently for a model without a template); the
+        server's tokenizer turns it into ids with the in-process stack's
+        flags, and /completion takes the ids as they are (it adds no BOS to
+        ids). ``self.rendered`` keeps the text for the row."""
         client = self._client
         assert client is not None, "generate() before load()"
-        if not request.chat_template:
-            return request.prompt
-        messages = []
-        if request.system:
-            messages.append({"role": "system", "content": request.system})
-        messages.append({"role": "user", "content": request.prompt})
-        return client.apply_template(messages, self.opt("chat_template_kwargs"))
+        kwargs = self.opt("chat_template_kwargs")
+        variables = json.loads(kwargs) if kwargs else None
+        model_file = self.model_path
+        if not model_file and self.arm.model:
+            try:
+                model_file = str(models.resolve(self.arm.model))
+            except models.ModelNotFound:
+                model_file = ""
+        if model_file or not request.chat_template:
+            self.rendered = render_prompt(model_file, request.prompt, request.system, request.chat_template, variables)
+        else:
+            # An attached server whose model file is not here: only its own
+            # template can render; the row says so.
+            messages = ([{"role": "system", "content": request.system}] if request.system else [])
+            messages.append({"role": "user", "content": request.prompt})
+            self.rendered = RenderedPrompt(client.apply_template(messages, kwargs), SERVER_TEMPLATE)
+        return client.tokenize(self.rendered.text, self.rendered.add_special, self.rendered.parse_special)
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
         import httpx
@@ -338,6 +361,7 @@ class LlamaServerBackend(Backend):
             draft_ms=draft_ms, draft_calls=draft_calls,
         )
         gen.engine_report["engine_buffers"] = dict(self.server_log.buffers)
+        gen.engine_report.update(self.rendered.report())
         gen.engine_bytes = self.engine_bytes()
         if "concurrency" in self.arm.options:
             # the one-stream level of a concurrency sweep, in the same figures as the others

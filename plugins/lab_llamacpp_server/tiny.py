@@ -4,6 +4,7 @@ the ``gguf`` package: random weights, fixed seeds, a few MB each.
 - ``tiny:llama``: a 2-layer llama-architecture target.
 - ``tiny:llama-dflash``: a 1-layer DFlash draft for it (reads the target's
   layer inputs 0 and 1, shares its embeddings and LM head).
+- ``tiny:llama-notemplate``: ``tiny:llama`` without a chat template.
 - ``tiny:glm4moe-mtp``: a 2-layer GLM-4.5-style MoE target with one NextN
   (MTP) block appended, the layout llama.cpp runs with ``--spec-type
   draft-mtp`` (no recurrent layers, so no checkpoint replay).
@@ -134,8 +135,12 @@ def _finish(w: Any) -> None:
 LLAMA_LAYERS = 2
 
 
-def build_llama(out: Path) -> None:
+def build_llama(out: Path, chat_template: bool = True) -> None:
+    """``chat_template = False`` leaves the template out of the metadata:
+    ``tiny:llama-notemplate``, a model every stack must prompt alike."""
     tok = _smollm2_tokenizer()
+    if not chat_template:
+        tok = _Tokenizer([f for f in tok.fields if f[0] != "tokenizer.chat_template"], tok.n_vocab)
     w = _writer(out, "llama", tok)
     _common_kv(w, "llama", LLAMA_LAYERS, N_FF, tok)
     W = _Weights(1234)

@@ -19,6 +19,7 @@ from lab.api import (
     Probing,
 )
 from lab.events import Emit, Status, StatusChanged, arm_cell
+from lab.prompting import OFF, RenderedPrompt, render_prompt
 from lab.speculative import LoopStats, generate
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ class MlxSession(Backend, Probing):
         self.loaded: LoadedModel | None = None
         self._old_wired: int | None = None
         self.stats = LoopStats()
+        # the model file the prompt's template comes from, and the last prompt sent
+        self.model_path = ""
+        self.rendered = RenderedPrompt("", OFF)
 
     def load(self, emit: Emit) -> None:
         from lab_mlx.engine import EngineThread
@@ -64,6 +68,7 @@ class MlxSession(Backend, Probing):
         cell = arm_cell(self.arm.name)
         emit(StatusChanged(cell, Status.LOADING, phase="resolving model"))
         path = models.resolve(self.arm.model)
+        self.model_path = str(path)
         emit(StatusChanged(cell, Status.LOADING, phase="loading target", progress=0.3))
         self.engine = EngineThread(self.arm.name)
         self.call(lambda: self._load_on_engine(path, emit))
@@ -92,11 +97,15 @@ class MlxSession(Backend, Probing):
         return self.loaded.vocab.n_vocab
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        """The ids of the prompt the lab renders for every stack (see
+        lab.prompting), from the model file this arm loaded; ``self.rendered``
+        keeps its text for the row."""
         assert self.loaded is not None
         # Only a non-default switch goes to the template: most templates
         # ignore unknown variables, but some reject them.
         kwargs = {} if self.arm.options.get("enable_thinking", True) else {"enable_thinking": False}
-        return self.loaded.vocab.prompt_ids(request.prompt, request.system, request.chat_template, **kwargs)
+        self.rendered = render_prompt(self.model_path, request.prompt, request.system, request.chat_template, kwargs)
+        return self.loaded.vocab.encode(self.rendered.text, add_special=self.rendered.add_special)
 
     def _finish(self, gen: Generation, target: MlxTarget) -> Generation:
         from lab_mlx.engine import memory
@@ -105,6 +114,7 @@ class MlxSession(Backend, Probing):
         gen.engine_bytes = mem["mlx_active_bytes"]
         gen.engine_report.update(mem)
         gen.engine_report["rollback_forwards"] = target.rollback_forwards
+        gen.engine_report.update(self.rendered.report())
         return gen
 
     def engine_bytes(self) -> int | None:

@@ -1,0 +1,82 @@
+"""What a comparison was measured under, checked from its rows: the same
+prompt on every arm (``prompt_sha256``, see :mod:`lab.prompting`) and a
+quiet machine (``contended``, see :mod:`lab.contention`). A report shows
+these before anyone reads a speedup."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from lab.results import pick_baseline
+
+
+def prompt_mismatches(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every speculative row whose prompt text differs from the one its
+    baseline row was measured on."""
+    out = []
+    for r in results:
+        if r.get("status") != "ok" or r.get("is_baseline") or not r.get("baseline_arm"):
+            continue
+        base = pick_baseline(results, r["baseline_arm"], r["prompt"], r["round"])
+        mine, theirs = r.get("prompt_sha256"), base.get("prompt_sha256") if base else None
+        if mine and theirs and mine != theirs:
+            out.append({"arm": r["arm"], "prompt": r["prompt"], "round": r["round"], "baseline_arm": r["baseline_arm"],
+                        "sha256": mine, "baseline_sha256": theirs, "template": r.get("prompt_template"),
+                        "baseline_template": base.get("prompt_template") if base else None})
+    return out
+
+
+def prompt_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's prompt check: one line per prompt with the texts its
+    arms sent (by hash and template), and a warning for each comparison
+    across different prompts."""
+    by_prompt: dict[str, dict[str, list[str]]] = {}
+    templates: dict[str, set[str]] = {}
+    for r in results:
+        if r.get("status") != "ok" or not r.get("prompt_sha256") or int(r.get("round", 1)) < 1:
+            continue
+        sha = str(r["prompt_sha256"])
+        arms = by_prompt.setdefault(r["prompt"], {}).setdefault(sha, [])
+        if r["arm"] not in arms:
+            arms.append(r["arm"])
+        templates.setdefault(sha, set()).add(str(r.get("prompt_template") or "?"))
+    if not by_prompt:
+        return ["No row records the prompt it sent (a run saved before prompts were hashed)."]
+
+    def made_by(sha: str) -> str:
+        return " or ".join(sorted(templates[sha])) + f" template, sha256 {sha[:12]}"
+
+    lines = []
+    for prompt, texts in by_prompt.items():
+        if len(texts) == 1:
+            lines.append(f"- {prompt}: every arm sent the same text ({made_by(next(iter(texts)))})")
+        else:
+            parts = [f"{', '.join(arms)}: {made_by(sha)}" for sha, arms in texts.items()]
+            lines.append(f"- {prompt}: ⚠ {len(texts)} different texts; " + "; ".join(parts))
+    for m in prompt_mismatches(results):
+        lines.append(
+            f"- ⚠ {m['arm']} / {m['prompt']} r{m['round']} is compared with {m['baseline_arm']} across different "
+            f"prompts (sha256 {m['sha256'][:12]} vs {m['baseline_sha256'][:12]}): its speedup and greedy "
+            "equivalence compare different work"
+        )
+    return lines
+
+
+def machine_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's noise guard: the rows taken on a busy machine, or how
+    quiet the machine was."""
+    measured = [r for r in results if r.get("contention") is not None and int(r.get("round", 1)) >= 1]
+    if not measured:
+        return ["The run did not watch the machine (saved before the noise guard)."]
+    busy = [r for r in measured if r.get("contended")]
+    if not busy:
+        top = max(float(r["contention"]) for r in measured)
+        return [f"Quiet: other processes used at most {top:.2f} cores during any cell."]
+    lines = [
+        f"⚠ {len(busy)} of {len(measured)} cells ran on a busy machine (or were compared with a baseline that did); "
+        "their verdicts say uncertain instead of pays or loses. Run again on a quiet machine.",
+        "",
+    ]
+    for r in busy:
+        lines.append(f"- {r['arm']} / {r['prompt']} r{r['round']}: {r.get('contention_note') or 'busy'}")
+    return lines
