@@ -375,9 +375,10 @@ def model_file_bytes(model: str) -> int | None:
 
 # -- the probe a run takes before its arms ------------------------------------------
 
-# Few repeats: a default probe must cost seconds on two cores, and the
-# analysis uses the median of what there is.
-DEFAULT_REPEATS = 2
+# One repeat: a default probe must cost seconds on two cores, and each
+# width's figure is already the median of several interleaved passes
+# (lab probe --repeats gives the spread over repeats).
+DEFAULT_REPEATS = 1
 CACHE_VERSION = 1
 
 

@@ -41,7 +41,12 @@ class Roofline:
             f"({self.bandwidth_source}) bounds plain decoding at {self.bound_tok_per_s:.0f} tok/s"
         )
         if self.fraction is not None:
-            text += f"; the baseline's {self.baseline_tok_per_s:.1f} tok/s reaches {self.fraction * 100:.0f}% of it"
+            used = self.model_bytes * self.baseline_tok_per_s
+            text += (
+                f"; the baseline's {self.baseline_tok_per_s:.1f} tok/s reaches {self.fraction * 100:.0f}% of it "
+                f"(model bytes × tok/s ÷ bandwidth = {used / 1e9:.2f} ÷ {self.bandwidth_bytes_s / 1e9:.1f} GB/s "
+                f"= {self.fraction:.2f})"
+            )
             if self.fraction > 1:
                 # Possible when the weights fit in a last-level cache or the
                 # measured bandwidth is below the device's peak.
