@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TextIO
 
 from lab.events import Finished, RunStarted, Status, StatusChanged
 from lab.probe import ProbeReported
@@ -28,6 +31,41 @@ if TYPE_CHECKING:
     from lab.results import ResultRow
 
 DEFAULT_PROFILE = "profiles/demo.toml"
+# Exit statuses of a run stopped from outside: the shell's 128 + signal.
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill` and service managers send), raised in
+    the main thread so that a run ends exactly as Ctrl-C ends it: the
+    running cell cancelled, the rest cancelled, engines and servers
+    stopped, results.json and report.md written."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[list[int]]:
+    """While inside, SIGTERM raises :class:`Terminated`; the list it yields
+    holds the signal once one came. A second SIGTERM during the clean-up
+    the first one started is ignored, so the clean-up finishes (SIGKILL
+    remains the way to cut it short)."""
+    got: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if got:
+            return
+        got.append(signum)
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield got
+        return
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def default_profile() -> Path:
@@ -141,11 +179,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.quiet:
         listeners.append(Progress(PrintableStream(sys.stderr)))  # type: ignore[arg-type]
     runner = Runner(profile, registry, store, listeners)
+    term: list[int] = []
     try:
-        results = runner.run()
+        with sigterm_as_interrupt() as term:
+            results = runner.run()
     except KeyboardInterrupt:
-        print(f"\nlab: interrupted; what was measured is in {printable(store.path)}", file=sys.stderr)
-        return 130
+        how = "terminated (SIGTERM)" if term else "interrupted"
+        print(f"\nlab: {how}; what was measured is in {printable(store.path)}, the rest is cancelled",
+              file=sys.stderr)
+        return EXIT_SIGTERM if term else EXIT_SIGINT
     print(printable(_table(results), keep="\n"))
     if report.error:
         print(f"lab: {printable(report.error)}", file=sys.stderr)
@@ -252,6 +294,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from lab.probe_target import resolve
 
+    term: list[int] = []
     try:
         widths = probe.parse_widths(args.widths)
         registry = load_registry()
@@ -259,11 +302,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
         options = list(args.option or []) + ([f"n_gpu_layers={args.n_gpu_layers}"] if args.n_gpu_layers is not None else [])
         target = resolve(registry, args.backend, args.model, options, args.profile, args.arm, args.threads)
         say(f"target: {target.backend} / {target.model} from {target.source}, options {dict(target.options)}")
-        result = probe.measure(
-            target.backend, target.model, widths, method=args.method, repeats=args.repeats,
-            threads=target.threads, registry=registry, options=target.options, bandwidth=not args.no_bandwidth,
-            progress=say,
-        )
+        with sigterm_as_interrupt() as term:
+            result = probe.measure(
+                target.backend, target.model, widths, method=args.method, repeats=args.repeats,
+                threads=target.threads, registry=registry, options=target.options, bandwidth=not args.no_bandwidth,
+                progress=say,
+            )
+    except KeyboardInterrupt as exc:
+        return _probe_interrupted(args, exc, bool(term))
     except (probe.ProbeError, ValueError, KeyError, OSError, RuntimeError, NotImplementedError, EngineFailure) as exc:
         print(f"lab: probe failed: {exc}", file=sys.stderr)
         return 2
@@ -275,6 +321,24 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.out:
         print(f"saved: {probe.save(result, args.out)}")
     return 0
+
+
+def _probe_interrupted(args: argparse.Namespace, exc: KeyboardInterrupt, terminated: bool) -> int:
+    """Ctrl-C or SIGTERM stopped `lab probe`: show and save the repeats that
+    finished (each holds every width), and say how much that is."""
+    from lab import probe
+
+    code = EXIT_SIGTERM if terminated else EXIT_SIGINT
+    kept = exc.probe if isinstance(exc, probe.ProbeInterrupted) else None
+    if kept is None:
+        print("\nlab: probe stopped before its first repeat finished; nothing measured to keep", file=sys.stderr)
+        return code
+    print(kept.render())
+    out = args.out or f"probe-{kept.backend}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    print(f"\nlab: probe stopped {kept.notes.get('interrupted', '')}; kept {len(kept.seconds)} repeat(s) of "
+          f"widths {probe.format_widths(kept.widths)}", file=sys.stderr)
+    print(f"saved: {probe.save(kept, out)}")
+    return code
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -405,6 +469,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tui_args = tui_parser().parse_args(args_list)
         if tui_args.profile and not os.path.exists(tui_args.profile):
             print(f"lab: no such profile or command: {tui_args.profile}", file=sys.stderr)
+            return 2
+        if tui_args.profile and os.path.isdir(tui_args.profile):
+            print(f"lab: {tui_args.profile}: is a directory, not a profile file (lab [PROFILE.toml])",
+                  file=sys.stderr)
             return 2
         if tui_args.refresh_hz is not None and not 0 < tui_args.refresh_hz <= 120:
             print("lab: --refresh-hz must be above 0 and at most 120", file=sys.stderr)

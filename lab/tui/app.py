@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -72,6 +73,7 @@ class LabApp(App[int]):
         self.sessions: list[RunSession] = []
         self._errors: list[tuple[str, str]] = []
         self._switch_interval = sys.getswitchinterval()
+        self.terminated = False  # SIGTERM ended the app (exit status 143)
 
     @property
     def registry(self) -> Registry:
@@ -89,6 +91,11 @@ class LabApp(App[int]):
         # must win it back from the UI thread afterwards; with the default
         # 5 ms switch interval that wait showed up in the measured tok/s.
         sys.setswitchinterval(min(self._switch_interval, GIL_SWITCH_S))
+        # SIGTERM quits as q does: the run stopped, its engines closed.
+        try:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._sigterm)
+        except (NotImplementedError, RuntimeError, ValueError):  # no signals here (not the main thread)
+            pass
         if self.saved_run is not None:
             self.push_screen(PickerScreen(self.profiles_dir, self.runs_dir), self._picked)
             self.open_saved(str(self.saved_run))
@@ -102,7 +109,15 @@ class LabApp(App[int]):
         if error:
             self.show_error("profile error", error)
 
+    def _sigterm(self) -> None:
+        self.terminated = True
+        self.call_later(self.action_quit)
+
     def on_unmount(self) -> None:
+        try:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
         sys.setswitchinterval(self._switch_interval)
         gc.unfreeze()
 
@@ -323,4 +338,4 @@ def run_app(profile_path: str, refresh_hz: float | None = None) -> int:
     finally:
         # Whatever ended the app, no engine outlives it.
         app.stop_runs_blocking()
-    return int(code or 0)
+    return 143 if app.terminated else int(code or 0)
