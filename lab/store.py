@@ -37,6 +37,8 @@ SCHEMA_VERSION = 1
 # The profile's part of a run directory's name: file systems refuse names
 # past 255 bytes, and a name is also typed and read.
 MAX_NAME_CHARS = 60
+# A file the run writes beside its own (an engine's log).
+MAX_FILE_CHARS = 120
 
 
 class StoreError(OSError):
@@ -236,7 +238,11 @@ class RunStore:
                 pass  # its lines were read back before it closed
 
     def log_path(self, name: str) -> Path:
-        return self.path / name
+        """A file for ``name`` inside the run directory: whatever made the
+        name (an arm, a sweep value), it is reduced to letters, digits and
+        ``_.-``, bounded, and cannot climb out."""
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:MAX_FILE_CHARS].rstrip("-.")
+        return self.path / (stem or "log")
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, StepEvent):

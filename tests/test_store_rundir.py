@@ -321,3 +321,13 @@ def test_strict_json_everywhere_a_run_is_written_or_exported(registry: Any, tmp_
         assert main(["report", str(store.path), *args]) == 0
         out = capsys.readouterr().out
         json.loads(out, parse_constant=lambda c, args=args: pytest.fail(f"{args}: {c}"))
+
+
+@pytest.mark.parametrize("name", ["lab.log", "../x.log", "/etc/passwd", "..", "a/../../b", "x" * 400, "\x1b[2J.log", ""])
+def test_a_log_file_name_stays_inside_the_run_directory(registry: Any, tmp_path: Path, name: str) -> None:
+    store = RunStore(profile(registry), tmp_path / "runs")
+    path = store.log_path(name)
+    assert path.parent == store.path
+    assert 0 < len(path.name) <= 120 and path.name not in (".", "..") and not path.name.startswith(".")
+    if name == "lab.log":
+        assert path.name == "lab.log"
