@@ -131,12 +131,23 @@ def _measure(threads: int | None) -> tuple[float, str]:
     return measure_copy_bandwidth(), "numpy copy"
 
 
+def _cache_file(threads: int | None, root: Path | None) -> Path:
+    identity = machine_identity()
+    return (root or cache_root()) / f"bandwidth-{identity_key({**identity, 'threads': threads or 0})}.json"
+
+
+def forget_bandwidth(threads: int | None = None, root: Path | None = None) -> None:
+    """Drop this machine's cached figure (one measured while the machine was
+    busy is no figure to keep)."""
+    _cache_file(threads, root).unlink(missing_ok=True)
+
+
 def machine_bandwidth(threads: int | None = None, cache: bool = True, root: Path | None = None) -> Bandwidth:
     """This machine's memory read bandwidth: from the cache when this machine
     measured it before, else measured now (well under a second) and
     cached."""
     identity = machine_identity()
-    where = (root or cache_root()) / f"bandwidth-{identity_key({**identity, 'threads': threads or 0})}.json"
+    where = _cache_file(threads, root)
     if cache and where.exists():
         try:
             data = json.loads(where.read_text(encoding="utf-8"))

@@ -187,7 +187,10 @@ class Probe:
         "measured in 4.1 s", "cached (measured 2026-12-01T10:50:00+0000)"."""
         source = self.origin.get("source")
         if source == "measured":
-            return f"measured in {float(self.origin.get('seconds') or 0.0):.1f} s"
+            text = f"measured in {float(self.origin.get('seconds') or 0.0):.1f} s"
+            if self.origin.get("busy"):
+                text += f" on a busy machine ({self.origin['busy']}), so not cached"
+            return text
         if source == "cached":
             return f"cached (measured {self.created or 'earlier'})"
         if source == "file":
@@ -526,26 +529,40 @@ def obtain(
             found, bandwidth_bytes_s=found.bandwidth_bytes_s or bw.bytes_s,
             origin={**found.origin, "source": "cached", "key": spec.key()},
         )
+    from lab.bandwidth import forget_bandwidth
+    from lab.contention import ContentionWatcher
+    from lab.plugins import load_registry
+
+    reg = registry or load_registry()
+    engine_cores = reg.backend(spec.backend).busy_cores(spec.options, spec.threads)
     t0 = time.perf_counter()
-    p = measure(
-        spec.backend, spec.model, widths=spec.widths, repeats=repeats, threads=spec.threads,
-        registry=registry, options=spec.options, bandwidth=False, progress=progress,
-    )
-    t_curve = time.perf_counter() - t0
-    bw = machine_bandwidth(threads=spec.threads or None, root=root)
+    # A curve measured while other processes held the cores is noise: it
+    # serves this run (flagged) but is not kept for the next one.
+    with ContentionWatcher("probe", engine_cores) as watcher:
+        mark = watcher.mark()
+        p = measure(
+            spec.backend, spec.model, widths=spec.widths, repeats=repeats, threads=spec.threads,
+            registry=reg, options=spec.options, bandwidth=False, progress=progress,
+        )
+        t_curve = time.perf_counter() - t0
+        bw = machine_bandwidth(threads=spec.threads or None, root=root)
+        busy = watcher.reading(mark)
     spent = time.perf_counter() - t0
     import dataclasses
 
-    p = dataclasses.replace(
-        p, bandwidth_bytes_s=bw.bytes_s,
-        origin={
-            "source": "measured", "seconds": spent, "curve_s": t_curve,
-            "bandwidth": {"bytes_s": bw.bytes_s, "method": bw.method, "cached": bw.cached,
-                          "measured": bw.measured},
-            "key": spec.key(), "identity": spec.identity(),
-        },
-    )
-    save(p, cache_path(spec, root))
+    origin: dict[str, Any] = {
+        "source": "measured", "seconds": spent, "curve_s": t_curve,
+        "bandwidth": {"bytes_s": bw.bytes_s, "method": bw.method, "cached": bw.cached, "measured": bw.measured},
+        "key": spec.key(), "identity": spec.identity(),
+    }
+    if busy.contended:
+        origin["busy"] = busy.note()
+    p = dataclasses.replace(p, bandwidth_bytes_s=bw.bytes_s, origin=origin)
+    if busy.contended:
+        if not bw.cached:
+            forget_bandwidth(threads=spec.threads or None, root=root)
+    else:
+        save(p, cache_path(spec, root))
     return p
 
 

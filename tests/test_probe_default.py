@@ -241,3 +241,20 @@ def test_a_real_smollm2_run_reports_a_prediction_and_a_roofline(tmp_path: Path) 
     assert re.search(r"reaches \d+% of it .* = \d+\.\d\d\)", roofline), roofline
     latency = md.split("## Latency", 1)[1].split("\n## ", 1)[0]
     assert re.search(r"\| oracle \| code \| \d+\.\d \| \d+\.\d \| \d+\.\d \| \d+\.\d \|", latency), latency
+
+
+def test_a_probe_measured_on_a_busy_machine_serves_its_run_but_is_not_cached(
+    tmp_path: Path, cache: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lab.contention import Contention, ContentionWatcher
+
+    busy = Contention(others_cores=1.8, spare_cores=0.0, seconds=1.0)
+    monkeypatch.setattr(ContentionWatcher, "reading", lambda self, since: busy)
+    spec = probes.ProbeSpec("fake-probing", "", 1, {}, probes.needed_widths([2]))
+    got = probes.obtain(spec, registry)
+    assert got.origin["source"] == "measured" and "busy machine" in got.origin_line()
+    assert "not cached" in got.origin_line()
+    assert probes.cached(spec) is None
+    assert list(cache.glob("bandwidth-*.json")) == []  # the bandwidth measured with it is dropped too
+    probes.obtain(spec, registry)
+    assert len(ProbingFake.calls) == 2 * probes.DEFAULT_REPEATS  # measured again, not read back

@@ -40,7 +40,7 @@ class Roofline:
             f"{self.model_bytes / 2**20:.0f} MiB read per token at {self.bandwidth_bytes_s / 1e9:.1f} GB/s "
             f"({self.bandwidth_source}) bounds plain decoding at {self.bound_tok_per_s:.0f} tok/s"
         )
-        if self.fraction is not None:
+        if self.fraction is not None and self.baseline_tok_per_s is not None:
             used = self.model_bytes * self.baseline_tok_per_s
             text += (
                 f"; the baseline's {self.baseline_tok_per_s:.1f} tok/s reaches {self.fraction * 100:.0f}% of it "
