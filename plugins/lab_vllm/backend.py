@@ -1,0 +1,388 @@
+"""The ``vllm`` backend: a vLLM OpenAI-compatible server runs the target and
+its speculative loop (ngram, draft model, EAGLE, MTP, ... through
+``speculative_config``); the lab streams tokens over the OpenAI API and reads
+steps from the server's own per-request record, checked against its
+Prometheus counters.
+
+The server is started like a llama-server arm's (the llama-server plugin's
+:class:`ServerProcess`: its own pid, its log saved, stopped with its worker
+processes on every path, killed by the kernel if the lab dies). The engine
+runs inside the server process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
+that pid is the whole engine on a single device. Or the arm attaches to a
+vLLM server by URL.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+
+from lab_llamacpp_server import attach
+from lab_llamacpp_server.attach import ATTACH_OPTIONS
+from lab_llamacpp_server.client import HttpFailure, ServerClient, raise_for_status
+from lab_llamacpp_server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
+from lab_llamacpp_server.process import ServerProcess, free_port
+from lab_llamacpp_server.stream import parse_sse_lines
+
+from lab.api import Backend, BackendContext, EngineCrashed, EngineFailure, EngineOOM, Generation, GenerationRequest
+from lab.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
+from lab_vllm import metrics
+from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
+from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, consume
+
+if TYPE_CHECKING:
+    from lab.profiles import Arm
+
+STACK = "vllm"
+_OOM_MARKS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "insufficient memory",
+              "no available memory for the cache blocks")
+
+
+def _is_oom(text: str) -> bool:
+    low = text.lower()
+    return any(m in low for m in _OOM_MARKS)
+
+
+class VllmBackend(Backend):
+    name = "vllm"
+    stack = STACK
+    description = "a vLLM server (speculative_config: ngram, draft_model, eagle, mtp, ...); counts from its own counters"
+    options: ClassVar = (*OPTIONS, *ATTACH_OPTIONS, *CONCURRENCY_OPTIONS)
+
+    @classmethod
+    def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
+        return str(arm_options.get("spec_method") or "none") != "none"
+
+    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
+        super().__init__(arm, ctx)
+        self.server: ServerProcess | None = None
+        self._client: ServerClient | None = None
+        self.attached: str | None = None
+        self.served_name = arm.name
+        self.model_dir: str | None = None
+        self.concurrency = int(arm.options.get("concurrency") or 1)
+        self._totals: dict[str, float] = {}
+
+    @property
+    def speculative(self) -> bool:
+        return self.is_speculative(self.arm.options, None)
+
+    def opt(self, key: str) -> Any:
+        return self.arm.options.get(key)
+
+    # -- life cycle ---------------------------------------------------------------
+    def load(self, emit: Emit) -> None:
+        cell = arm_cell(self.arm.name)
+        if self.opt("url"):
+            self._attach(emit)
+            return
+        python = self.opt("python") or sys.executable
+        if self.arm.model is None:
+            raise EngineFailure(f"arm {self.arm.name}: vllm needs model = ...")
+        from lab_vllm.models import hf_dir
+
+        emit(StatusChanged(cell, Status.LOADING, phase="preparing the Hugging Face model directory"))
+        try:
+            self.model_dir = str(hf_dir(self.arm.model, python))
+            method = str(self.opt("spec_method") or "none")
+            draft_ref = self.opt("draft_model")
+            if method in NEEDS_DRAFT_MODEL and not draft_ref:
+                raise EngineFailure(f"arm {self.arm.name}: spec_method {method} needs draft_model = ...")
+            draft_dir = str(hf_dir(draft_ref, python)) if draft_ref else None
+        except RuntimeError as exc:
+            raise EngineFailure(str(exc)) from exc
+        port = free_port()
+        argv = [python, "-m", "vllm.entrypoints.openai.api_server", *server_args(
+            self.arm.options, model_dir=self.model_dir, served_name=self.served_name, port=port,
+            n_max=self.arm.n_max, draft_path=draft_dir, n_ctx=self.ctx.run.n_ctx, concurrency=self.concurrency,
+        )]
+        log_dir = self.ctx.run_dir or os.path.join(os.getcwd(), "runs", "_server-logs")
+        log_path = os.path.join(log_dir, f"vllm-{self.arm.name}.log")
+        env = {
+            # the engine inside the server process: one pid holds it all
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        if self.ctx.run.threads:
+            env["OMP_NUM_THREADS"] = str(self.ctx.run.threads)
+        self.server = ServerProcess(argv, log_path, env=env, watch_group=True)
+        emit(StatusChanged(cell, Status.LOADING, phase="starting vLLM", progress=0.1))
+        self.server.start()
+        self.ctx.log(f"{self.arm.name}: vLLM pid {self.server.pid} on port {port}, log {log_path}")
+        self._client = ServerClient(f"http://127.0.0.1:{port}")
+        emit(StatusChanged(cell, Status.LOADING, phase="vLLM loading the model", progress=0.5))
+        timeout = float(self.opt("health_timeout_s") or 1200.0)
+        if not self._wait_ready(self.server.alive, timeout):
+            self.server.wait_log_quiet(0.5)
+            excerpt = self.server.excerpt(40)
+            message = f"vLLM exited while loading (code {self.server.returncode()})"
+            if _is_oom(excerpt):
+                raise EngineOOM(message + ": out of memory", excerpt)
+            raise EngineFailure(message, excerpt)
+        self._totals = self._metrics()
+
+    def _wait_ready(self, alive: Callable[[], bool], timeout: float) -> bool:
+        """Poll until the server lists its model (True) or its process
+        exited (False). vLLM's /health answers 200 with an empty body; the
+        model list says the engine is up."""
+        import time
+
+        import httpx
+
+        assert self._client is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if not alive():
+                return False
+            try:
+                r = self._client.get("/v1/models", timeout=2.0)
+                data = r.json().get("data") if r.status_code == 200 else None
+                if data:
+                    self.served_name = str(data[0].get("id") or self.served_name)
+                    return True
+            except (httpx.HTTPError, ValueError, AttributeError):
+                pass
+            if time.monotonic() > deadline:
+                where = self.attached or "vLLM"
+                raise EngineFailure(f"{where} not ready after {timeout:.0f} s",
+                                    self.server.excerpt(40) if self.server else "")
+            time.sleep(0.5)
+
+    def _attach(self, emit: Emit) -> None:
+        try:
+            where = attach.target(self.arm.options)
+        except attach.AttachError as exc:
+            raise EngineFailure(f"arm {self.arm.name}: {exc}") from exc
+        self.attached = where.base_url
+        self._client = ServerClient(where.base_url, where.headers)
+        emit(StatusChanged(arm_cell(self.arm.name), Status.LOADING, phase=f"attaching to {where.base_url}"))
+        self._wait_ready(lambda: True, float(self.opt("health_timeout_s") or 60.0))
+        try:
+            kind, _ = attach.detect(self._client)
+        except attach.AttachError as exc:
+            raise EngineFailure(f"arm {self.arm.name}: {exc}") from exc
+        if kind != attach.VLLM:
+            raise EngineFailure(f"arm {self.arm.name}: the server at {where.base_url} is {kind}, not vLLM; "
+                                "use the backend that reads it (llamacpp-server for a llama-server)")
+        self._totals = self._metrics()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.server is not None:
+            self.server.stop()
+
+    def child_pids(self) -> list[int]:
+        if self.server is not None and self.server.alive() and self.server.pid is not None:
+            return [self.server.pid]
+        return []
+
+    def _metrics(self) -> dict[str, float]:
+        import httpx
+
+        assert self._client is not None
+        try:
+            r = self._client.get("/metrics")
+            return metrics.parse_metrics(r.text) if r.status_code == 200 else {}
+        except httpx.HTTPError:
+            return {}
+
+    # -- generation ---------------------------------------------------------------
+    def _prompt_ids(self, request: GenerationRequest) -> list[int]:
+        """The prompt as ids, rendered by the server's own chat template
+        (/tokenize with messages) when the run applies one."""
+        assert self._client is not None
+        body: dict[str, Any] = {"model": self.served_name}
+        if request.chat_template:
+            messages = ([{"role": "system", "content": request.system}] if request.system else [])
+            messages.append({"role": "user", "content": request.prompt})
+            body.update(messages=messages, add_generation_prompt=True)
+        else:
+            body["prompt"] = request.prompt
+        r = self._client.post("/tokenize", json=body)
+        raise_for_status(r)
+        return [int(x) for x in r.json()["tokens"]]
+
+    def _failed(self, exc: BaseException) -> EngineFailure:
+        message = f"{type(exc).__name__}: {exc}"
+        if self.server is None:
+            return EngineFailure(f"{self.attached}: {message}")
+        self.server.wait_log_quiet(0.5)
+        if not self.server.alive():
+            return EngineCrashed(f"vLLM exited (code {self.server.returncode()}): {message}", self.server.excerpt(40))
+        if _is_oom(message) or _is_oom(self.server.excerpt(30)):
+            return EngineOOM(f"out of memory: {message}", self.server.excerpt(30))
+        return EngineFailure(message, self.server.excerpt(30))
+
+    def _stream(self, client: ServerClient, body: dict[str, Any], on_chunk: Callable[[VllmChunk], None],
+                cancelled: Callable[[], bool]) -> VllmStreamed:
+        t_sent = now()
+        with client.completion(body, path="/v1/completions") as lines:
+            return consume(parse_sse_lines(lines), t_sent, on_chunk, cancelled)
+
+    def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        import httpx
+
+        client = self._client
+        assert client is not None, "generate() before load()"
+        if self.server is not None and not self.server.alive():
+            raise self._failed(RuntimeError("vLLM is not running"))
+        try:
+            prompt_ids = self._prompt_ids(request)
+        except (httpx.HTTPError, HttpFailure, KeyError, ValueError) as exc:
+            raise self._failed(exc) from exc
+        body: dict[str, Any] = {
+            "model": self.served_name, "prompt": prompt_ids, "max_tokens": request.max_tokens,
+            "temperature": request.temperature, "seed": request.seed, "ignore_eos": request.ignore_eos,
+            "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True,
+        }
+        n = max(self.concurrency, 1)
+        side = [StreamRecord() for _ in range(n - 1)]
+        start = threading.Barrier(n)
+        stop = threading.Event()
+        threads = [threading.Thread(target=self._side, args=(body, rec, start, stop), daemon=True,
+                                    name=f"vllm-load-{i + 1}") for i, rec in enumerate(side)]
+        before = self._metrics()
+        for t in threads:
+            t.start()
+        lead = StreamRecord()
+        chunks_seen = [0]
+
+        def on_chunk(chunk: VllmChunk) -> None:
+            lead.arrivals.append((chunk.t, len(chunk.ids)))
+            k = len(chunk.ids)
+            # a verify step's chunk: its drafted tokens first, then the target's own
+            first = chunks_seen[0] == 0
+            chunks_seen[0] += 1
+            drafted = self.speculative and not first and k > 1
+            if drafted:
+                emit(TokenEvent(request.cell, "", tuple(chunk.ids[:-1]), from_draft=True, t=chunk.t))
+                emit(TokenEvent(request.cell, chunk.text, (chunk.ids[-1],), from_draft=False, t=chunk.t))
+            else:
+                emit(TokenEvent(request.cell, chunk.text, tuple(chunk.ids), from_draft=False, t=chunk.t))
+
+        try:
+            if n > 1:
+                start.wait(timeout=60)
+            lead.t_sent = now()
+            streamed = self._stream(client, body, on_chunk, cancelled)
+            for t in threads:
+                t.join(timeout=float(self.opt("concurrency_timeout_s") or 600.0))
+        except (httpx.HTTPError, HttpFailure, VllmStreamError, threading.BrokenBarrierError) as exc:
+            raise self._failed(exc) from exc
+        finally:
+            stop.set()
+            start.abort()
+            for t in threads:
+                t.join(timeout=5.0)
+        after = self._metrics()
+        steps = self._steps(request, streamed, emit)
+        return self._generation(streamed, steps, lead, side, before, after)
+
+    def _side(self, body: dict[str, Any], record: StreamRecord, start: threading.Barrier, stop: threading.Event) -> None:
+        import httpx
+
+        assert self._client is not None
+        client = ServerClient(self._client.base_url, self._client.headers)
+        try:
+            start.wait(timeout=60)
+            record.t_sent = now()
+            streamed = self._stream(client, body, lambda c: record.arrivals.append((c.t, len(c.ids))), stop.is_set)
+            steps = streamed.per_step()
+            record.final = {"timings": {"draft_n": sum(d for d, _ in steps), "draft_n_accepted": sum(a for _, a in steps)},
+                            "steps": steps}
+        except (httpx.HTTPError, HttpFailure, VllmStreamError, threading.BrokenBarrierError, RuntimeError) as exc:
+            record.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            client.close()
+
+    def _steps(self, request: GenerationRequest, streamed: VllmStreamed, emit: Emit) -> list[StepEvent]:
+        """The request's steps from the server's per-step record. When every
+        chunk after the first is one step (the usual case: one engine
+        iteration per chunk), a step's seconds are its chunk's arrival gap."""
+        per_step = streamed.per_step()
+        chunks = streamed.chunks
+        one_to_one = len(chunks) - 1 == len(per_step)
+        out: list[StepEvent] = []
+        landed_left = len(streamed.ids) - (len(chunks[0].ids) if chunks else 0)
+        for k, (drafted, accepted) in enumerate(per_step):
+            if one_to_one:
+                step_s, clock = chunks[k + 1].t - chunks[k].t, Clock.CLIENT
+                landed = len(chunks[k + 1].ids)
+            else:
+                step_s, clock = 0.0, Clock.UNKNOWN
+                landed = min(accepted + 1, max(landed_left, 0))
+            landed_left -= landed
+            event = StepEvent(request.cell, k, int(drafted), int(accepted), landed, None, None, step_s,
+                              clocks=StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=clock))
+            out.append(event)
+            emit(event)
+        return out
+
+    def _generation(self, streamed: VllmStreamed, steps: list[StepEvent], lead: StreamRecord,
+                    side: list[StreamRecord], before: dict[str, float], after: dict[str, float]) -> Generation:
+        ids = streamed.ids
+        n = len(ids)
+        first_t = streamed.chunks[0].t if streamed.chunks else streamed.t_sent
+        last_t = streamed.chunks[-1].t if streamed.chunks else streamed.t_sent
+        # the lab's arrival clock, scaled from the n-1 tokens after the first to n
+        phase = last_t - first_t
+        gen_s = phase * n / (n - 1) if n > 1 else phase
+        gen = Generation(text=streamed.text, ids=ids, prompt_tokens=int(streamed.usage.get("prompt_tokens") or 0),
+                         prompt_s=first_t - streamed.t_sent, gen_s=gen_s)
+        report = gen.engine_report
+        report["server_kind"] = "vllm"
+        report["attached"] = self.attached
+        report["usage"] = streamed.usage
+        report["request_metrics"] = streamed.metrics
+        report["steps_source"] = "vllm per-request spec decode metrics (detailed)"
+        d = metrics.delta(before, after) if before or after else {}
+        report["metrics_delta"] = d
+        report["metrics_accepted_per_pos"] = metrics.per_position(d)
+        records = [lead, *side]
+        lead.final = {"timings": {"draft_n": sum(s.drafted for s in steps),
+                                  "draft_n_accepted": sum(s.accepted for s in steps)}}
+        checks: dict[str, bool] = {"tokens_vs_usage": n == int(streamed.usage.get("completion_tokens", n))}
+        if self.speculative:
+            all_steps = [(s.drafted, s.accepted) for s in steps]
+            for rec in side:
+                all_steps += list(rec.final.get("steps") or [])
+            spec = streamed.spec
+            checks["steps_vs_request_summary"] = (
+                sum(s.drafted for s in steps) == spec.get("num_draft_tokens")
+                and sum(s.accepted for s in steps) == spec.get("num_accepted_draft_tokens")
+            )
+            if d:
+                checks["steps_vs_metrics"] = (
+                    sum(x for x, _ in all_steps) == int(d.get(metrics.DRAFT_TOKENS, -1))
+                    and sum(a for _, a in all_steps) == int(d.get(metrics.ACCEPTED, -1))
+                    and len(all_steps) == int(d.get(metrics.DRAFTS, -1))
+                )
+                pos = report["metrics_accepted_per_pos"]
+                if pos:
+                    checks["per_position_vs_metrics"] = [sum(1 for _, a in all_steps if a > i) for i in range(len(pos))] == pos
+        report["checks"] = checks
+        report["counts_match_server"] = all(checks.values())
+        if "concurrency" in self.arm.options:
+            report["concurrency"] = stream_figures(records)
+        if checks and not all(checks.values()):
+            self.ctx.log(f"{self.arm.name}: count cross-check failed: {checks}")
+        return gen
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "argv": self.server.argv if self.server else None,
+            "log": self.server.log_path if self.server else None,
+            "model_dir": self.model_dir,
+            "attached": self.attached,
+            "process": "attached: not started, restarted or stopped by the lab" if self.attached
+            else "started by the lab for this arm",
+            "metrics_at_load": self._totals,
+            "concurrency": self.concurrency,
+        }

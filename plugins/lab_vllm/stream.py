@@ -1,0 +1,77 @@
+"""One streamed ``/v1/completions`` request to a vLLM server.
+
+With ``return_token_ids`` every chunk names the ids it carries; one engine
+iteration sends one chunk, so a verify step that accepted A drafted tokens
+arrives as one chunk of A + 1 tokens (the drafted ones first, then the
+target's own). The last chunk (``stream_options.include_usage``) carries the
+request's usage and, with ``--per-request-spec-decode-metrics detailed``,
+its per-step drafted and accepted counts: the server's own step record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from lab.api import Cancelled
+from lab.events import now
+
+
+class VllmStreamError(RuntimeError):
+    """The server reported an error inside the stream."""
+
+
+@dataclass
+class VllmChunk:
+    text: str
+    ids: list[int]
+    t: float
+
+
+@dataclass
+class VllmStreamed:
+    t_sent: float
+    chunks: list[VllmChunk] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "".join(c.text for c in self.chunks)
+
+    @property
+    def ids(self) -> list[int]:
+        return [i for c in self.chunks for i in c.ids]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return dict(self.metrics.get("speculative_decoding") or {})
+
+    def per_step(self) -> list[tuple[int, int]]:
+        """(drafted, accepted) per verify step, in order, as the server kept them."""
+        spec = self.spec
+        return list(zip(spec.get("per_step_drafted") or [], spec.get("per_step_accepted") or []))
+
+
+def consume(objs: Iterable[dict[str, Any]], t_sent: float, on_chunk: Callable[[VllmChunk], None],
+            cancelled: Callable[[], bool]) -> VllmStreamed:
+    out = VllmStreamed(t_sent)
+    for obj in objs:
+        if "error" in obj and "choices" not in obj:
+            err = obj["error"]
+            raise VllmStreamError(str(err.get("message", err)) if isinstance(err, dict) else str(err))
+        t = now()
+        for choice in obj.get("choices") or []:
+            ids = [int(x) for x in choice.get("token_ids") or []]
+            text = str(choice.get("text") or "")
+            if ids or text:
+                chunk = VllmChunk(text, ids, t)
+                out.chunks.append(chunk)
+                on_chunk(chunk)
+        if obj.get("usage"):
+            out.usage = dict(obj["usage"])
+        if obj.get("metrics"):
+            out.metrics = dict(obj["metrics"])
+        if cancelled():
+            raise Cancelled()
+    return out

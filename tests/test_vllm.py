@@ -1,0 +1,285 @@
+"""The vLLM backend: its command line, its counters and stream read without
+a server, then a real vLLM server (the CPU build) on SmolLM2: an ngram arm
+end to end with counts equal to vLLM's counters, and no vLLM process left
+after the run, a Ctrl-C or a kill -9 of the lab.
+
+vLLM starts in one to several minutes on two cores, so the real-server tests
+start as few servers as they can: two for the run, one each for the
+interrupts (stopped while loading). The interpreter with vLLM is the lab's
+own unless LAB_VLLM_PYTHON names another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+lab_vllm = pytest.importorskip("lab_vllm", reason="the lab_vllm plugin is not installed here (pip install -e .)")
+
+from lab_vllm import metrics  # noqa: E402
+from lab_vllm.command import server_args, speculative_config  # noqa: E402
+from lab_vllm.stream import consume  # noqa: E402
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+
+# -- no server ----------------------------------------------------------------------------------------
+
+
+def test_speculative_config_from_the_profile() -> None:
+    assert speculative_config({"spec_method": "none"}, 4, None) is None
+    cfg = speculative_config({"spec_method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}, 5, None)
+    assert cfg == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    cfg = speculative_config({"spec_method": "draft_model", "speculative_config": '{"draft_tensor_parallel_size": 1}'},
+                             3, "/m/draft")
+    assert cfg == {"method": "draft_model", "num_speculative_tokens": 3, "model": "/m/draft", "draft_tensor_parallel_size": 1}
+
+
+def test_server_args_bind_loopback_and_pass_extra_args_last() -> None:
+    args = server_args({"spec_method": "ngram", "extra_args": ["--seed", "7"]}, model_dir="/m", served_name="a",
+                       port=1234, n_max=4, draft_path=None, n_ctx=512, concurrency=2)
+    assert args[args.index("--host") + 1] == "127.0.0.1"
+    assert args[args.index("--max-num-seqs") + 1] == "2"
+    assert "--enforce-eager" in args
+    assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "ngram"
+    assert args[args.index("--per-request-spec-decode-metrics") + 1] == "detailed"
+    assert args[-2:] == ["--seed", "7"]
+    base = server_args({}, model_dir="/m", served_name="a", port=1, n_max=None, draft_path=None, n_ctx=512, concurrency=1)
+    assert "--speculative-config" not in base
+
+
+METRICS = """
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+vllm:spec_decode_num_drafts_total{engine="0",model_name="a"} 5.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="a"} 1.7e9
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="a"} 20.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="a"} 7.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="a",position="0"} 4.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="a",position="1"} 3.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="a",position="1"} 1.0
+vllm:num_requests_running{engine="0",model_name="a"} 0.0
+"""
+
+
+def test_metrics_sum_engines_and_keep_positions() -> None:
+    m = metrics.parse_metrics(METRICS)
+    assert m[metrics.DRAFTS] == 5 and m[metrics.DRAFT_TOKENS] == 20 and m[metrics.ACCEPTED] == 7
+    assert not any(k.endswith("_created") for k in m)
+    assert metrics.per_position(metrics.delta({}, m)) == [4, 4]
+
+
+def test_stream_chunks_and_the_per_step_record() -> None:
+    objs: list[dict[str, Any]] = [
+        {"choices": [{"text": "Hel", "token_ids": [1]}]},
+        {"choices": [{"text": "lo w", "token_ids": [2, 3, 4]}]},
+        {"choices": [{"text": "orld", "token_ids": [5]}]},
+        {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 5},
+         "metrics": {"speculative_decoding": {"per_step_drafted": [3, 3], "per_step_accepted": [2, 0],
+                                              "num_draft_tokens": 6, "num_accepted_draft_tokens": 2}}},
+    ]
+    seen: list[list[int]] = []
+    out = consume(objs, 0.0, lambda c: seen.append(c.ids), lambda: False)
+    assert out.text == "Hello world" and out.ids == [1, 2, 3, 4, 5]
+    assert seen == [[1], [2, 3, 4], [5]]
+    assert out.per_step() == [(3, 2), (3, 0)]
+    assert out.usage["completion_tokens"] == 5
+
+
+def test_shipped_vllm_profiles_check() -> None:
+    from lab.profiles import check_profile
+
+    root = Path(lab_vllm.__file__).resolve().parent / "profiles"
+    names = sorted(p.name for p in root.glob("*.toml"))
+    assert names == ["concurrency-vllm.toml", "smollm2-vllm.toml", "writeup-vllm-cluster.toml"]
+    for path in sorted(root.glob("*.toml")):
+        profile = check_profile(str(path), _registry())
+        assert all(a.backend == "vllm" for a in profile.arms), path.name
+        # each speculative arm has its own stack's baseline, at its own concurrency
+        assert all(a.baseline is not None for a in profile.arms if not a.is_baseline), path.name
+
+
+# -- a real vLLM server ---------------------------------------------------------------------------------
+
+
+def _python() -> str:
+    return os.environ.get("LAB_VLLM_PYTHON") or sys.executable
+
+
+@pytest.fixture(scope="module")
+def vllm_ready() -> str:
+    from lab_vllm.install import check_install
+
+    ok, detail = check_install(_python())
+    if not ok:
+        pytest.skip(f"vLLM is not usable here: {detail} (bash scripts/setup.sh vllm)")
+    return _python()
+
+
+def _registry() -> Any:
+    import lab_llamacpp_server
+
+    from lab.plugins import load_registry
+
+    return load_registry([lab_llamacpp_server, lab_vllm])
+
+
+def _profile(python: str, arms: str, max_tokens: int = 32) -> str:
+    return textwrap.dedent(f"""
+        [run]
+        max_tokens = {max_tokens}
+        rounds = 1
+        warmup = 0
+        n_ctx = 512
+        [[prompts]]
+        name = "code"
+        text = "Write a Python class LRUCache with get and put methods, using a dict and a doubly linked list."
+    """) + arms.replace("PYTHON", python)
+
+
+ARMS = """
+[[arms]]
+name = "base"
+backend = "vllm"
+model = "embedded:smollm2"
+options = { python = "PYTHON" }
+[[arms]]
+name = "ngram"
+backend = "vllm"
+model = "embedded:smollm2"
+n_max = 4
+options = { spec_method = "ngram", prompt_lookup_min = 2, prompt_lookup_max = 4, python = "PYTHON" }
+"""
+
+
+def _vllm_pids(root: int | None = None) -> list[int]:
+    """vLLM server processes below ``root`` (default: this test process) and
+    every process they started (the engine's spawned workers)."""
+    import psutil
+
+    out: set[int] = set()
+    for p in psutil.Process(root or os.getpid()).children(recursive=True):
+        try:
+            if any("vllm.entrypoints" in part for part in p.cmdline()):
+                out.add(p.pid)
+                out.update(c.pid for c in p.children(recursive=True))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sorted(out)
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(scope="module")
+def ngram_run(vllm_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Any], Path]]:
+    from lab.profiles import parse_profile
+    from lab.report import ReportWriter
+    from lab.runner import Runner
+    from lab.store import RunStore
+
+    tmp = tmp_path_factory.mktemp("vllm")
+    registry = _registry()
+    profile = parse_profile(_profile(vllm_ready, ARMS), str(tmp / "p.toml"), registry)
+    store = RunStore(profile, tmp / "runs")
+    rows = Runner(profile, registry, store, [ReportWriter()]).run()
+    yield rows, store.path
+
+
+@pytest.mark.engine
+def test_ngram_arm_counts_equal_vllm_counters(ngram_run: tuple[list[Any], Path]) -> None:
+    rows, run_dir = ngram_run
+    by = {r["arm"]: r for r in rows}
+    assert all(r["status"] == "ok" for r in rows), [(r["arm"], r["status"], r["detail"][:400]) for r in rows]
+    spec = by["ngram"]
+    rep = spec["engine_report"]
+    assert spec["n_tokens"] == 32 and spec["baseline_arm"] == "base"
+    assert spec["steps"] and spec["steps"] > 0
+    d = rep["metrics_delta"]
+    # what the lab reports is what vLLM counted, exactly
+    assert spec["drafted"] == d[metrics.DRAFT_TOKENS]
+    assert spec["accepted"] == d[metrics.ACCEPTED]
+    assert spec["steps"] == d[metrics.DRAFTS]
+    assert rep["counts_match_server"] is True, rep["checks"]
+    assert rep["checks"]["per_position_vs_metrics"] is True
+    # greedy: the speculative output is the plain one, or the divergence is named
+    assert spec["identical_to_baseline"] is not None
+    assert spec["identical_to_baseline"] or spec["first_divergence_char"] is not None
+    assert by["base"]["steps"] is None and by["base"]["tok_per_s"] > 0
+    assert (run_dir / "vllm-ngram.log").exists()
+    assert "ngram" in (run_dir / "report.md").read_text()
+    assert _vllm_pids() == []
+
+
+def _driver(run_dir: Path, profile: Path) -> subprocess.Popen[str]:
+    """``lab run`` in a child process with the vLLM plugin loaded (also where
+    its entry point is not installed), SIGINT at its default."""
+    script = textwrap.dedent(f"""
+        import sys
+        import lab.plugins as plugins
+        import lab_vllm
+        loader = plugins.load_registry
+        plugins.load_registry = lambda extra=(): loader([lab_vllm, *extra])
+        from lab.cli import main
+        sys.exit(main(["run", {str(profile)!r}, "--out", {str(run_dir)!r}]))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([PLUGINS, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-c", script], env=env, text=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _started_vllm(lab: subprocess.Popen[str], timeout: float = 300.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and lab.poll() is None:
+        pids = _vllm_pids(lab.pid)
+        if pids:
+            time.sleep(15.0)  # well into its start-up, its workers spawned
+            return _vllm_pids(lab.pid)
+        time.sleep(0.5)
+    raise AssertionError(f"no vLLM process appeared (lab exit {lab.poll()})")
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("how", ["ctrl-c", "kill-9"])
+def test_no_vllm_outlives_an_interrupted_lab(vllm_ready: str, tmp_path: Path, how: str) -> None:
+    profile = tmp_path / "p.toml"
+    profile.write_text(_profile(vllm_ready, ARMS.split("[[arms]]\nname = \"ngram\"")[0]))
+    lab = _driver(tmp_path / "runs", profile)
+    pids: list[int] = []
+    try:
+        pids = _started_vllm(lab)
+        assert pids
+        lab.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGKILL)
+        lab.wait(timeout=120)
+        assert _gone(pids, timeout=60.0), f"vLLM outlived the lab ({how}): {pids}"
+    finally:
+        if lab.poll() is None:
+            lab.kill()
+            lab.wait()
+        for pid in pids:  # never leave one behind, even when the test fails
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
