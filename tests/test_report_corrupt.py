@@ -287,3 +287,23 @@ def test_terminal_sequences_in_a_saved_run_do_not_reach_the_terminal(good_run: P
         assert "\x1b" not in out and "\x07" not in out and "\x1b" not in err
         if fmt != "json":
             assert "\\x1b[2J" in out  # shown, escaped, not dropped
+
+
+@pytest.mark.parametrize("fmt", ["md", "csv", "json"])
+def test_compare_with_a_damaged_run_renders_and_names_what_it_left_out(
+    good_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    damaged = tmp_path / "damaged"
+    shutil.copytree(good_run, damaged)
+    data = _json(damaged)
+    data["results"][0] = "junk"
+    data["results"][1]["tok_per_s"] = {"fast": True}
+    data["results"][2]["status"] = None
+    data["profile"] = []
+    (damaged / "results.json").write_text(json.dumps(data))
+    for a, b in ((good_run, damaged), (damaged, good_run)):
+        assert main(["report", str(a), "--compare", str(b), "--format", fmt]) == 0
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err and "cannot render" not in err
+        assert "results[0]" in err and "results[2]" in err
+        assert out.strip()
