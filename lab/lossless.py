@@ -33,7 +33,6 @@ own, never one of the compared samples, so the two sides stay independent.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -634,6 +633,8 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"lab lossless: {message}", file=sys.stderr)
         return 2
     if args.json:
+        from lab.strictjson import dumps
+
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report.to_dict(), fh, indent=2)
+            fh.write(dumps(report.to_dict(), indent=2))
     return report.exit_code
