@@ -26,4 +26,8 @@ def dumps(value: Any, **kw: Any) -> str:
     """Strict JSON text (see :func:`strict_json`); anything not JSON becomes
     its str."""
     kw.setdefault("default", str)
-    return json.dumps(strict_json(value), allow_nan=False, **kw)
+    try:
+        # the common case has no non-finite number: no copy of the data
+        return json.dumps(value, allow_nan=False, **kw)
+    except ValueError:
+        return json.dumps(strict_json(value), allow_nan=False, **kw)
