@@ -319,7 +319,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
         print(Roofline(result.model_bytes, result.bandwidth_bytes_s, "measured read bandwidth").line())
     if args.out:
-        print(f"saved: {probe.save(result, args.out)}")
+        try:
+            print(f"saved: {probe.save(result, args.out)}")
+        except OSError as exc:
+            print(f"lab: probe not saved to {args.out} ({exc.strerror or exc}); the curve is printed above",
+                  file=sys.stderr)
+            return 2
     return 0
 
 
