@@ -8,6 +8,7 @@ lab probe [--backend B] [--model M] [--option K=V] [--profile P [--arm A]] [--wi
 lab check PROFILE           validate a profile without loading a model
 lab lossless [-d DRAFTER]   test at temperature > 0 that drafters keep the target's distribution
 lab plugins                 backends, drafters, their options, load errors
+lab new-drafter NAME [--dir DIR]  write a drafter plugin package to start from
 lab doctor                  engines, tools and models, and how to fix what is missing
 """
 
@@ -346,6 +347,16 @@ def _probe_interrupted(args: argparse.Namespace, exc: KeyboardInterrupt, termina
     return code
 
 
+def drafter_backends(registry: Registry, dcls: type) -> list[str]:
+    """The installed backends that run the drafter ``dcls``: those with the
+    Drafting capability (the lab's own verify loop) on a stack the drafter
+    drafts for. Servers draft with their own speculative types and run no
+    drafter plugin."""
+    stacks = getattr(dcls, "stacks", None)
+    return sorted(name for name, cls in registry.backends.items()
+                  if cls.accepts_drafters and (stacks is None or cls.stack in stacks))
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     from lab.plugins import load_registry
     from lab.textsafe import printable
@@ -360,10 +371,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         say(f"  {name}  [stack {cls.stack}{', runs drafters' if cls.accepts_drafters else ''}]  {cls.description}")
         for opt in cls.options:
             say(f"      {opt.describe()}")
-    say("drafters:")
+    say("drafters (run by the lab's verify loop, on backends that run drafters; a server backend drafts "
+        "with its own --spec-type instead):")
     for name, dcls in sorted(registry.drafters.items()):
-        stacks = "any stack" if dcls.stacks is None else ", ".join(sorted(dcls.stacks))
-        say(f"  {name}  [{stacks}]  {dcls.description}")
+        hosts = drafter_backends(registry, dcls)
+        runs_on = f"runs on {', '.join(hosts)}" if hosts else "no installed backend runs it"
+        say(f"  {name}  [{runs_on}]  {dcls.description}")
         for opt in dcls.options:
             say(f"      {opt.describe()}")
     if registry.errors:
@@ -371,6 +384,20 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         for err in registry.errors:
             say(f"  {err.entry_point} ({err.group}): {err.error}")
     return 1 if registry.errors and args.strict else 0
+
+
+def cmd_new_drafter(args: argparse.Namespace) -> int:
+    from lab.scaffold import ScaffoldError, write_drafter_package
+
+    try:
+        made = write_drafter_package(args.name, args.dir)
+    except (ScaffoldError, OSError) as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 2
+    for path in made.files:
+        print(f"wrote {path}")
+    print(f"\nnext: pip install -e {made.directory} && lab plugins && lab run {made.directory / (made.name + '.toml')}")
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -462,6 +489,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list backends, drafters and plugin load errors")
     p.add_argument("--strict", action="store_true", help="exit 1 when a plugin failed to load")
     p.set_defaults(func=cmd_plugins)
+    p = sub.add_parser("new-drafter", help="write a minimal drafter plugin package to start from",
+                       description="Write a complete drafter plugin package (pyproject.toml with the lab.drafters "
+                       "entry point, a module with a working Drafter, a profile, a README): pip install -e it, "
+                       "then lab plugins lists it and lab run NAME.toml runs it.")
+    p.add_argument("name", help="the drafter's name, as profiles will spell it (drafter = \"NAME\")")
+    p.add_argument("--dir", help="where to write it (default: ./lab-NAME-drafter; must not exist or be empty)")
+    p.set_defaults(func=cmd_new_drafter)
     p = sub.add_parser("doctor", help="check engines, tools and models")
     p.set_defaults(func=cmd_doctor)
     return parser
@@ -469,7 +503,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    commands = {"run", "check", "lossless", "report", "plugins", "doctor", "probe", "-h", "--help"}
+    commands = {"run", "check", "lossless", "report", "plugins", "doctor", "probe", "new-drafter", "-h", "--help"}
     if not args_list or args_list[0] not in commands:
         tui_args = tui_parser().parse_args(args_list)
         if tui_args.profile and not os.path.exists(tui_args.profile):

@@ -10,7 +10,7 @@ another needs) is checked per arm after expansion (:func:`check_arm`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from lab.profile import files
 from lab.profile.errors import KeyPath, Source, shown
@@ -206,9 +206,38 @@ def _text(src: Source, t: dict[str, Any], k: str, key: KeyPath) -> str | None:
     return value
 
 
+def _misplaced_options(src: Source, t: Mapping[str, Any], key: KeyPath, registry: Registry | None) -> None:
+    """An arm-level key that is a plugin's option (``spec_type`` beside
+    ``backend``) belongs in the arm's options or drafter_options table: the
+    error says where, instead of only listing the arm keys."""
+    if registry is None:
+        return
+    backend, drafter = t.get("backend"), t.get("drafter")
+    for k in t:
+        if k in ARM_KEYS:
+            continue
+        for kind, table_name, plugins, own in (
+            ("backend", "options", registry.backends, backend),
+            ("drafter", "drafter_options", registry.drafters, drafter),
+        ):
+            having = sorted(n for n, cls in plugins.items() if k in {o.name for o in getattr(cls, "options", ())})
+            if not having:
+                continue
+            where = f"{table_name} = {{ {k} = ... }}"
+            if isinstance(own, str) and own in having:
+                whose = f"{kind} {own!r}"
+            else:
+                names = ", ".join(repr(n) for n in having)
+                whose = f"{kind} {names}" + (f", not of this arm's {own!r}" if isinstance(own, str) else "")
+                where += f" on an arm whose {kind} is {names}"
+            raise src.error([*key, k], f"{shown(k)} is an option of {whose}, not an arm key: put it under "
+                                       f"{where}; see `lab plugins`")
+
+
 def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> ArmEntry:
     key: list[str | int] = ["arms", i]
     t = table(src, item, key)
+    _misplaced_options(src, t, key, registry)
     no_unknown(src, t, ARM_KEYS, key)
     for required in ("name", "backend"):
         if required not in t:

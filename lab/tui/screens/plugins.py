@@ -9,6 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
+from lab.cli import drafter_backends
 from lab.plugins import Registry
 
 
@@ -51,8 +52,10 @@ class PluginsScreen(Screen[None]):
             backends.add_row(name, cls.stack, "yes" if cls.accepts_drafters else "no",
                              reg.origins.get(f"backend:{name}", ""), _options(cls), cls.description, key=name)
         drafters = self.query_one("#drafters", DataTable)
-        drafters.add_columns("name", "stacks", "from", "options", "description")
+        # which backends really run each drafter: those with the Drafting
+        # capability on its stacks (servers draft with their own types)
+        drafters.add_columns("name", "runs on", "from", "options", "description")
         for name, dcls in sorted(reg.drafters.items()):
-            stacks = "any" if dcls.stacks is None else ", ".join(sorted(dcls.stacks))
+            stacks = ", ".join(drafter_backends(reg, dcls)) or "no installed backend"
             drafters.add_row(name, stacks, reg.origins.get(f"drafter:{name}", ""), _options(dcls),
                              dcls.description, key=name)
