@@ -83,6 +83,7 @@ def concurrency_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     groups: dict[str, list[tuple[int, str, float | None]]] = defaultdict(list)
+    drafting: set[str] = set()
     order = sorted(by_arm, key=lambda a: (str(by_arm[a][0].get("group")), int(by_arm[a][0]["concurrency"])))
     for arm in order:
         rs = by_arm[arm]
@@ -97,6 +98,8 @@ def concurrency_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
         )
         if not rs[0].get("is_baseline"):
             groups[str(rs[0].get("group") or arm)].append((level, arm, speedup))
+            if any(r.get("drafted") for r in rs):
+                drafting.add(str(rs[0].get("group") or arm))
     if groups:
         lines.append("")
     for group, levels in groups.items():
@@ -104,7 +107,9 @@ def concurrency_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
         paying = [lv for lv, _, s in levels if s is not None and s > 1.0]
         losing = [lv for lv, _, s in levels if s is not None and s <= 1.0]
         curve = ", ".join(f"{lv}: {_f(s, '.2f')}x" for lv, _, s in levels)
-        if not losing:
+        if group not in drafting:
+            verdict = "it drafted nothing at any level, so these ratios are run-to-run noise, not speculation"
+        elif not losing:
             verdict = "pays at every level measured"
         elif not paying:
             verdict = "pays at no level measured"

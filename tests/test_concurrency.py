@@ -52,7 +52,7 @@ def test_row_fields_and_report_section() -> None:
                                   "acceptance_rate_all": None if base is None else 0.5}}
         fields = serving.row_fields(report, base)
         return {"arm": arm, "group": group, "status": "ok", "is_baseline": base is None,
-                "baseline_arm": None, **fields}
+                "baseline_arm": None, "drafted": None if base is None else 10, **fields}
 
     b1 = row("b-c1", "b", 1, 100.0, None)
     b4 = row("b-c4", "b", 4, 300.0, None)
@@ -66,6 +66,9 @@ def test_row_fields_and_report_section() -> None:
     assert "| s-c4 | 4 | 240.0 | 0.80x |" in text
     assert "stops paying at concurrency 4" in text
     assert serving.concurrency_lines([{"arm": "x", "status": "ok"}]) == []
+    # an arm that never drafted has no speedup to speak of
+    idle = [dict(r, drafted=0) if r["arm"].startswith("s-") else r for r in (b1, b4, s1, s4)]
+    assert "drafted nothing at any level" in "\n".join(serving.concurrency_lines(idle))
 
 
 # -- a real llama-server --------------------------------------------------------------------------
