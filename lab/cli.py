@@ -379,6 +379,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         say(f"  {name}  [{runs_on}]  {dcls.description}")
         for opt in dcls.options:
             say(f"      {opt.describe()}")
+    from lab.profile.limits import describe_limits
+
+    # what every profile is held to before an engine starts, beside the plugins' own ranges
+    say("profile limits:")
+    for key, bound in describe_limits().items():
+        say(f"  {key}: {bound}")
     if registry.errors:
         say("load errors:")
         for err in registry.errors:

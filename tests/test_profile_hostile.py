@@ -754,3 +754,19 @@ def test_lab_check_and_lab_run_exit_2_naming_file_and_key(tmp_path: Path, case: 
         assert f"lab: {path}" in res.stderr and f"[{case.key}]" in res.stderr, res.stderr
         assert not _hidden_chars(res.stderr.replace("\n", "")), repr(res.stderr)
     assert not (tmp_path / "runs").exists()
+
+
+def test_lab_plugins_shows_the_limits_a_profile_is_held_to() -> None:
+    """Every bound the check holds a profile to is printed: the [run] keys,
+    n_max, the sweep cap, and the ranges plugins declare."""
+    import subprocess
+
+    from lab.profile.limits import MAX_ARMS, N_MAX, RUN_RANGES
+
+    out = subprocess.run([sys.executable, "-m", "lab.cli", "plugins"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for key, rng in RUN_RANGES.items():
+        assert f"run.{key}: {rng.describe()}" in out.stdout
+    assert f"arms.n_max: {N_MAX.describe()}" in out.stdout
+    assert f"at most {MAX_ARMS}" in out.stdout
+    assert "health_timeout_s: float [1..86_400]" in out.stdout
