@@ -273,7 +273,12 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> A
         except KeyError as exc:
             raise src.error([*key, "backend"], str(exc.args[0])) from None
         stack = bcls.stack
-        if model is None and getattr(bcls, "needs_model", False):
+        # a backend says whether its arms need a model (a bool, or a function of
+        # the arm's options: a server the arm attaches to by URL brings its own)
+        need_model = getattr(bcls, "needs_model", False)
+        if callable(need_model):
+            need_model = need_model(options)
+        if model is None and need_model:
             raise src.error([*key, "model"], f"backend {backend!r} runs a target model: add model = \"...\"")
         opt_axes = check_options(src, options, bcls.options, [*key, "options"], f"backend {backend!r}")
         if drafter is not None:

@@ -63,6 +63,12 @@ class LlamaServerBackend(Backend):
     warn_options = staticmethod(warn_options)
 
     @classmethod
+    def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
+        """lab check refuses an arm without a model, unless it attaches to a
+        running server by URL (that server brings its own)."""
+        return not arm_options.get("url")
+
+    @classmethod
     def spec_type_of(cls, arm_options: Mapping[str, Any]) -> str:
         if cls.fixed_spec_type is not None:
             return cls.fixed_spec_type

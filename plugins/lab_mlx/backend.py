@@ -38,6 +38,7 @@ class MlxSession(Backend, Probing):
     call, loading, wired limit, memory figures."""
 
     stack = "mlx"
+    needs_model = True  # lab check refuses an arm without one
     options: ClassVar[tuple[Option, ...]] = (
         Option("enable_thinking", bool, True, "passed to the chat template (Qwen3-style thinking switch; the write-ups turned it off)"),
     )
