@@ -44,6 +44,7 @@ class Contention:
     waiting_cores: float | None = None  # this tree's threads waiting for a core (mean), where readable
     min_freq_ratio: float | None = None  # lowest CPU clock over its maximum, where readable
     throttled: bool = False  # thermal throttling events during the cell, where readable
+    own_cores: float = 0.0  # this process tree's mean busy cores (the lab, its engine, its server)
 
     @property
     def contended(self) -> bool:
@@ -137,6 +138,7 @@ class Mark:
 
     t: float
     others_s: float
+    own_s: float
     wait_s: float | None
     throttles: int | None
     sample_count: int
@@ -163,6 +165,7 @@ class ContentionWatcher(PeriodicSampler):
         self._last_busy = 0.0
         self._last_own: dict[int, float] = {}
         self._others_s = 0.0
+        self._own_s = 0.0
         self._count = 0
         self._freqs: list[tuple[float, float]] = []
 
@@ -184,8 +187,10 @@ class ContentionWatcher(PeriodicSampler):
             if self._last_t is not None and t > self._last_t:
                 # a process that started since the last reading counts from zero
                 own_delta = sum(v - self._last_own.get(pid, 0.0) for pid, v in own.items())
-                delta = max(0.0, (busy - self._last_busy) - max(0.0, own_delta))
+                own_delta = max(0.0, own_delta)
+                delta = max(0.0, (busy - self._last_busy) - own_delta)
                 self._others_s += delta
+                self._own_s += own_delta
                 others = delta / (t - self._last_t)
             self._last_t, self._last_busy, self._last_own = t, busy, own
             self._count += 1
@@ -195,7 +200,7 @@ class ContentionWatcher(PeriodicSampler):
         self.sample()
         with self._lock:
             assert self._last_t is not None
-            return Mark(self._last_t, self._others_s, self._wait(), _throttle_count(), self._count)
+            return Mark(self._last_t, self._others_s, self._own_s, self._wait(), _throttle_count(), self._count)
 
     def _wait(self) -> float | None:
         return _run_queue_wait_s([os.getpid(), *self._last_own.keys()])
@@ -213,4 +218,5 @@ class ContentionWatcher(PeriodicSampler):
         return Contention(
             others_cores=(end.others_s - since.others_s) / seconds, spare_cores=self.spare, seconds=seconds,
             waiting_cores=waiting, min_freq_ratio=min(ratios) if ratios else None, throttled=throttled,
+            own_cores=(end.own_s - since.own_s) / seconds,
         )
