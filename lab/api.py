@@ -341,6 +341,60 @@ class Probing(ABC):
         return {}
 
 
+class DivergenceExplaining(ABC):
+    """Capability of a Drafting backend that tells why a greedy speculative
+    output left its stack's baseline, when it did.
+
+    Greedy speculation keeps the target's output only if the target computes
+    a position's logits the same way alone (the baseline's one-row decodes)
+    as in a verify batch; engines whose kernels depend on the batch's width
+    flip near ties. Such a backend checks every greedy speculative cell that
+    left its baseline (``DrafterContext.reference``) after the cell's clocks
+    stopped, and puts the evidence in ``Generation.engine_report`` under
+    ``"divergence"``: a mapping with ``cause`` (one of
+    ``DIVERGENCE_CAUSES``), the first differing ``token``, and the check's
+    figures (see :mod:`lab.analysis.divergence`). A backend without it leaves
+    the cause not established.
+    """
+
+    @abstractmethod
+    def divergence_notes(self) -> dict[str, Any]:
+        """How a user reproduces the engine's batch variance and gets a
+        bit-exact comparison on this backend: ``repro`` (a command) and
+        ``bit_exact`` (the setting and its measured cost), shown beside the
+        evidence."""
+
+
+# Causes a divergence check can name. "engine batch variance": the same
+# context computed as one row and as a row of a w-row verify picks different
+# tokens (or its KV, computed in batches, does); "engine non-determinism":
+# the engine does not repeat its own one-row decode; "not established": the
+# check could not tell (or the backend has none).
+DIVERGENCE_CAUSES = ("engine batch variance", "engine non-determinism", "not established")
+
+
+class Rehearsing(ABC):
+    """Capability of a drafter whose proposals depend on the verify loop's
+    own output, such as the oracle, which replays a transcript: before the
+    timed pass of a greedy cell, :func:`lab.speculative.generate` runs the
+    loop untimed and silent (no events, no clocks) and hands the drafter
+    what it produced, until the drafter wants no more or
+    ``max_rehearsals`` passes ran. Every pass, rehearsed or timed, starts
+    with ``begin`` as usual.
+    """
+
+    max_rehearsals: ClassVar[int] = 4
+
+    @abstractmethod
+    def wants_rehearsal(self, prompt_ids: Sequence[int], cell: Cell) -> bool:
+        """Whether another untimed pass of this cell should run before the
+        timed one."""
+
+    @abstractmethod
+    def rehearsed(self, output_ids: Sequence[int]) -> None:
+        """The output ids of an untimed pass of this cell."""
+
+
 @dataclass(frozen=True)
 class Draft:
     """Tokens a drafter proposes. ``probs`` optionally holds, per drafted

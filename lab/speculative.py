@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest
-from lab.events import Cell, Emit, StepEvent, TokenEvent, now
+from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest, Rehearsing
+from lab.events import Cell, Emit, Event, StepEvent, TokenEvent, now
 
 
 class Target(Protocol):
@@ -95,6 +95,28 @@ class OutputStream:
         return "".join(self.parts) + self._utf8.decode(b"", final=True)
 
 
+@dataclass(frozen=True)
+class TraceStep:
+    """One target decode of the generation phase as the loop laid it out,
+    so a check can replay the cell's exact batches: ``tokens`` decoded at
+    position ``base`` (one row for a plain decode, ``[pending] + draft`` for
+    a verify with logits on every row), ``accepted`` drafted tokens kept
+    (None for a plain decode), landing output ids from ``out_index`` on."""
+
+    out_index: int
+    base: int
+    tokens: tuple[int, ...]
+    accepted: int | None
+
+    @property
+    def verify(self) -> bool:
+        return self.accepted is not None
+
+    @property
+    def landed(self) -> int:
+        return 1 if self.accepted is None else self.accepted + 1
+
+
 def check_room(target: Target, need: int) -> None:
     if target.n_past + need > target.n_ctx:
         raise RuntimeError(
@@ -110,9 +132,63 @@ def generate(
     cancelled: Callable[[], bool],
     drafter: Drafter | None = None,
     stats: LoopStats | None = None,
+    trace: list[TraceStep] | None = None,
 ) -> Generation:
     """Run one cell: baseline when ``drafter`` is None, else speculative with
-    up to ``req.n_max`` drafted tokens per step."""
+    up to ``req.n_max`` drafted tokens per step.
+
+    A :class:`~lab.api.Rehearsing` drafter on a greedy cell first gets its
+    untimed, silent passes (see :func:`rehearse`); they count in no clock
+    and no event, only in ``engine_report`` (``rehearsals``,
+    ``rehearsal_s``). ``trace``, when given, receives the timed pass's
+    decodes."""
+    report: dict[str, Any] = {}
+    if isinstance(drafter, Rehearsing) and req.temperature <= 0:
+        report.update(rehearse(target, prompt_ids, req, cancelled, drafter))
+    gen = _run(target, prompt_ids, req, emit, cancelled, drafter, stats, trace)
+    gen.engine_report.update(report)
+    return gen
+
+
+def rehearse(
+    target: Target, prompt_ids: Sequence[int], req: GenerationRequest, cancelled: Callable[[], bool],
+    drafter: Rehearsing,
+) -> dict[str, Any]:
+    """Untimed passes of the loop for a drafter that learns from its output.
+
+    Each pass reaches at least one token further in agreement with the
+    drafter's transcript than the last: a verify row's logits depend only on
+    the tokens before it and the batch's width, and both repeat up to the
+    first token where the pass left the transcript, so replaying the pass's
+    own output keeps everything before that token and lands it. The passes
+    end at a fixed point (output equals transcript) or after
+    ``max_rehearsals``."""
+    assert isinstance(drafter, Drafter)
+    t0 = now()
+    passes = 0
+    for _ in range(max(0, drafter.max_rehearsals)):
+        if not drafter.wants_rehearsal(prompt_ids, req.cell):
+            break
+        gen = _run(target, prompt_ids, req, _silent, cancelled, drafter, LoopStats(), None)
+        passes += 1
+        drafter.rehearsed(gen.ids)
+    return {"rehearsals": passes, "rehearsal_s": now() - t0}
+
+
+def _silent(event: Event) -> None:
+    return None
+
+
+def _run(
+    target: Target,
+    prompt_ids: Sequence[int],
+    req: GenerationRequest,
+    emit: Emit,
+    cancelled: Callable[[], bool],
+    drafter: Drafter | None,
+    stats: LoopStats | None,
+    trace: list[TraceStep] | None,
+) -> Generation:
     stats = stats if stats is not None else LoopStats()
     out = OutputStream(target, req, emit)
     rng = np.random.default_rng(req.seed)
@@ -149,6 +225,8 @@ def generate(
                 stats.empty_drafts += 1
                 stats.empty_draft_s += t_b - t_a
             check_room(target, 1)
+            if trace is not None:
+                trace.append(TraceStep(len(out.ids), target.n_past, (pending,), None))
             target.decode([pending], all_logits=False)
             t_e = now()
             stats.engine_s += t_e - t_b
@@ -160,6 +238,7 @@ def generate(
             continue
 
         base = target.n_past
+        out_index = len(out.ids)
         target.decode([pending, *drafted], all_logits=True)
         t_c = now()
         if req.temperature <= 0:
@@ -168,6 +247,8 @@ def generate(
             accepted, correction = accept_sampled(target, drafted, draft_probs, rng)
         target.truncate(base + 1 + accepted)
         t_d = now()
+        if trace is not None:
+            trace.append(TraceStep(out_index, base, (pending, *drafted), accepted))
 
         landed = list(drafted[:accepted]) + [correction]
         out.land(landed[:-1], from_draft=True)

@@ -3,6 +3,7 @@ for drafter plugins, on llama.cpp in this process."""
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -11,6 +12,7 @@ from lab import models
 from lab.api import (
     Backend,
     BackendContext,
+    DivergenceExplaining,
     Drafting,
     DraftModelHost,
     EngineOOM,
@@ -22,7 +24,7 @@ from lab.api import (
 )
 from lab.events import Emit, Status, StatusChanged, arm_cell
 from lab.prompting import RenderedPrompt, render_prompt
-from lab.speculative import LoopStats, generate, softmax
+from lab.speculative import LoopStats, TraceStep, generate, softmax
 
 if TYPE_CHECKING:
     from lab.api import Drafter, DrafterContext
@@ -81,7 +83,7 @@ def wants_gpu_pick(setting: str, n_gpu_layers: int, temperature: float) -> bool:
     return bool(ll.llama_supports_gpu_offload())
 
 
-class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
+class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExplaining):
     name = "llamacpp"
     stack = "llamacpp"
     description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
@@ -184,8 +186,11 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
             target = LlamaTarget(self.context, request.temperature, request.ignore_eos)
         rendered = self.rendered_prompt(request)
         ids = self.prompt_ids(request, rendered)
+        trace: list[TraceStep] | None = [] if self._checks_divergence(request) else None
         try:
-            gen = generate(target, ids, request, emit, cancelled, self.drafter, self.stats)
+            gen = generate(target, ids, request, emit, cancelled, self.drafter, self.stats, trace)
+            if trace is not None:
+                self._explain_divergence(request, target, ids, trace, gen)
         except engine.LlamaError as exc:
             if "KV cache full" in str(exc):
                 raise EngineOOM(str(exc)) from exc
@@ -193,6 +198,43 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing):
         gen.engine_bytes = self.engine_bytes()
         gen.engine_report.update(rendered.report())
         return gen
+
+    # -- why a greedy cell left its baseline (DivergenceExplaining) --------------
+    def _checks_divergence(self, request: GenerationRequest) -> bool:
+        # Greedy cells only (sampled ones differ by design); picks on the
+        # GPU leave no host logits to compare.
+        return (self.drafter is not None and request.temperature <= 0 and not request.cell.is_warmup
+                and not self.gpu_pick)
+
+    def _explain_divergence(self, request: GenerationRequest, target: LlamaTarget, prompt_ids: Sequence[int],
+                            trace: list[TraceStep], gen: Generation) -> None:
+        """After the cell's clocks stopped: the evidence for why its output
+        left the baseline's, in ``engine_report["divergence"]``."""
+        from lab_llamacpp import divergence
+
+        assert self.drafter is not None
+        baseline = self.drafter.ctx.reference(request.cell.prompt, request.cell.round)
+        if baseline is None:
+            return
+        notes = self.divergence_notes()
+        # The cell's own prompt and length, so the reproduction meets the same tokens.
+        notes["repro"] += (f" --prompt {shlex.quote(self.rendered_prompt(request).text)} --tokens {len(baseline)}"
+                           " --configs default,pad")
+        evidence = divergence.explain(target, prompt_ids, trace, gen.ids, baseline, notes)
+        if evidence is not None:
+            gen.engine_report["divergence"] = evidence
+
+    def divergence_notes(self) -> dict[str, Any]:
+        model = self.arm.model or "MODEL"
+        threads = self.ctx.run.threads or available_cores()
+        return {
+            "repro": f"python benchmarks/lossless_repro.py --model {model} --width {(self.arm.n_max or 4) + 1} "
+                     f"--threads {threads}",
+            "bit_exact": "options = { batch_invariant = true } on this arm and its baseline (and extra_bufts = false "
+                         "for Q4_0, Q8_0 and K-quant weights): token-identical, at 0.55x the engine's decode speed "
+                         "(SmolLM2, 2 threads)",
+            "batch_invariant": bool(self.arm.options.get("batch_invariant", False)),
+        }
 
     def pauses_between_steps(self) -> bool:
         return True  # lab.speculative.generate: decode is synchronous
