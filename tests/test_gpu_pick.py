@@ -143,12 +143,17 @@ def test_gpu_pick_arm_option_gives_the_host_picks_tokens(tmp_path: Path, drafter
     """A whole run through the backend: the arm option turns backend picks
     on (target and draft model), and every arm lands the tokens its host-pick
     twin lands, step for step."""
+    import dataclasses
+
     from lab.plugins import load_registry
+    from lab.profile.model import RunSettings
     from lab.profiles import parse_profile
     from lab.runner import Runner
 
+    # the run's own verify-cost probe is no part of what is compared here
+    no_probe = "probe = false\n" if "probe" in {f.name for f in dataclasses.fields(RunSettings)} else ""
     text = (
-        "[run]\nmax_tokens = 40\nrounds = 1\nwarmup = 0\nn_ctx = 512\n\n"
+        "[run]\nmax_tokens = 40\nrounds = 1\nwarmup = 0\nn_ctx = 512\n" + no_probe + "\n"
         '[[prompts]]\nname = "p"\ntext = "Write a short paragraph about lighthouses."\n'
         + GPU_PICK_ARMS.format(drafter=drafter, options=options)
     )
