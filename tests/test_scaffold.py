@@ -92,7 +92,7 @@ def test_scaffolded_drafter_installs_into_a_fresh_env_and_runs(tmp_path: Path) -
 
 def test_lab_plugins_says_which_backends_run_each_drafter(capsys: pytest.CaptureFixture[str]) -> None:
     registry = load_registry()
-    for name, dcls in registry.drafters.items():
+    for dcls in registry.drafters.values():
         hosts = drafter_backends(registry, dcls)
         for backend in hosts:
             assert registry.backends[backend].accepts_drafters
