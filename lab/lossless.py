@@ -592,6 +592,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="engine threads (0: every available core)")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    parser.add_argument("--run", metavar="RUN_DIR",
+                        help="also save the result in a run directory (lossless.json) and add it to its report.md")
 
 
 def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
@@ -617,6 +619,12 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from lab.plugins import load_registry
 
     out = out if out is not None else sys.stdout
+    if getattr(args, "run", None):
+        from pathlib import Path
+
+        if not (Path(args.run) / "results.json").is_file():
+            print(f"lab lossless: --run {args.run}: not a run directory (no results.json)", file=sys.stderr)
+            return 2
     try:
         registry = load_registry()
         drafters = [DrafterSpec.parse(d) for d in args.drafter] or default_drafters(registry, args.backend)
@@ -637,4 +645,14 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
         with open(args.json, "w", encoding="utf-8") as fh:
             fh.write(dumps(report.to_dict(), indent=2))
+    if args.run:
+        from pathlib import Path
+
+        from lab.analysis.lossless_section import FILE
+        from lab.report import write_report
+        from lab.strictjson import dumps
+
+        run_dir = Path(args.run)
+        (run_dir / FILE).write_text(dumps(report.to_dict(), indent=2), encoding="utf-8")
+        write_report(run_dir)
     return report.exit_code

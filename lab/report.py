@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lab import serving
-from lab.analysis import breakeven, categories, conditions, divergence, latency
+from lab.analysis import breakeven, categories, conditions, divergence, latency, lossless_section
 from lab.analysis import run as analysis
 from lab.events import RunFinished
 from lab.results import RESULT_KEYS
@@ -62,6 +62,7 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
 
     data = load_run(run_dir)
     p = Path(run_dir)
+    data["lossless"] = lossless_section.load(p)
     unreadable: list[str] = list(data.get("unreadable") or [])
     if p.is_dir():
         # Steps of a cell that has no ok row (cancelled, skipped, killed
@@ -291,9 +292,10 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
     lines = []
     for pr in pool:
         ratio = pr.batch_ratio()
+        n = len(pr.seconds)
         lines.append(
-            f"- probe: {pr.origin_line()}, before the arms and apart from their timing. "
-            f"{pr.backend} / {pr.model} by {pr.method}, {len(pr.seconds)} repeats"
+            f"- probe: {pr.origin_line()}; it ran before the arms, apart from their timing. "
+            f"{pr.backend} / {pr.model} by {pr.method}, {n} repeat{'s' if n != 1 else ''}"
             + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
             + "; T(w) " + ", ".join(f"{w}: {pr.t_ratio(w):.2f}" for w in pr.widths if w in (1, 2, 4, 5, 8, 16)) + "."
         )
@@ -386,6 +388,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         lines += ["", "## Per category", ""] + categories.markdown_lines(results, profile.get("prompts") or ())
     lines += ["", "## Latency", ""] + latency.markdown_lines(results)
     lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
+    lines += lossless_section.markdown_lines(data.get("lossless"))
     for title, section in (("Concurrency", serving.concurrency_lines(results)),
                            ("Servers the lab attached to", serving.attached_lines(results))):
         lines += ["", f"## {title}", "", *section] if section else []
@@ -423,7 +426,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
 CSV_KEYS = RESULT_KEYS + (
     "prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail",
     "break_even_len", "needed_acceptance", "verdict_kind", "category",
-    "ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s",
+    "ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s", "divergence_cause",
 )
 
 
