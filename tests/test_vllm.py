@@ -4,8 +4,8 @@ end to end with counts equal to vLLM's counters, and no vLLM process left
 after the run, a Ctrl-C or a kill -9 of the lab.
 
 vLLM starts in one to several minutes on two cores, so the real-server tests
-start as few servers as they can: two for the run, one each for the
-interrupts (stopped while loading). The interpreter with vLLM is the lab's
+start as few servers as they can: two for the run, one attached by URL (one
+and two streams), one each for the interrupts (stopped while loading). The interpreter with vLLM is the lab's
 own unless LAB_VLLM_PYTHON names another.
 """
 
@@ -283,3 +283,52 @@ def test_no_vllm_outlives_an_interrupted_lab(vllm_ready: str, tmp_path: Path, ho
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.engine
+def test_attached_vllm_with_a_key_and_two_streams(vllm_ready: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vLLM server the test starts (with an API key), attached by URL: one
+    and two streams at once, every stream's steps summed equal to its
+    counters."""
+    from lab_llamacpp_server.process import ServerProcess, free_port
+    from lab_vllm.models import hf_dir
+
+    from lab.profiles import parse_profile
+    from lab.runner import Runner
+    from lab.store import RunStore
+
+    port = free_port()
+    argv = [vllm_ready, "-m", "vllm.entrypoints.openai.api_server", *server_args(
+        {"spec_method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4}, model_dir=str(hf_dir("embedded:smollm2", vllm_ready)),
+        served_name="target", port=port, n_max=4, draft_path=None, n_ctx=512, concurrency=2), "--api-key", "sesame"]
+    server = ServerProcess(argv, str(tmp_path / "vllm.log"), watch_group=True,
+                           env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"})
+    server.start()
+    try:
+        monkeypatch.setenv("LAB_TEST_VLLM_KEY", "sesame")
+        arms = f"""
+[[arms]]
+name = "ngram"
+backend = "vllm"
+url = "http://127.0.0.1:{port}"
+api_key_env = "LAB_TEST_VLLM_KEY"
+n_max = 4
+concurrency = [1, 2]
+options = {{ spec_method = "ngram", health_timeout_s = 1200 }}
+"""
+        registry = _registry()
+        profile = parse_profile(_profile(vllm_ready, arms, max_tokens=24), str(tmp_path / "p.toml"), registry)
+        rows = Runner(profile, registry, RunStore(profile, tmp_path / "runs")).run()
+        assert [r["status"] for r in rows] == ["ok", "ok"], [r["detail"][:400] for r in rows]
+        for level, row in zip((1, 2), rows):
+            rep = row["engine_report"]
+            assert row["server_url"] == f"http://127.0.0.1:{port}" and row["concurrency"] == level
+            assert rep["concurrency"]["streams_ok"] == level
+            assert rep["counts_match_server"] is True, rep["checks"]
+            assert rep["checks"]["steps_vs_metrics"] is True
+            assert rep["concurrency"]["drafted_total"] == rep["metrics_delta"][metrics.DRAFT_TOKENS]
+        # the lab started nothing: the server is still the test's
+        assert server.alive()
+    finally:
+        server.stop()
