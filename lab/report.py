@@ -16,7 +16,7 @@ import io
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab import serving
+from lab import gpu, gpu_report, serving
 from lab.analysis import breakeven, categories, conditions, divergence, latency, lossless_section
 from lab.analysis import run as analysis
 from lab.events import RunFinished
@@ -390,7 +390,8 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
     lines += lossless_section.markdown_lines(data.get("lossless"))
     for title, section in (("Concurrency", serving.concurrency_lines(results)),
-                           ("Servers the lab attached to", serving.attached_lines(results))):
+                           ("Servers the lab attached to", serving.attached_lines(results)),
+                           ("GPU: memory and energy", gpu_report.markdown_lines(results))):
         lines += ["", f"## {title}", "", *section] if section else []
     roofs = analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
     lines += ["", "## Roofline", ""]
@@ -427,7 +428,7 @@ CSV_KEYS = RESULT_KEYS + (
     "prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail",
     "break_even_len", "needed_acceptance", "verdict_kind", "category",
     "ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s", "divergence_cause",
-)
+) + gpu.ROW_KEYS
 
 
 def render_csv(data: Mapping[str, Any]) -> str:

@@ -188,3 +188,28 @@ def test_result_rows_list_the_gpu_keys_beyond_the_contract() -> None:
 
     assert set(gpu.ROW_KEYS) <= set(ROW_KEYS)
     assert not set(gpu.ROW_KEYS) & set(RESULT_KEYS)  # the contract's keys stay as they were
+
+
+def test_the_report_shows_energy_per_token_against_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.report import load_for_report, render
+
+    rows, _heard, run_dir = run(tmp_path, monkeypatch, SteadyCard())
+    data = load_for_report(run_dir)
+    md = render(data, "md")
+    assert "## GPU: memory and energy" in md
+    section = md.split("## GPU: memory and energy")[1].split("\n## ")[0]
+    spec_line = next(line for line in section.splitlines() if line.startswith("| spec |"))
+    base_jpt = sorted(r["energy_per_token_j"] for r in rows if r["arm"] == "base")
+    spec_jpt = sorted(r["energy_per_token_j"] for r in rows if r["arm"] == "spec")
+    ratio = (sum(spec_jpt) / 2) / (sum(base_jpt) / 2)  # medians of two cells
+    assert f"{ratio:.2f}x" in spec_line
+    assert "NVIDIA H200" in section and "GiB" in spec_line
+    csv_text = render(data, "csv")
+    assert "energy_per_token_j" in csv_text.splitlines()[0]
+
+
+def test_no_gpu_section_without_readings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.report import load_for_report, render
+
+    _rows, _heard, run_dir = run(tmp_path, monkeypatch, None)
+    assert "## GPU" not in render(load_for_report(run_dir), "md")
