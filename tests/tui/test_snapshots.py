@@ -155,6 +155,9 @@ def _saved_run(tmp_path: Path) -> Path:
     for row in data["results"]:
         row["peak_mem_bytes"] = (100 if row["arm"] == "base" else 110) * 2**20  # RSS is not reproducible
         row["contended"] = False  # nor is what else the machine was doing
+        for key in ("ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s"):  # nor the wall clock's latency
+            if row.get(key) is not None:
+                row[key] = 0.01
     (fixed / "results.json").write_text(json.dumps(data))
     return fixed
 
