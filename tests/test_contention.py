@@ -1,0 +1,201 @@
+"""The noise guard (lab.contention) on real processes: CPU burners this test
+starts and stops itself, real runs of the embedded model beside them, and
+two real runs started at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from lab import contention
+from lab.analysis import breakeven
+from lab.contention import ContentionWatcher
+
+BURN = "import time\nend = time.time() + {s}\nwhile time.time() < end:\n    pass\n"
+
+
+@contextmanager
+def foreign_burners(n: int, seconds: float) -> Iterator[list[int]]:
+    """``n`` busy loops that are not this process's descendants (a shell
+    starts them in the background and exits, so they are reparented), as a
+    neighbour's processes would be. Bounded by ``seconds`` and killed on the
+    way out by their pids."""
+    script = " ".join(f'"{sys.executable}" -c "$BURN" >/dev/null 2>&1 & echo $!;' for _ in range(n))
+    out = subprocess.run(["sh", "-c", script], env={**os.environ, "BURN": BURN.format(s=seconds)},
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    pids = [int(x) for x in out.split()]
+    assert len(pids) == n
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@contextmanager
+def own_burners(n: int, seconds: float) -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs = [subprocess.Popen([sys.executable, "-c", BURN.format(s=seconds)]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _cpu_s(pids: list[int]) -> float:
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        t = psutil.Process(pid).cpu_times()
+        total += t.user + t.system
+    return total
+
+
+def test_other_processes_count_and_the_lab_s_own_do_not() -> None:
+    cores = os.cpu_count() or 1
+    with ContentionWatcher("t", engine_cores=cores, interval=0.1) as w:
+        with own_burners(2, 10) as procs:
+            pids = [p.pid for p in procs]
+            m, cpu0 = w.mark(), _cpu_s(pids)
+            time.sleep(2.0)
+            cpu1 = _cpu_s(pids)
+            mine = w.reading(m)
+        with foreign_burners(2, 10) as foreign:
+            time.sleep(0.3)
+            m, cpu0f = w.mark(), _cpu_s(foreign)
+            time.sleep(2.0)
+            cpu1f = _cpu_s(foreign)
+            theirs = w.reading(m)
+    burned = (cpu1 - cpu0) / mine.seconds
+    burned_f = (cpu1f - cpu0f) / theirs.seconds
+    assert burned > 0.05 and burned_f > 0.05
+    # our own children's work is ours, never others'; the neighbour's is theirs
+    assert mine.own_cores >= burned - 0.1
+    assert mine.others_cores + mine.own_cores <= cores + 0.3
+    assert theirs.others_cores >= burned_f - 0.1
+    assert theirs.own_cores < 0.3  # this test process itself only sleeps
+    # a neighbour's two busy loops (or the machine's other load) make a busy machine
+    assert theirs.contended
+    assert "other processes used" in theirs.note()
+
+
+def test_the_threshold_is_beyond_the_engine_s_spare_cores() -> None:
+    quiet = contention.Contention(others_cores=0.3, spare_cores=0.0, seconds=1.0)
+    busy = contention.Contention(others_cores=1.0, spare_cores=0.0, seconds=1.0)
+    spare = contention.Contention(others_cores=1.0, spare_cores=1.0, seconds=1.0)
+    throttled = contention.Contention(others_cores=0.0, spare_cores=0.0, seconds=1.0, throttled=True)
+    assert not quiet.contended and busy.contended and not spare.contended and throttled.contended
+
+
+PROFILE = """
+[profile]
+name = "busy"
+
+[run]
+max_tokens = 16
+rounds = 1
+warmup = 0
+probe = false
+
+[[prompts]]
+name = "code"
+text = "Write a Python function that reverses a linked list."
+
+[[arms]]
+name = "baseline"
+backend = "llamacpp"
+model = "embedded:smollm2"
+
+[[arms]]
+name = "ngram"
+backend = "llamacpp"
+model = "embedded:smollm2"
+drafter = "ngram"
+n_max = 3
+"""
+
+
+def _run(tmp: Path) -> tuple[list[Any], str]:
+    from lab.plugins import load_registry
+    from lab.profiles import parse_profile
+    from lab.report import ReportWriter
+    from lab.runner import Runner
+    from lab.store import RunStore
+
+    registry = load_registry()
+    profile = parse_profile(PROFILE, str(tmp / "p.toml"), registry)
+    store = RunStore(profile, tmp / "runs")
+    rows = Runner(profile, registry, store, [ReportWriter()]).run()
+    return rows, (store.path / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.engine
+def test_a_run_beside_a_cpu_burner_is_marked_and_its_report_says_so(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    with foreign_burners(2, 240):
+        rows, md = _run(tmp_path)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert all(r["contended"] and r["contention"] >= 0.5 for r in rows), [(r["arm"], r["contention"]) for r in rows]
+    spec = next(r for r in rows if r["arm"] == "ngram")
+    assert breakeven.classify(spec).kind == breakeven.UNCERTAIN
+    assert not spec["verdict"].startswith(("pays", "loses"))
+    assert "⚠ busy machine" in md and "cells ran on a busy machine" in md
+
+
+@pytest.mark.engine
+def test_a_run_does_not_count_its_own_engine(tmp_path: Path) -> None:
+    """The lab's engine keeps every core busy; none of that is contention.
+    What the rows show is at most what other processes did before the run
+    (measured just before, by the same watcher), and the mark follows the
+    threshold. On a machine with an idle background that makes the run quiet."""
+    pytest.importorskip("llama_cpp")
+    cores = os.cpu_count() or 1
+    with ContentionWatcher("idle", engine_cores=cores) as w:
+        m = w.mark()
+        time.sleep(2.0)
+        before = w.reading(m).others_cores
+    rows, md = _run(tmp_path)
+    for r in rows:
+        assert r["contention"] <= before + 0.35, (r["arm"], r["contention"], before)
+        assert r["contended"] == (r["contention"] > contention.BUSY_CORES or r["arm"] == "ngram" and rows[0]["contended"])
+    if before < 0.15:  # an idle background: the run is quiet and the report says so
+        assert not any(r["contended"] for r in rows) and "Quiet: other processes used at most" in md
+
+
+@pytest.mark.engine
+def test_two_runs_started_at_once_mark_each_other(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    profile = tmp_path / "p.toml"
+    profile.write_text(PROFILE.replace("rounds = 1", "rounds = 2"), encoding="utf-8")
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "lab.cli", "run", str(profile), "--out", str(tmp_path / f"runs{i}")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for i in (1, 2)
+    ]
+    try:
+        for p in procs:
+            assert p.wait(timeout=1200) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for i in (1, 2):
+        (run_dir,) = (tmp_path / f"runs{i}").iterdir()
+        rows = json.loads((run_dir / "results.json").read_text())["results"]
+        assert any(r["contended"] for r in rows), [r["contention"] for r in rows]
+        assert "cells ran on a busy machine" in (run_dir / "report.md").read_text(encoding="utf-8")
