@@ -402,17 +402,26 @@ def render_markdown(data: Mapping[str, Any]) -> str:
             "No memory bandwidth known: `lab probe` measures it (saved with the probe), "
             "or give one with `lab report RUN_DIR --bandwidth GBPS`."
         )
-    failures = [r for r in results if r["status"] != "ok" and r.get("detail")]
-    if failures:
-        lines += ["", "## Failures", ""]
+    # Cells someone stopped (cancelled, skipped) were not measured; they are
+    # not failures and get a section of their own.
+    stopped = ("cancelled", "skipped")
+    for title, rows in (
+        ("Failures", [r for r in results if r["status"] not in ("ok", *stopped) and r.get("detail")]),
+        ("Not measured", [r for r in results if r["status"] in stopped]),
+    ):
+        if not rows:
+            continue
+        lines += ["", f"## {title}", ""]
         seen: set[tuple[str, str]] = set()
-        for r in failures:
+        for r in rows:
             key = (r["arm"], r["status"])
             if key in seen:
                 continue
             seen.add(key)
-            first_line = str(r["detail"]).splitlines()[0]
-            lines.append(f"- **{r['arm']}** {r['status']}: {first_line}")
+            count = sum(1 for x in rows if (x["arm"], x["status"]) == key)
+            first_line = (str(r.get("detail") or "").splitlines() or [""])[0]
+            cells = f" ({count} cells)" if count > 1 else ""
+            lines.append(f"- **{r['arm']}** {r['status']}{cells}: {first_line}".rstrip(": "))
     lines += [
         "",
         "Speedup is against each arm's own stack baseline, same prompt and round. Step cost is a step's "

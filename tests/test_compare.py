@@ -103,3 +103,16 @@ def test_cli_compare_prints_the_warnings(tmp_path: Path, capsys: Any) -> None:
     assert main(["report", str(tmp_path / "a"), "--compare", str(tmp_path / "b"), "--format", "csv"]) == 0
     captured = capsys.readouterr()
     assert "warning" in captured.err and "arm,prompt" in captured.out
+
+
+def test_the_report_lists_stopped_cells_apart_from_failures() -> None:
+    from lab.report import render
+
+    data = _data([100.0, 101.0], [150.0, 151.0], spec_status=Status.SKIPPED.value)
+    data["results"].append(_row("spec", 3, Status.CANCELLED.value, detail="cancelled"))
+    data["results"].append(_row("base", 3, Status.OOM.value, detail="out of memory"))
+    md = render(data, "md")
+    failures = md.split("## Failures")[1].split("##")[0]
+    stopped = md.split("## Not measured")[1].split("##")[0]
+    assert "**base** oom: out of memory" in failures and "spec" not in failures
+    assert "**spec** skipped (2 cells)" in stopped and "**spec** cancelled" in stopped
