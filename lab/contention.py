@@ -22,6 +22,7 @@ import glob
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,6 +33,12 @@ from lab.sampling import PeriodicSampler
 # 0.0-0.1 here (system daemons); one busy neighbour process is about 1.
 BUSY_CORES = 0.5
 INTERVAL_S = 0.25
+# The kernel counts CPU time in ticks (10 ms): over a few milliseconds a
+# reading is noise. A cell shorter than this is read over the last
+# MIN_WINDOW_S seconds of the arm instead, and a window still shorter than
+# MIN_JUDGED_S (a cell right after the arm started) is not judged.
+MIN_WINDOW_S = 1.0
+MIN_JUDGED_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,8 @@ class Contention:
 
     @property
     def contended(self) -> bool:
+        if self.seconds < MIN_JUDGED_S:
+            return self.throttled
         return self.throttled or self.others_cores > self.spare_cores + BUSY_CORES
 
     def note(self) -> str:
@@ -168,6 +177,8 @@ class ContentionWatcher(PeriodicSampler):
         self._own_s = 0.0
         self._count = 0
         self._freqs: list[tuple[float, float]] = []
+        # (time, cumulative others' seconds, cumulative own seconds) of recent readings
+        self._history: deque[tuple[float, float, float]] = deque(maxlen=64)
 
     def sample(self) -> float:
         """Take one reading; returns other processes' busy cores since the last."""
@@ -194,6 +205,7 @@ class ContentionWatcher(PeriodicSampler):
                 others = delta / (t - self._last_t)
             self._last_t, self._last_busy, self._last_own = t, busy, own
             self._count += 1
+            self._history.append((t, self._others_s, self._own_s))
             return others
 
     def mark(self) -> Mark:
@@ -208,15 +220,22 @@ class ContentionWatcher(PeriodicSampler):
     def reading(self, since: Mark) -> Contention:
         """What the machine did between ``since`` and now."""
         end = self.mark()
-        seconds = max(1e-9, end.t - since.t)
+        start_t, start_others, start_own = since.t, since.others_s, since.own_s
+        if end.t - start_t < MIN_WINDOW_S:
+            with self._lock:
+                earlier = [h for h in self._history if h[0] <= end.t - MIN_WINDOW_S] or list(self._history)[:1]
+            if earlier and earlier[-1][0] < start_t:
+                start_t, start_others, start_own = earlier[-1]
+        seconds = max(1e-9, end.t - start_t)
         waiting = None
         if end.wait_s is not None and since.wait_s is not None:
-            waiting = max(0.0, end.wait_s - since.wait_s) / seconds
+            waiting = max(0.0, end.wait_s - since.wait_s) / max(1e-9, end.t - since.t)
         with self._lock:
             ratios = [r for t, r in self._freqs if since.t <= t <= end.t]
         throttled = end.throttles is not None and since.throttles is not None and end.throttles > since.throttles
         return Contention(
-            others_cores=(end.others_s - since.others_s) / seconds, spare_cores=self.spare, seconds=seconds,
+            others_cores=min(float(self.cores), (end.others_s - start_others) / seconds), spare_cores=self.spare,
+            seconds=seconds,
             waiting_cores=waiting, min_freq_ratio=min(ratios) if ratios else None, throttled=throttled,
-            own_cores=(end.own_s - since.own_s) / seconds,
+            own_cores=(end.own_s - start_own) / seconds,
         )
