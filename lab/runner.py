@@ -375,9 +375,12 @@ class Runner:
     def _request(self, cell: Cell, arm: Arm) -> GenerationRequest:
         run = self.profile.run
         prompt = next(p for p in self.profile.prompts if p.name == cell.prompt)
+        max_tokens = run.max_tokens
+        if cell.is_warmup and run.warmup_tokens:
+            max_tokens = min(max_tokens, run.warmup_tokens)
         return GenerationRequest(
             cell=cell, prompt=prompt.text, system=prompt.system, chat_template=run.chat_template,
-            max_tokens=run.max_tokens, temperature=run.temperature, seed=run.seed,
+            max_tokens=max_tokens, temperature=run.temperature, seed=run.seed,
             ignore_eos=run.ignore_eos, n_max=arm.n_max,
         )
 

@@ -416,3 +416,27 @@ def test_emit_is_safe_from_many_threads(tmp_path: Path) -> None:
     for k in range(n_threads):
         assert [i for _, arm, i in trace[::2] if arm == f"t{k}"] == list(range(per_thread))
     assert [(e.arm, e.rss_bytes) for e in second] == [a[1:] for a, _ in pairs]
+
+
+def test_a_warmup_cell_generates_warmup_tokens_and_recorded_cells_max_tokens(tmp_path: Path) -> None:
+    from lab.events import TokenEvent
+    from tests.fakes import fake_registry, profile_toml
+
+    def ran(extra: str) -> tuple[int, int]:
+        tokens: dict[bool, int] = {True: 0, False: 0}
+
+        def listen(event: Event) -> None:
+            if isinstance(event, TokenEvent):
+                tokens[event.cell.is_warmup] += len(event.ids)
+
+        text = profile_toml('[[arms]]\nname = "base"\nbackend = "fake"\n', max_tokens=24, warmup=1)
+        text = text.replace("[run]\n", f"[run]\n{extra}", 1)
+        registry = fake_registry()
+        profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
+        rows = Runner(profile, registry, listeners=[listen]).run()
+        assert [r["n_tokens"] for r in rows] == [24]
+        return tokens[True], tokens[False]
+
+    assert ran("warmup_tokens = 5\n") == (5, 24)
+    assert ran("") == (24, 24)  # the default, 64, is more than max_tokens here
+    assert ran("warmup_tokens = 0\n") == (24, 24)  # 0: as many as a measured cell

@@ -49,6 +49,7 @@ RUN_RANGES: dict[str, Range] = {
     "seed": Range(0, 2**32 - 1),
     "rounds": Range(1, 1000),
     "warmup": Range(0, 100),
+    "warmup_tokens": Range(0, 1_048_576),
     "n_ctx": Range(64, 1_048_576),
     "threads": Range(0, 512),
     # below 10 ms the sampler itself would take a core from the engine

@@ -13,6 +13,10 @@ class RunSettings:
     seed: int = 0
     rounds: int = 2
     warmup: int = 1
+    # Tokens a warmup cell generates (0: max_tokens). A warmup only pages in
+    # weights, builds kernels and graphs and fills allocators; its tokens
+    # are thrown away, so it need not be as long as a measured cell.
+    warmup_tokens: int = 64
     chat_template: bool = True
     ignore_eos: bool = True
     n_ctx: int = 4096

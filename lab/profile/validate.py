@@ -39,6 +39,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "seed": (int,),
     "rounds": (int,),
     "warmup": (int,),
+    "warmup_tokens": (int,),
     "chat_template": (bool,),
     "ignore_eos": (bool,),
     "n_ctx": (int,),
