@@ -190,6 +190,8 @@ def _run(
     trace: list[TraceStep] | None,
 ) -> Generation:
     stats = stats if stats is not None else LoopStats()
+    # ``stats`` may run across an arm's cells; the report gives this cell's share.
+    before = (stats.plain_tokens, stats.empty_drafts, stats.empty_draft_s, stats.overhead_s())
     out = OutputStream(target, req, emit)
     rng = np.random.default_rng(req.seed)
 
@@ -271,10 +273,10 @@ def _run(
         text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),
         prompt_s=t_prompt - t0, gen_s=t_end - t_prompt,
         engine_report={
-            "plain_tokens": stats.plain_tokens,
-            "empty_drafts": stats.empty_drafts,
-            "empty_draft_s": stats.empty_draft_s,
-            "loop_overhead_s": stats.overhead_s(),
+            "plain_tokens": stats.plain_tokens - before[0],
+            "empty_drafts": stats.empty_drafts - before[1],
+            "empty_draft_s": stats.empty_draft_s - before[2],
+            "loop_overhead_s": stats.overhead_s() - before[3],
         },
     )
 
