@@ -68,15 +68,20 @@ class LlamaTarget:
         return self.model.piece(token)
 
 
-def wants_gpu_pick(setting: str, n_gpu_layers: int, temperature: float) -> bool:
+def wants_gpu_pick(setting: str, n_gpu_layers: int, temperature: float, verifies: bool = True) -> bool:
     """Whether an arm picks greedy tokens with llama.cpp's backend sampler.
     "auto": where the logits live on a GPU (layers offloaded, a build that
-    offloads) and the run is greedy; at a temperature the host's
-    probabilities are needed anyway. "on" also works on the CPU backend,
-    which runs the same sampler graph (how the tests check it)."""
+    offloads), the run is greedy and the context verifies drafts
+    (``verifies``); at a temperature the host's probabilities are needed
+    anyway. A context that decodes one row at a time (a baseline) picks on
+    the host under "auto": on the H200 a one-row decode with the sampler in
+    its graph took 40 us more than the host's copy and arg-max of that row
+    (benchmarks/step_costs.py), while a verify's rows pay for it. "on" also
+    works on the CPU backend, which runs the same sampler graph (how the
+    tests check it)."""
     if setting == "on":
         return True
-    if setting != "auto" or temperature > 0 or n_gpu_layers == 0:
+    if setting != "auto" or temperature > 0 or n_gpu_layers == 0 or not verifies:
         return False
     import llama_cpp as ll
 
@@ -100,7 +105,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
                "so speeds are not the engine's own: for checking losslessness, not for verdicts"),
         Option("gpu_pick", str, "auto",
                "greedy picks by llama.cpp's backend sampler inside the decode (no logits copied to the host, no "
-               "host arg-max): auto = on when layers are offloaded to a GPU and the run is greedy",
+               "host arg-max): auto = on when layers are offloaded to a GPU, the run is greedy and the arm drafts "
+               "(a baseline's one-row decodes pick on the host, which costs less there)",
                choices=("auto", "on", "off")),
     )
 
@@ -111,6 +117,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         self.drafter: Drafter | None = None
         self.stats = LoopStats()
         self.gpu_pick = False
+        self.gpu_pick_verifies = False
 
     def load(self, emit: Emit) -> None:
         from lab_llamacpp import engine
@@ -125,12 +132,16 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         self.model = engine.Model(str(path), n_gpu_layers=int(opts.get("n_gpu_layers", 0)), extra_bufts=bool(opts.get("extra_bufts", True)))
         threads = self.ctx.run.threads or available_cores()
         emit(StatusChanged(cell, Status.LOADING, phase="creating context", progress=0.7))
-        self.gpu_pick = wants_gpu_pick(str(opts.get("gpu_pick", "auto")), int(opts.get("n_gpu_layers", 0)),
-                                       self.ctx.run.temperature)
+        setting, layers = str(opts.get("gpu_pick", "auto")), int(opts.get("n_gpu_layers", 0))
+        # A context that could pick on the device is built for it (the probe
+        # measures verify passes as a drafting arm of this configuration
+        # runs them); the arm's own loop picks there when it drafts.
+        self.gpu_pick_verifies = wants_gpu_pick(setting, layers, self.ctx.run.temperature)
+        self.gpu_pick = wants_gpu_pick(setting, layers, self.ctx.run.temperature, verifies=self.arm.drafter is not None)
         try:
             self.context = engine.Context(self.model, self.ctx.run.n_ctx, int(opts.get("n_batch", 512)), threads,
                                           batch_invariant=bool(opts.get("batch_invariant", False)),
-                                          outputs_per_seq=self._outputs_per_seq() if self.gpu_pick else 0)
+                                          outputs_per_seq=self._outputs_per_seq() if self.gpu_pick_verifies else 0)
         except engine.LlamaError as exc:
             raise EngineOOM(str(exc)) from exc
 
@@ -286,9 +297,9 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
             self._probe_notes = {
                 "prefix_tokens": probe.PREFIX_TOKENS, "inner_passes": probe.INNER_PASSES,
                 "threads": self.ctx.run.threads or available_cores(), "order": order,
-                "n_gpu_layers": int(self.arm.options.get("n_gpu_layers", 0)), "gpu_pick": self.gpu_pick,
+                "n_gpu_layers": int(self.arm.options.get("n_gpu_layers", 0)), "gpu_pick": self.gpu_pick_verifies,
             }
-            if self.gpu_pick:
+            if self.gpu_pick_verifies:
                 from lab_llamacpp.gpu_pick import backend_greedy
 
                 # The loop's verify passes run the sampler in the graph and
