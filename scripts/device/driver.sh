@@ -77,6 +77,14 @@ overhead() {
     > "$R/decode-overhead.txt" 2> "$W/overhead.log"
 }
 
+anatomy() {
+  # a baseline token's time layer by layer, llama-bench to the lab run; picks as each would run them
+  bench_py decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick on \
+    > "$R/decode-anatomy-gpu-pick.txt" 2> "$W/anatomy.log"
+  bench_py decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick off \
+    > "$R/decode-anatomy-host-pick.txt" 2>> "$W/anatomy.log"
+}
+
 probe() {
   # each width's passes back to back (the lab's default order)
   lab probe --model synthetic:llama-8b --n-gpu-layers 999 --widths 1-32 --repeats 3 --out "$R/probe.json" \
