@@ -321,7 +321,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
     lines += [
         "",
         "Predicted: expected tokens per step from the acceptance per position over a step's cost, "
-        "T(n_max + 1) plus the drafter's measured seconds per drafted token, in baseline tokens. "
+        "T(n_max + 1) plus the drafter's measured seconds per drafted token and the loop's own measured "
+        "seconds per step (where the backend reports them), in baseline tokens. "
         "\\* marks n_max beyond the positions measured (the last position's acceptance carried on)."
         + (" † the probe measured another backend or model than this arm runs." if any(not p["probe_matches"] for p in preds) else ""),
     ]

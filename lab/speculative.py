@@ -277,6 +277,7 @@ def _run(
             "empty_drafts": stats.empty_drafts - before[1],
             "empty_draft_s": stats.empty_draft_s - before[2],
             "loop_overhead_s": stats.overhead_s() - before[3],
+            "loop_steps": step,  # the steps loop_overhead_s was spent over
         },
     )
 

@@ -188,6 +188,25 @@ def test_prediction_when_verification_does_not_amortize() -> None:
     assert preds[2].cost == pytest.approx(4.0 + 0.3)
 
 
+def test_the_loops_own_seconds_per_step_are_part_of_a_steps_cost() -> None:
+    def row(overhead_s: float | None, loop_steps: int | None) -> dict[str, Any]:
+        report = {} if loop_steps is None else {"loop_overhead_s": overhead_s, "loop_steps": loop_steps}
+        # 10 steps of 0.05 s each costing 2.5 baseline tokens: 0.02 s a token
+        return {"status": "ok", "steps": 10, "drafted": 30, "draft_s": 0.0, "step_s": 0.05,
+                "step_cost_tokens": 2.5, "plain_tokens": 1, "n_max": 3, "engine_report": report}
+
+    inputs = predict.arm_inputs([row(0.004, 10), row(0.002, 10)])
+    assert inputs is not None and inputs.loop_s_per_step == pytest.approx(0.0003)
+    pa = acceptance.PositionAcceptance((10,) * 4, (10,) * 4)
+    with_loop = predict.predict(pa, _probe([1.0, 1.0, 1.0, 1.0, 1.0]), inputs)[2]
+    assert with_loop.loop_cost == pytest.approx(0.0003 / 0.02)
+    assert with_loop.cost == pytest.approx(1.0 + 0.015)
+    assert with_loop.speedup == pytest.approx(4.0 / 1.015)
+    # a row saved before the loop reported its steps prices no loop cost
+    old = predict.arm_inputs([row(0.004, None)])
+    assert old is not None and old.loop_s_per_step == 0.0
+
+
 def test_prediction_picks_an_interior_n_max() -> None:
     # acceptance falls off by position while verify cost grows: the best
     # n_max is neither the first nor the last.

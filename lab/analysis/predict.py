@@ -1,16 +1,18 @@
 """Predict before measuring: the speedup an arm should get at each n_max.
 
 From the probe's verify-cost curve T(w), the drafter's measured cost per
-drafted token and the acceptance per position, one step drafting n costs
-C(n) = T(n + 1) + n * draft cost per token (both in baseline tokens) and
-lands L(n) = 1 + sum_k prod_{i<=k} p_i tokens. Iterations where the drafter
+drafted token, the loop's own measured seconds per step (picks, rollback,
+events: where the backend reports them) and the acceptance per position,
+one step drafting n costs C(n) = T(n + 1) + n * draft cost per token + loop
+cost (all in baseline tokens) and lands L(n) = 1 + sum_k prod_{i<=k} p_i
+tokens. Iterations where the drafter
 proposes nothing cost and land one plain token, in the share measured. So
 
     speedup(n) = (q + (1 - q) L(n)) / (q + (1 - q) C(n)),  q = plain share.
 
-T(w) is relative to a one-row pass, taken as one baseline token: the model
-leaves out sampling and loop overhead, which is what the measured speedup
-beside it shows.
+T(w) is relative to a one-row pass, taken as one baseline token. Where a
+step lasts a few milliseconds (a GPU) the loop's 50-100 us is a few percent
+of it, which the prediction left out until the loop reported it.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ class Prediction:
     draft_cost: float  # baseline tokens per step
     speedup: float
     extrapolated: int  # draft positions with no acceptance data
+    loop_cost: float = 0.0  # the loop's own seconds per step, baseline tokens
 
     @property
     def cost(self) -> float:
-        return self.verify_cost + self.draft_cost
+        return self.verify_cost + self.draft_cost + self.loop_cost
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class ArmInputs:
     draft_s_per_token: float
     plain_share: float
     n_max: int | None
+    loop_s_per_step: float = 0.0
 
 
 def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
@@ -60,11 +64,18 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
     token_s = sum(float(r["step_s"]) / float(r["step_cost_tokens"]) for r in ok) / len(ok)
     # The first token comes with the prompt, not from the loop.
     plain = sum(max(0, int(r.get("plain_tokens") or 0) - 1) for r in ok)
+    # The loop's own seconds per step, from rows whose loop reports the steps
+    # they were spent over (runs saved before it did leave it out).
+    reported = [r["engine_report"] for r in ok if isinstance(r.get("engine_report"), Mapping)
+                and r["engine_report"].get("loop_steps") and r["engine_report"].get("loop_overhead_s") is not None]
+    loop_steps = sum(int(e["loop_steps"]) for e in reported)
+    loop_s = sum(max(0.0, float(e["loop_overhead_s"])) for e in reported)
     return ArmInputs(
         baseline_token_s=token_s,
         draft_s_per_token=draft_s / drafted if drafted else 0.0,
         plain_share=plain / (plain + steps) if plain + steps else 0.0,
         n_max=ok[0].get("n_max"),
+        loop_s_per_step=loop_s / loop_steps if loop_steps else 0.0,
     )
 
 
@@ -74,6 +85,7 @@ def predict(
     """Predictions for every n_max the probe covers (n + 1 <= widest width)."""
     ns = list(n_values) if n_values is not None else list(range(1, max(probe.widths)))
     draft_per_token = inputs.draft_s_per_token / inputs.baseline_token_s
+    loop_cost = inputs.loop_s_per_step / inputs.baseline_token_s
     q = inputs.plain_share
     out = []
     for n in ns:
@@ -82,8 +94,8 @@ def predict(
             continue
         landed, missing = acceptance.expected_landed(n)
         draft_cost = n * draft_per_token
-        speedup = (q + (1 - q) * landed) / (q + (1 - q) * (t + draft_cost))
-        out.append(Prediction(n, landed, t, draft_cost, speedup, missing))
+        speedup = (q + (1 - q) * landed) / (q + (1 - q) * (t + draft_cost + loop_cost))
+        out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost))
     return out
 
 

@@ -192,6 +192,7 @@ def generate_dflash(
         engine_report={
             "plain_tokens": stats.plain_tokens - before[0],
             "loop_overhead_s": stats.overhead_s() - before[1],
+            "loop_steps": step,
             "draft_context": proposer.n_context,
         },
     )
