@@ -382,7 +382,8 @@ def model_file_bytes(model: str) -> int | None:
 # width's figure is already the median of several interleaved passes
 # (lab probe --repeats gives the spread over repeats).
 DEFAULT_REPEATS = 1
-CACHE_VERSION = 1
+# 2: a llama.cpp probe on a GPU prices T(1) as the baseline decodes it.
+CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)

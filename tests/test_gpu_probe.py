@@ -159,3 +159,42 @@ def test_lab_probe_loads_the_target_with_its_options(tmp_path: Path) -> None:
     assert saved["notes"]["order"] == "consecutive"
     assert saved["notes"]["gpu_pick"] is True and saved["notes"]["n_gpu_layers"] == 0
     assert all(s > 0 for s in saved["seconds"][0])
+
+
+@pytest.mark.engine
+def test_a_gpu_probe_prices_one_row_as_the_baseline_decodes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where drafting arms pick on the device and a baseline on the host
+    (gpu_pick auto on a GPU), T(1) is timed with no sampler in the graph
+    and the wider passes with it. On this CPU the split is forced: the arm
+    is loaded with gpu_pick on and told that its one-row decodes pick on
+    the host, as auto decides on a GPU."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+    pytest.importorskip("gguf", reason="gguf is not installed (pip install -e '.[llamacpp]')")
+    from lab.api import BackendContext
+    from lab.profiles import Arm, RunSettings
+    from lab_llamacpp import gpu_pick, probe
+    from lab_llamacpp.backend import LlamaCppBackend
+
+    arm = Arm(name="probe", backend="llamacpp", model="synthetic:tiny", drafter=None, n_max=None,
+              options={"gpu_pick": "on"}, drafter_options={}, baseline=None, is_baseline=True,
+              stack="llamacpp", group="probe")
+    backend = LlamaCppBackend(arm, BackendContext(run=RunSettings(threads=2, n_ctx=1024), run_dir=str(tmp_path),
+                                                  log=lambda _t: None))
+    backend.load(lambda _e: None)
+    try:
+        assert backend.gpu_pick_verifies and backend.gpu_pick_one_row
+        backend.gpu_pick_one_row = False
+        seen: list[tuple[tuple[int, ...], bool]] = []
+        timed = probe.decode_pass_seconds
+
+        def spy(ctx: Any, widths: Any, **kw: Any) -> list[float]:
+            seen.append((tuple(widths), ctx in gpu_pick._installed))
+            return timed(ctx, widths, **kw)
+
+        monkeypatch.setattr(probe, "decode_pass_seconds", spy)
+        seconds = backend.measure_verify_cost([1, 2, 5])
+        assert len(seconds) == 3 and all(s > 0 for s in seconds)
+        assert seen == [((1,), False), ((2, 5), True)]
+        assert backend.probe_notes()["one_row_pick"] == "host"
+    finally:
+        backend.close()

@@ -118,6 +118,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         self.stats = LoopStats()
         self.gpu_pick = False
         self.gpu_pick_verifies = False
+        self.gpu_pick_one_row = False
 
     def load(self, emit: Emit) -> None:
         from lab_llamacpp import engine
@@ -137,6 +138,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         # measures verify passes as a drafting arm of this configuration
         # runs them); the arm's own loop picks there when it drafts.
         self.gpu_pick_verifies = wants_gpu_pick(setting, layers, self.ctx.run.temperature)
+        self.gpu_pick_one_row = wants_gpu_pick(setting, layers, self.ctx.run.temperature, verifies=False)
         self.gpu_pick = wants_gpu_pick(setting, layers, self.ctx.run.temperature, verifies=self.arm.drafter is not None)
         try:
             self.context = engine.Context(self.model, self.ctx.run.n_ctx, int(opts.get("n_batch", 512)), threads,
@@ -298,14 +300,26 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
                 "prefix_tokens": probe.PREFIX_TOKENS, "inner_passes": probe.INNER_PASSES,
                 "threads": self.ctx.run.threads or available_cores(), "order": order,
                 "n_gpu_layers": int(self.arm.options.get("n_gpu_layers", 0)), "gpu_pick": self.gpu_pick_verifies,
+                "one_row_pick": "device" if self.gpu_pick_one_row else "host",
             }
-            if self.gpu_pick_verifies:
-                from lab_llamacpp.gpu_pick import backend_greedy
+            if not self.gpu_pick_verifies:
+                return probe.decode_pass_seconds(self.context, widths, order=order)
+            from lab_llamacpp.gpu_pick import backend_greedy, host_greedy
 
-                # The loop's verify passes run the sampler in the graph and
-                # copy no logits: the probe's passes do the same work.
+            # The loop's verify passes run the sampler in the graph and copy
+            # no logits: the probe's passes of two rows and more do the same
+            # work. T(1), the unit every width is priced in, is a baseline
+            # token, decoded as the baseline decodes it.
+            seconds: dict[int, float] = {}
+            one = [w for w in widths if w == 1 and not self.gpu_pick_one_row]
+            if one:
+                host_greedy(self.context)
+                seconds[1] = probe.decode_pass_seconds(self.context, one, order=order)[0]
+            rest = [w for w in widths if w not in seconds]
+            if rest:
                 backend_greedy(self.context, self.context.model.eog_ids)
-            return probe.decode_pass_seconds(self.context, widths, order=order)
+                seconds.update(zip(rest, probe.decode_pass_seconds(self.context, rest, order=order)))
+            return [seconds[w] for w in widths]
         if method == "batched-bench":
             if self.arm.model is None:
                 raise ValueError("the probe needs a model")

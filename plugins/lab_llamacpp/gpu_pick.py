@@ -107,6 +107,14 @@ def backend_greedy(ctx: Context, masked: Sequence[int] = ()) -> BackendGreedy:
     return made
 
 
+def host_greedy(ctx: Context) -> None:
+    """Hand the context's picks back to the host (a no-op when no backend
+    chain is installed)."""
+    have = _installed.pop(ctx, None)
+    if have is not None:
+        have.detach()
+
+
 class GpuPickTarget(LlamaTarget):
     """``LlamaTarget`` with greedy picks from the backend sampler."""
 
@@ -116,9 +124,7 @@ class GpuPickTarget(LlamaTarget):
         if self.greedy is None:
             # Sampling at a temperature reads the host's logits, which a
             # backend sampler on the sequence would leave uncopied.
-            have = _installed.pop(ctx, None)
-            if have is not None:
-                have.detach()
+            host_greedy(ctx)
 
     def pick(self, row: int) -> int:
         if self.greedy is not None:
