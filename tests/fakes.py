@@ -71,6 +71,7 @@ class FakeBackend(Backend):
         Option("virtual_draft_s", float, 0.002, "virtual seconds per drafted token"),
         Option("overdraft", bool, False, "draft n_max even at the end; the last step lands what the budget leaves"),
         Option("spawn_child", bool, False, "start a stand-in engine process"),
+        Option("busy_cores", int, 0, "CPU cores it says it keeps busy (the TUI's cadence tests)"),
         Option("text", str, "", "words to stream (default: a fixed sentence)"),
     )
 
@@ -80,8 +81,9 @@ class FakeBackend(Backend):
     @classmethod
     def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
         # It sleeps or runs a virtual clock: other processes cannot slow it,
-        # so the noise guard (lab.contention) leaves every core spare.
-        return 0
+        # so by default the noise guard (lab.contention) leaves every core
+        # spare; the cadence tests give it a claim to weigh.
+        return int(arm_options.get("busy_cores") or 0)
 
     @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:

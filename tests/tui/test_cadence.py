@@ -57,16 +57,18 @@ def _session(tmp_path: Path, registry: Registry, arms: str, threads: int, refres
 
 def test_the_bridge_takes_each_arms_cadence_when_it_starts(tmp_path: Path) -> None:
     registry = fake_registry()
-    arms = '[[arms]]\nname = "a"\nbackend = "fake"\n\n[[arms]]\nname = "b"\nbackend = "fake"\n'
+    every = available_cores()
+    arms = (f'[[arms]]\nname = "a"\nbackend = "fake"\noptions = {{ busy_cores = {every} }}\n\n'
+            '[[arms]]\nname = "b"\nbackend = "fake"\n')
     forced = _session(tmp_path, registry, arms, threads=0, refresh_hz=12)
     assert set(forced.cadences()) == {"a", "b"}
     forced.bridge(StatusChanged(arm_cell("a"), Status.LOADING))
     assert forced.bridge.interval == 1 / 12 and forced.cadence.reason == "view 12 Hz, set"
 
     session = _session(tmp_path, registry, arms, threads=0)
-    session.bridge.cadences["b"] = cadence_for(1, cores=8)  # as an arm offloaded to a GPU
+    assert session.bridge.cadences["b"] == cadence_for(0)  # an engine that leaves the CPU idle
     session.bridge(StatusChanged(arm_cell("a"), Status.LOADING))
-    lean = cadence_for(available_cores(), cores=available_cores())
+    lean = cadence_for(every, cores=every)
     assert session.cadence == lean
     assert session.bridge.interval == 1 / lean.text_hz
     assert session.bridge.metrics_interval == 1 / lean.metrics_hz
