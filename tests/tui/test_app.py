@@ -400,3 +400,20 @@ async def test_plugins_with_no_registry_errors_say_none(tmp_path: Path) -> None:
         await pilot.press("f2")
         await wait_until(pilot, lambda: isinstance(app.screen, PluginsScreen))
         assert len(app.screen.query(".no-errors")) == 1
+
+
+def test_a_verdict_taken_on_a_busy_machine_carries_the_warning_in_the_table() -> None:
+    import dataclasses
+
+    from lab.verdict import BUSY_WARNING
+
+    from lab.events import Status
+    from lab.results import ResultRow
+
+    row = ResultRow(arm="spec", backend="fake", drafter=None, prompt="p", round=1, status=Status.OK, is_baseline=False,
+                    baseline_arm="base", tok_per_s=10.0, speedup=1.2, verdict="pays: 1.20x", contended=True,
+                    n_tokens=8)
+    quiet = dataclasses.replace(row, contended=False)
+    busy_cell = summary_cells(summarize([row])[0])[-1]
+    quiet_cell = summary_cells(summarize([quiet])[0])[-1]
+    assert BUSY_WARNING in str(busy_cell) and BUSY_WARNING not in str(quiet_cell)

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 
 from lab.report import summarize
+from lab.verdict import busy_warning
 from lab.tui.widgets.fmt import DASH, mib, num, pct, speedup
 
 COLUMNS = (
@@ -87,10 +88,11 @@ def summary_cells(s: Mapping[str, Any]) -> list[str | Text]:
     if s["tok_per_s_min"] is not None and s["rounds"] > 1:
         tps += f" ({s['tok_per_s_min']:.0f}–{s['tok_per_s_max']:.0f})"
     verdict = str(s["verdict"] or "")
+    busy = busy_warning(s)
     return [
         s["arm"], s["prompt"], s["status"], tps, speedup(s["speedup"]), pct(s["acceptance_rate"]),
         num(s["mean_accepted_len"], ".2f"), cost, mib(s["peak_mem_bytes"]), ident,
-        Text(verdict, style=verdict_style(verdict)),
+        Text(verdict, style=verdict_style(verdict)) + (Text(" " + busy, style="yellow") if busy else Text("")),
     ]
 
 
