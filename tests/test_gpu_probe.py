@@ -170,10 +170,11 @@ def test_a_gpu_probe_prices_one_row_as_the_baseline_decodes_it(tmp_path: Path, m
     the host, as auto decides on a GPU."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
     pytest.importorskip("gguf", reason="gguf is not installed (pip install -e '.[llamacpp]')")
-    from lab.api import BackendContext
-    from lab.profiles import Arm, RunSettings
     from lab_llamacpp import gpu_pick, probe
     from lab_llamacpp.backend import LlamaCppBackend
+
+    from lab.api import BackendContext
+    from lab.profiles import Arm, RunSettings
 
     arm = Arm(name="probe", backend="llamacpp", model="synthetic:tiny", drafter=None, n_max=None,
               options={"gpu_pick": "on"}, drafter_options={}, baseline=None, is_baseline=True,

@@ -405,10 +405,9 @@ async def test_plugins_with_no_registry_errors_say_none(tmp_path: Path) -> None:
 def test_a_verdict_taken_on_a_busy_machine_carries_the_warning_in_the_table() -> None:
     import dataclasses
 
-    from lab.verdict import BUSY_WARNING
-
     from lab.events import Status
     from lab.results import ResultRow
+    from lab.verdict import BUSY_WARNING
 
     row = ResultRow(arm="spec", backend="fake", drafter=None, prompt="p", round=1, status=Status.OK, is_baseline=False,
                     baseline_arm="base", tok_per_s=10.0, speedup=1.2, verdict="pays: 1.20x", contended=True,
