@@ -310,16 +310,16 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
             # no logits: the probe's passes of two rows and more do the same
             # work. T(1), the unit every width is priced in, is a baseline
             # token, decoded as the baseline decodes it.
-            seconds: dict[int, float] = {}
+            by_width: dict[int, float] = {}
             one = [w for w in widths if w == 1 and not self.gpu_pick_one_row]
             if one:
                 host_greedy(self.context)
-                seconds[1] = probe.decode_pass_seconds(self.context, one, order=order)[0]
-            rest = [w for w in widths if w not in seconds]
+                by_width[1] = probe.decode_pass_seconds(self.context, one, order=order)[0]
+            rest = [w for w in widths if w not in by_width]
             if rest:
                 backend_greedy(self.context, self.context.model.eog_ids)
-                seconds.update(zip(rest, probe.decode_pass_seconds(self.context, rest, order=order)))
-            return [seconds[w] for w in widths]
+                by_width.update(zip(rest, probe.decode_pass_seconds(self.context, rest, order=order)))
+            return [by_width[w] for w in widths]
         if method == "batched-bench":
             if self.arm.model is None:
                 raise ValueError("the probe needs a model")
