@@ -155,3 +155,17 @@ def test_a_row_without_evidence_reads_cause_not_established(tmp_path: Path) -> N
     data = dict(load_for_report(run_dir))
     data["results"] = rows
     assert "cause not established" in render_markdown(data)
+
+
+def test_a_later_round_with_the_same_batches_reuses_the_evidence(tmp_path: Path) -> None:
+    # "story" flips a near tie at output token 27 on tiny:gemma3 under ngram.
+    run = "max_tokens = 40\nrounds = 2\nwarmup = 0\nchat_template = false\nignore_eos = true\nn_ctx = 512"
+    results, _, _ = run_profile(tmp_path, run, [("story", "Once upon a time")],
+                                arms("tiny:gemma3", {"ngram-3": 'drafter = "ngram"\nn_max = 3'}))
+    rows = {r["round"]: r for r in results if r["arm"] == "ngram-3"}
+    first, second = rows[1]["engine_report"].get("divergence"), rows[2]["engine_report"].get("divergence")
+    assert first is not None and first["check_s"] > 0 and not first.get("same_as_earlier_round")
+    assert second is not None and second["same_as_earlier_round"] and second["check_s"] == 0.0
+    assert {k: v for k, v in second.items() if k not in ("check_s", "same_as_earlier_round")} == \
+        {k: v for k, v in first.items() if k != "check_s"}
+    assert rows[2]["divergence_cause"] == rows[1]["divergence_cause"] == "engine batch variance"

@@ -119,6 +119,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         self.gpu_pick = False
         self.gpu_pick_verifies = False
         self.gpu_pick_one_row = False
+        # (prompt, output, baseline, batches) -> the divergence evidence found
+        self._explained: dict[tuple[Any, ...], dict[str, Any] | None] = {}
 
     def load(self, emit: Emit) -> None:
         from lab_llamacpp import engine
@@ -233,7 +235,16 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         # The cell's own prompt and length, so the reproduction meets the same tokens.
         notes["repro"] += (f" --prompt {shlex.quote(self.rendered_prompt(request).text)} --tokens {len(baseline)}"
                            " --configs default,pad")
-        evidence = divergence.explain(target, prompt_ids, trace, gen.ids, baseline, notes)
+        # A later round that decoded the same batches to the same output
+        # against the same baseline replays to the same evidence: reuse it.
+        key = (tuple(prompt_ids), tuple(gen.ids), tuple(baseline), tuple(trace))
+        if key in self._explained:
+            evidence = self._explained[key]
+            if evidence is not None:
+                evidence = {**evidence, "check_s": 0.0, "same_as_earlier_round": True}
+        else:
+            evidence = divergence.explain(target, prompt_ids, trace, gen.ids, baseline, notes)
+            self._explained[key] = evidence
         if evidence is not None:
             gen.engine_report["divergence"] = evidence
 
