@@ -27,7 +27,6 @@ fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
-$PIP install --quiet --upgrade pip setuptools wheel
 
 llama=""
 case ",$EXTRAS," in *,llamacpp,*|*,all,*) llama=lib ;; esac
@@ -43,6 +42,11 @@ if [ -n "$llama" ]; then
   # other mostly on the network.
   bash scripts/build_llama.sh "$llama" --compile &
   build_pid=$!
+fi
+# The compile is the long pole: it started with the venv's own pip (enough
+# to fetch the source); pip is brought up to date beside it.
+$PIP install --quiet --upgrade pip setuptools wheel
+if [ -n "$llama" ]; then
   # llama-cpp-python's Python code goes in before the extras so that their
   # pin is already met and pip does not compile llama.cpp a second time.
   bash scripts/build_llama.sh python
