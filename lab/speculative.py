@@ -11,7 +11,7 @@ against the draft's probabilities, roll the target back, emit events).
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -70,6 +70,22 @@ class LoopStats:
     def overhead_s(self) -> float:
         """Time in the loop spent neither in the engine nor in the drafter."""
         return self.loop_s - self.engine_s - self.draft_s - self.empty_draft_s
+
+    def mark(self) -> LoopStats:
+        """The totals now, for :meth:`cell_report` at the end of a cell."""
+        return replace(self, extras=dict(self.extras))
+
+    def cell_report(self, start: LoopStats) -> dict[str, Any]:
+        """One cell's share of totals that may run across an arm's cells:
+        what the loop adds to a row's ``engine_report``."""
+        return {
+            "plain_tokens": self.plain_tokens - start.plain_tokens,
+            "empty_drafts": self.empty_drafts - start.empty_drafts,
+            "empty_draft_s": self.empty_draft_s - start.empty_draft_s,
+            "loop_overhead_s": self.overhead_s() - start.overhead_s(),
+            # the steps loop_overhead_s was spent over
+            "loop_steps": self.steps - start.steps,
+        }
 
 
 class OutputStream:
@@ -190,8 +206,7 @@ def _run(
     trace: list[TraceStep] | None,
 ) -> Generation:
     stats = stats if stats is not None else LoopStats()
-    # ``stats`` may run across an arm's cells; the report gives this cell's share.
-    before = (stats.plain_tokens, stats.empty_drafts, stats.empty_draft_s, stats.overhead_s())
+    start = stats.mark()
     out = OutputStream(target, req, emit)
     rng = np.random.default_rng(req.seed)
 
@@ -272,13 +287,7 @@ def _run(
     return Generation(
         text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),
         prompt_s=t_prompt - t0, gen_s=t_end - t_prompt,
-        engine_report={
-            "plain_tokens": stats.plain_tokens - before[0],
-            "empty_drafts": stats.empty_drafts - before[1],
-            "empty_draft_s": stats.empty_draft_s - before[2],
-            "loop_overhead_s": stats.overhead_s() - before[3],
-            "loop_steps": step,  # the steps loop_overhead_s was spent over
-        },
+        engine_report=stats.cell_report(start),
     )
 
 

@@ -108,8 +108,7 @@ def generate_dflash(
     runs as one graph (faster where graph building is a visible cost) and
     only step seconds are measured."""
     stats = stats if stats is not None else LoopStats()
-    # ``stats`` may run across an arm's cells; the report gives this cell's share.
-    before = (stats.plain_tokens, stats.overhead_s())
+    start = stats.mark()
     out = OutputStream(target, req, emit)
     rng = np.random.default_rng(req.seed)
     proposer = DFlashProposer(draft, req.seed)
@@ -190,9 +189,7 @@ def generate_dflash(
         text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),
         prompt_s=t_prompt - t0, gen_s=t_end - t_prompt,
         engine_report={
-            "plain_tokens": stats.plain_tokens - before[0],
-            "loop_overhead_s": stats.overhead_s() - before[1],
-            "loop_steps": step,
+            **stats.cell_report(start),
             "draft_context": proposer.n_context,
         },
     )
