@@ -141,7 +141,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         # runs them); the arm's own loop picks there when it drafts.
         self.gpu_pick_verifies = wants_gpu_pick(setting, layers, self.ctx.run.temperature)
         self.gpu_pick_one_row = wants_gpu_pick(setting, layers, self.ctx.run.temperature, verifies=False)
-        self.gpu_pick = wants_gpu_pick(setting, layers, self.ctx.run.temperature, verifies=self.arm.drafter is not None)
+        self.gpu_pick = self.gpu_pick_verifies if self.arm.drafter is not None else self.gpu_pick_one_row
         try:
             self.context = engine.Context(self.model, self.ctx.run.n_ctx, int(opts.get("n_batch", 512)), threads,
                                           batch_invariant=bool(opts.get("batch_invariant", False)),
