@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_overhead import llama_bench_path, llama_bench_tg  # noqa: E402
+from decode_overhead import bench_profile, llama_bench_path, llama_bench_tg  # noqa: E402
 
 from lab import models  # noqa: E402
 from lab.events import Cell, now  # noqa: E402
@@ -67,29 +67,6 @@ def loop_pass(target: Any, prompt: list[int], tokens: int) -> float:
     return gen.gen_s / (len(gen.ids) - 1)
 
 
-PROFILE = """
-[run]
-max_tokens = {tokens}
-rounds = 1
-warmup = 1
-threads = {threads}
-n_ctx = {n_ctx}
-chat_template = false
-ignore_eos = true
-probe = false
-
-[[prompts]]
-name = "p"
-text = "The"
-
-[[arms]]
-name = "base"
-backend = "llamacpp"
-model = "{model}"
-options = {{ n_gpu_layers = {ngl}, gpu_pick = "{pick}" }}
-"""
-
-
 @contextmanager
 def samplers_off() -> Iterator[None]:
     from lab import gpu, sampling
@@ -111,8 +88,7 @@ def runner_pass(args: argparse.Namespace, threads: int, bare: bool) -> float:
     from lab.runner import Runner
 
     registry = load_registry()
-    text = PROFILE.format(tokens=args.tokens, threads=threads, n_ctx=args.n_ctx, model=args.model,
-                          ngl=args.n_gpu_layers, pick=args.gpu_pick)
+    text = bench_profile(args.model, args.tokens, threads, args.n_gpu_layers, args.gpu_pick, n_ctx=args.n_ctx)
     profile = parse_profile(text, "anatomy.toml", registry)
     if bare:
         with samplers_off():

@@ -61,41 +61,25 @@ def llama_bench_tg(bench: Path, model: Path, tokens: int, threads: int, n_gpu_la
     return float(rows[0]["avg_ts"])
 
 
-PROFILE = """
-[run]
-max_tokens = {tokens}
-rounds = 1
-warmup = 1
-threads = {threads}
-n_ctx = 2048
-chat_template = false
-ignore_eos = true
-
-[[prompts]]
-name = "p"
-text = "The"
-
-[[arms]]
-name = "base"
-backend = "llamacpp"
-model = "{model}"
-options = {{ batch_invariant = {invariant}, n_gpu_layers = {ngl}, gpu_pick = "{pick}" }}
-
-[[arms]]
-name = "oracle"
-backend = "llamacpp"
-model = "{model}"
-drafter = "oracle"
-n_max = {n_max}
-options = {{ batch_invariant = {invariant}, n_gpu_layers = {ngl}, gpu_pick = "{pick}" }}
-"""
+def bench_profile(model: str, tokens: int, threads: int, ngl: int = 0, pick: str = "auto", invariant: bool = False,
+                  n_ctx: int = 2048, oracle_n_max: int | None = None) -> str:
+    """A one-prompt profile: the baseline arm, and an oracle arm when
+    ``oracle_n_max`` is given. No probe: only the arms' own decoding counts."""
+    options = (f'options = {{ batch_invariant = {str(invariant).lower()}, n_gpu_layers = {ngl}, '
+               f'gpu_pick = "{pick}" }}')
+    text = (f"[run]\nmax_tokens = {tokens}\nrounds = 1\nwarmup = 1\nthreads = {threads}\nn_ctx = {n_ctx}\n"
+            'chat_template = false\nignore_eos = true\nprobe = false\n\n[[prompts]]\nname = "p"\ntext = "The"\n\n'
+            f'[[arms]]\nname = "base"\nbackend = "llamacpp"\nmodel = "{model}"\n{options}\n')
+    if oracle_n_max is not None:
+        text += (f'\n[[arms]]\nname = "oracle"\nbackend = "llamacpp"\nmodel = "{model}"\ndrafter = "oracle"\n'
+                 f"n_max = {oracle_n_max}\n{options}\n")
+    return text
 
 
 def lab_run(model: str, tokens: int, threads: int, invariant: bool, ngl: int = 0, pick: str = "auto",
             n_max: int = 4) -> tuple[float, float, bool]:
     registry = load_registry()
-    text = PROFILE.format(tokens=tokens, threads=threads, model=model, invariant=str(invariant).lower(), ngl=ngl,
-                          pick=pick, n_max=n_max)
+    text = bench_profile(model, tokens, threads, ngl, pick, invariant, oracle_n_max=n_max)
     profile = parse_profile(text, "bench.toml", registry)
     reports: dict[str, dict] = {}
 
