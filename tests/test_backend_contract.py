@@ -26,6 +26,7 @@ from lab.plugins import Registry, load_registry
 from lab.profiles import parse_profile
 from lab.runner import RunControl, Runner
 from tests.fakes import fake_plugin
+from tests.needs import need_vllm
 
 pytestmark = pytest.mark.engine
 
@@ -87,13 +88,7 @@ def _usable(backend: str) -> None:
     """Skip, with the reason, a case whose engine this machine lacks (vLLM
     is an extra: bash scripts/setup.sh all installs it, CI included)."""
     if backend == "vllm":
-        import sys
-
-        from lab_vllm.install import check_install
-
-        ok, detail = check_install(sys.executable)
-        if not ok:
-            pytest.skip(f"vLLM is not usable here: {detail} (bash scripts/setup.sh vllm)")
+        need_vllm()
 
 HEAD = """
 [profile]

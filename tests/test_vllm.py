@@ -29,6 +29,8 @@ from lab_vllm import metrics  # noqa: E402
 from lab_vllm.command import server_args, speculative_config  # noqa: E402
 from lab_vllm.stream import consume  # noqa: E402
 
+from tests.needs import need_vllm  # noqa: E402
+
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 
 # -- no server ----------------------------------------------------------------------------------------
@@ -109,18 +111,9 @@ def test_shipped_vllm_profiles_check() -> None:
 # -- a real vLLM server ---------------------------------------------------------------------------------
 
 
-def _python() -> str:
-    return os.environ.get("LAB_VLLM_PYTHON") or sys.executable
-
-
 @pytest.fixture(scope="module")
 def vllm_ready() -> str:
-    from lab_vllm.install import check_install
-
-    ok, detail = check_install(_python())
-    if not ok:
-        pytest.skip(f"vLLM is not usable here: {detail} (bash scripts/setup.sh vllm)")
-    return _python()
+    return need_vllm()
 
 
 def _registry() -> Any:

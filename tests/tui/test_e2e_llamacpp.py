@@ -9,12 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.plugins import load_registry
 from lab.store import load_run
-from lab.tui.app import LabApp
-from lab.tui.messages import TokensLanded
-from lab.tui.screens.run import RunScreen
-from tests.tui.helpers import run_finished
+from tests.tui.helpers import finished_run
 
 pytestmark = [pytest.mark.anyio, pytest.mark.engine, pytest.mark.slow]
 
@@ -87,18 +83,7 @@ async def test_tui_runs_the_real_backend_streams_finishes_and_saves(tmp_path: Pa
     reason = _engine_ready(tmp_path)
     if reason:
         pytest.skip(reason)
-    batches: list[TokensLanded] = []
-
-    def hook(message: object) -> None:
-        if isinstance(message, TokensLanded):
-            batches.append(message)
-
-    app = LabApp(str(path), registry=load_registry(), runs_dir=tmp_path / "runs")
-    async with app.run_test(size=(140, 45), message_hook=hook) as pilot:
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
-        await pilot.press("s")
-        await run_finished(pilot, timeout=240)
+    async with finished_run(path, tmp_path / "runs", timeout=240) as (pilot, screen, batches):
         run_dir = screen.session.run_dir
         rows = {r["arm"]: r for r in load_run(run_dir)["results"]}
         assert {a: r["status"] for a, r in rows.items()} == {"baseline": "ok", "ngram": "ok"}, rows
@@ -114,4 +99,3 @@ async def test_tui_runs_the_real_backend_streams_finishes_and_saves(tmp_path: Pa
         await pilot.pause()
         assert (run_dir / "report.md").read_text().startswith("# tui-e2e")
         assert (run_dir / "comparison.csv").exists()
-        await pilot.press("q")

@@ -7,19 +7,15 @@ Quitting the app leaves no vLLM process."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from lab.plugins import load_registry
 from lab.store import load_run, load_steps
-from lab.tui.app import LabApp
-from lab.tui.messages import TokensLanded
-from lab.tui.screens.run import RunScreen
-from tests.tui.helpers import run_finished
+from tests.needs import need_vllm
+from tests.tui.helpers import finished_run
 
 pytestmark = [pytest.mark.anyio, pytest.mark.engine, pytest.mark.slow]
 
@@ -63,26 +59,10 @@ def _vllm_processes() -> list[int]:
 
 
 async def test_tui_runs_a_vllm_ngram_arm_and_leaves_no_server(tmp_path: Path) -> None:
-    pytest.importorskip("lab_vllm", reason="the lab_vllm plugin is not installed here (pip install -e .)")
-    from lab_vllm.install import check_install
-
-    ok, detail = check_install(sys.executable)
-    if not ok:
-        pytest.skip(f"vLLM is not usable here: {detail} (bash scripts/setup.sh vllm)")
+    need_vllm()
     path = tmp_path / "vllm.toml"
     path.write_text(PROFILE, encoding="utf-8")
-    batches: list[TokensLanded] = []
-
-    def hook(message: object) -> None:
-        if isinstance(message, TokensLanded):
-            batches.append(message)
-
-    app = LabApp(str(path), registry=load_registry(), runs_dir=tmp_path / "runs")
-    async with app.run_test(size=(140, 45), message_hook=hook) as pilot:
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
-        await pilot.press("s")
-        await run_finished(pilot, timeout=900)
+    async with finished_run(path, tmp_path / "runs", timeout=900) as (_pilot, screen, batches):
         run_dir = screen.session.run_dir
         row = load_run(run_dir)["results"][0]
         assert row["status"] == "ok", row["detail"]
@@ -96,7 +76,6 @@ async def test_tui_runs_a_vllm_ngram_arm_and_leaves_no_server(tmp_path: Path) ->
         assert row["accepted"] > 0  # the n-gram drafts landed on this prompt
         # vLLM streams a step's tokens as one text, so the lane marks no
         # drafted characters (known gap; the counts above are exact)
-        await pilot.press("q")
     deadline = time.monotonic() + 30
     while _vllm_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
