@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import codecs
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -22,7 +22,8 @@ from lab.events import Cell, Emit, Event, StepEvent, TokenEvent, now
 
 class Target(Protocol):
     """What the loops need from a target engine. Every method returns only
-    after the engine finished the work (synchronized), so clocks are honest."""
+    after the engine finished the work (synchronized), so clocks are honest;
+    a target that is also :class:`Overlapping` offers one exception."""
 
     @property
     def n_past(self) -> int:
@@ -50,6 +51,23 @@ class Target(Protocol):
 
     def piece(self, token: int) -> bytes:
         """The bytes a token stands for."""
+
+
+@runtime_checkable
+class Overlapping(Protocol):
+    """A target whose one-row decode may run while the loop does other work.
+
+    A baseline cell then lands each token (its text, its event and whatever
+    the listeners do with it) while the engine decodes the next one: on a GPU
+    that host work leaves the critical path, and a lab baseline decodes at
+    the engine's own pace. ``pick`` and ``probs`` wait for the decode."""
+
+    def submit(self, ids: Sequence[int]) -> None:
+        """Queue the decode of ids at n_past (logits for the last row) and
+        return, possibly before the engine has finished it."""
+
+    def wait(self) -> None:
+        """Return once the engine has finished every decode queued."""
 
 
 @dataclass
@@ -221,13 +239,17 @@ def _run(
     out.land([pending], from_draft=False)
     context = list(prompt_ids) + [pending]
 
+    # A baseline on an Overlapping target lands each picked token once the
+    # decode that follows it is queued: ``held`` says `pending` waits so.
+    overlap = target if drafter is None and isinstance(target, Overlapping) else None
+    held = False
     n_max = req.n_max or 0
     step = 0  # this cell's steps; stats.steps counts the arm's
-    while len(out.ids) < req.max_tokens:
+    while len(out.ids) + held < req.max_tokens:
         if cancelled():
             raise Cancelled()
         t_a = now()
-        remaining = req.max_tokens - len(out.ids)
+        remaining = req.max_tokens - len(out.ids) - held
         k = min(n_max, remaining - 1, target.n_ctx - target.n_past - 1) if drafter is not None else 0
         drafted: tuple[int, ...] = ()
         draft_probs = None
@@ -243,13 +265,28 @@ def _run(
                 stats.empty_draft_s += t_b - t_a
             check_room(target, 1)
             if trace is not None:
-                trace.append(TraceStep(len(out.ids), target.n_past, (pending,), None))
-            target.decode([pending], all_logits=False)
-            t_e = now()
-            stats.engine_s += t_e - t_b
+                trace.append(TraceStep(len(out.ids) + held, target.n_past, (pending,), None))
+            if overlap is not None:
+                overlap.submit([pending])
+                t_q = now()
+                try:
+                    if held:
+                        out.land([pending], from_draft=False)
+                finally:
+                    t_w = now()
+                    overlap.wait()  # nothing is left in flight, even when a listener raised
+                t_e = now()
+                # the engine's share: queueing and waiting, not the landing
+                stats.engine_s += (t_q - t_b) + (t_e - t_w)
+            else:
+                target.decode([pending], all_logits=False)
+                stats.engine_s += now() - t_b
             pending = target.pick(-1)
             stats.plain_tokens += 1
-            out.land([pending], from_draft=False)
+            if overlap is not None:
+                held = True
+            else:
+                out.land([pending], from_draft=False)
             context.append(pending)
             stats.loop_s += now() - t_a
             continue
@@ -283,6 +320,8 @@ def _run(
         )
         step += 1
         stats.loop_s += now() - t_a
+    if held:
+        out.land([pending], from_draft=False)
     t_end = now()
     return Generation(
         text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),

@@ -42,6 +42,7 @@ class LlamaTarget:
         self.n_vocab = ctx.model.n_vocab
         self.temperature = temperature
         self.masked = ctx.model.eog_ids if ignore_eos else []
+        self._masked_rows = np.asarray(self.masked, dtype=np.intp)
 
     @property
     def n_past(self) -> int:
@@ -53,9 +54,15 @@ class LlamaTarget:
     def decode(self, ids: Sequence[int], all_logits: bool) -> None:
         self.ctx.decode(ids, "all" if all_logits else "last")
 
+    def submit(self, ids: Sequence[int]) -> None:
+        self.ctx.decode(ids, "last", wait=False)
+
+    def wait(self) -> None:
+        self.ctx.wait()
+
     def pick(self, row: int) -> int:
         if self.temperature <= 0:
-            return self.ctx.argmax(row, self.masked)
+            return self.ctx.argmax(row, self._masked_rows)
         return self.ctx.sample(row)
 
     def probs(self, row: int) -> np.ndarray:

@@ -236,9 +236,13 @@ class Context:
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(s.seed & 0xFFFFFFFF))
         self._sampler = chain
 
-    def decode(self, tokens: Sequence[int], logits: str = "last") -> None:
+    def decode(self, tokens: Sequence[int], logits: str = "last", wait: bool = True) -> None:
         """Decode tokens at n_past (in n_batch chunks), then synchronize so the
-        caller's clock is honest."""
+        caller's clock is honest. ``wait=False`` returns once the work is
+        queued: on a GPU llama_decode launches the graph and an async copy of
+        the output rows, and the next read of logits or of a sampled token
+        (or :meth:`wait`) waits for them; the CPU backend computes in the
+        call either way. A context that pads lone rows always waits."""
         if self.batch_invariant and len(tokens) == 1:
             self._decode_padded(tokens[0])
             return
@@ -249,9 +253,14 @@ class Context:
             self.batch.fill(chunk, pos, logits if last_chunk else "none")
             self._decode_batch(pos)
             pos += len(chunk)
-        ll.llama_synchronize(self.ptr)
+        if wait:
+            ll.llama_synchronize(self.ptr)
         self.n_past = pos
         self._padded = False
+
+    def wait(self) -> None:
+        """Block until the decodes queued so far have finished."""
+        ll.llama_synchronize(self.ptr)
 
     def _decode_padded(self, token: int) -> None:
         # Both rows ask for logits: with one output row llama.cpp would cut
@@ -280,7 +289,7 @@ class Context:
         C-side chain."""
         return int(ll.llama_sampler_sample(self._sampler, self.ptr, self._row(row)))
 
-    def argmax(self, row: int, masked: Sequence[int] = ()) -> int:
+    def argmax(self, row: int, masked: Sequence[int] | np.ndarray = ()) -> int:
         """Greedy pick straight from the engine's logits buffer. The C-side
         greedy sampler first copies the whole vocabulary into a candidate
         array (~0.2 ms a row for a 49k vocabulary), which a speculative step
@@ -291,7 +300,7 @@ class Context:
         buf = self._row_type.from_address(ctypes.addressof(ptr.contents))
         row_view = np.frombuffer(buf, dtype=np.float32)  # type: ignore[call-overload]
         if len(masked):
-            row_view[list(masked)] = -np.inf  # ours until the next decode
+            row_view[np.asarray(masked, dtype=np.intp)] = -np.inf  # ours until the next decode
         return int(row_view.argmax())
 
     def logits(self, row: int) -> np.ndarray:
