@@ -1,7 +1,8 @@
 """How close the lab's in-process llama.cpp loop runs to the engine itself.
 
 In one run, same model, same threads, alternating so that machine noise hits
-both sides alike:
+both sides alike (which side goes first alternates too, so a GPU's clocks
+drifting over the run favour neither):
   1. lab baseline tok/s (generation phase) / llama-bench tg tok/s. Goal >= 0.95.
   2. the speculative loop's per-step Python overhead in microseconds: time in
      the loop that is neither engine decode nor drafting, per step (oracle
@@ -77,7 +78,7 @@ def bench_profile(model: str, tokens: int, threads: int, ngl: int = 0, pick: str
 
 
 def lab_run(model: str, tokens: int, threads: int, invariant: bool, ngl: int = 0, pick: str = "auto",
-            n_max: int = 4) -> tuple[float, float, bool]:
+            n_max: int = 4) -> tuple[float, float, dict[str, bool]]:
     registry = load_registry()
     text = bench_profile(model, tokens, threads, ngl, pick, invariant, oracle_n_max=n_max)
     profile = parse_profile(text, "bench.toml", registry)
@@ -93,7 +94,8 @@ def lab_run(model: str, tokens: int, threads: int, invariant: bool, ngl: int = 0
     if base["status"] != "ok" or oracle["status"] != "ok":
         sys.exit(f"lab run failed: {base['detail']} {oracle['detail']}")
     overhead_us = oracle["engine_report"]["loop_overhead_s"] / max(oracle["steps"], 1) * 1e6
-    return base["tok_per_s"], overhead_us, bool(reports.get("oracle", {}).get("gpu_pick"))
+    picks = {arm: bool(reports.get(arm, {}).get("gpu_pick")) for arm in ("base", "oracle")}
+    return base["tok_per_s"], overhead_us, picks
 
 
 def spread(xs: list[float], fmt: str = ".2f") -> str:
@@ -120,19 +122,35 @@ def main() -> int:
     bench_tps: list[float] = []
     overhead: list[float] = []
     ratios: list[float] = []
+    picks: dict[str, bool] = {}
+
+    def lab_side() -> tuple[float, float]:
+        tps, over, picks_now = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on",
+                                       args.n_gpu_layers, args.gpu_pick, args.n_max)
+        picks.update(picks_now)
+        return tps, over
+
+    def bench_side() -> float:
+        return llama_bench_tg(bench, model_path, args.tokens, threads, args.n_gpu_layers)
+
     for i in range(args.repeats):
-        b = llama_bench_tg(bench, model_path, args.tokens, threads, args.n_gpu_layers)
-        t, o, picked_on_device = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on",
-                                         args.n_gpu_layers, args.gpu_pick, args.n_max)
+        if i % 2:
+            t, o = lab_side()
+            b = bench_side()
+        else:
+            b = bench_side()
+            t, o = lab_side()
         bench_tps.append(b)
         lab_tps.append(t)
         overhead.append(o)
         ratios.append(t / b)
-        print(f"repeat {i + 1}: llama-bench tg{args.tokens} {b:.1f} tok/s, lab baseline {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step", flush=True)
+        print(f"repeat {i + 1} ({'lab' if i % 2 else 'llama-bench'} first): llama-bench tg{args.tokens} {b:.1f} tok/s, "
+              f"lab baseline {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step", flush=True)
     print()
     print(f"model {args.model} ({model_path.name}), {threads} threads, {args.tokens} tokens, {args.repeats} repeats, "
           f"batch invariant {args.batch_invariant}, n_gpu_layers {args.n_gpu_layers}, "
-          f"greedy picks {'by the backend sampler' if picked_on_device else 'on the host (numpy arg-max)'}")
+          "greedy picks: " + ", ".join(f"{arm} {'by the backend sampler' if on else 'on the host (numpy arg-max)'}"
+                                       for arm, on in picks.items()))
     print(f"llama-bench tg tok/s:      {spread(bench_tps)}")
     print(f"lab baseline tok/s:        {spread(lab_tps)}")
     goal = "0.97 on a GPU" if args.n_gpu_layers else "0.95"

@@ -72,9 +72,28 @@ bench_py() { python3 -m lab_llamacpp.native_first "$repo/benchmarks/$1" "${@:2}"
 
 # -- call 1: the loop's two figures, the probe, the two profiles ---------------
 overhead() {
-  # gpu_pick auto: greedy picks by the backend sampler on the GPU
-  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 \
+  # gpu_pick auto: the oracle picks with the backend sampler, the baseline on the host
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 10 --tokens 256 \
     > "$R/decode-overhead.txt" 2> "$W/overhead.log"
+}
+
+overhead_later() {
+  # the same, once more after the other stages: how far the card drifts within a call
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 10 --tokens 256 \
+    > "$R/decode-overhead-later.txt" 2> "$W/overhead-later.log"
+}
+
+anatomy_host() {
+  # a baseline token layer by layer with the picks a baseline makes under gpu_pick auto
+  bench_py decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 5 --tokens 256 --gpu-pick off \
+    > "$R/decode-anatomy-host-pick.txt" 2> "$W/anatomy.log"
+}
+
+machine() {
+  # the host CPU and the card's clocks, power and temperature, before the measurements and after
+  local when=$1
+  lscpu > "$R/machine-cpu.txt" 2>&1
+  nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE > "$R/machine-gpu-$when.txt" 2>&1
 }
 
 anatomy() {
@@ -146,7 +165,9 @@ setup
 if [ $# -eq 0 ]; then
   set -- overhead probe oracle_run draft_run
 fi
+stage machine machine before
 for s in "$@"; do stage "$s" "$s"; done
+stage machine machine after
 # A driver queued behind this one (start.sh) says "done" when it ends.
 [ -f "$W/queued" ] || touch "$W/done"
 say "driver done"
