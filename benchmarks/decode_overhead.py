@@ -10,7 +10,7 @@ drifting over the run favour neither):
 
     python benchmarks/decode_overhead.py [--repeats 5] [--tokens 128] [--model embedded:smollm2]
                                          [--batch-invariant on|off] [--n-gpu-layers N]
-                                         [--gpu-pick auto|on|off] [--n-max 4]
+                                         [--gpu-pick auto|on|off[,...]] [--n-max 4]
 
 ``--batch-invariant on`` pads every lone token to two rows so greedy
 speculation stays token-identical to the baseline; ``off`` (the backend's
@@ -102,6 +102,19 @@ def spread(xs: list[float], fmt: str = ".2f") -> str:
     return f"min {min(xs):{fmt}} / median {statistics.median(xs):{fmt}} / max {max(xs):{fmt}}"
 
 
+def pick_settings(text: str) -> list[str]:
+    settings = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in settings if t not in ("auto", "on", "off")]
+    if bad or not settings or len(set(settings)) != len(settings):
+        raise argparse.ArgumentTypeError(f"expected distinct values of auto, on, off separated by commas, got {text!r}")
+    return settings
+
+
+def pick_words(picks: dict[str, bool]) -> str:
+    return ", ".join(f"{arm} {'by the backend sampler' if on else 'on the host (numpy arg-max)'}"
+                     for arm, on in picks.items())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
@@ -111,51 +124,55 @@ def main() -> int:
     ap.add_argument("--batch-invariant", choices=("on", "off"), default="off",
                     help="pad lone tokens to two rows (bit-exact greedy speculation) or not (the backend's default)")
     ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers offloaded, for the lab and llama-bench (-ngl)")
-    ap.add_argument("--gpu-pick", choices=("auto", "on", "off"), default="auto",
-                    help="greedy picks by llama.cpp's backend sampler (the llamacpp option gpu_pick)")
+    ap.add_argument("--gpu-pick", type=pick_settings, default=["auto"],
+                    help="greedy picks by llama.cpp's backend sampler (the llamacpp option gpu_pick): auto, on or "
+                         "off, or several separated by commas (each a lab side of every repeat, in rotating order)")
     ap.add_argument("--n-max", type=int, default=4, help="the oracle arm's draft length")
     args = ap.parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
     model_path = models.resolve(args.model)
     bench = llama_bench_path()
-    lab_tps: list[float] = []
+    settings: list[str] = args.gpu_pick
     bench_tps: list[float] = []
-    overhead: list[float] = []
-    ratios: list[float] = []
-    picks: dict[str, bool] = {}
-
-    def lab_side() -> tuple[float, float]:
-        tps, over, picks_now = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on",
-                                       args.n_gpu_layers, args.gpu_pick, args.n_max)
-        picks.update(picks_now)
-        return tps, over
-
-    def bench_side() -> float:
-        return llama_bench_tg(bench, model_path, args.tokens, threads, args.n_gpu_layers)
-
+    lab_tps: dict[str, list[float]] = {p: [] for p in settings}
+    overhead: dict[str, list[float]] = {p: [] for p in settings}
+    ratios: dict[str, list[float]] = {p: [] for p in settings}
+    picks: dict[str, dict[str, bool]] = {}
+    sides = ["llama-bench", *settings]
     for i in range(args.repeats):
-        if i % 2:
-            t, o = lab_side()
-            b = bench_side()
-        else:
-            b = bench_side()
-            t, o = lab_side()
+        # each side goes first in turn, so a GPU's clocks drifting over the run favour none
+        order = sides[i % len(sides):] + sides[: i % len(sides)]
+        got: dict[str, tuple[float, float]] = {}
+        b = 0.0
+        for side in order:
+            if side == "llama-bench":
+                b = llama_bench_tg(bench, model_path, args.tokens, threads, args.n_gpu_layers)
+            else:
+                tps, over, picks[side] = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on",
+                                                 args.n_gpu_layers, side, args.n_max)
+                got[side] = (tps, over)
         bench_tps.append(b)
-        lab_tps.append(t)
-        overhead.append(o)
-        ratios.append(t / b)
-        print(f"repeat {i + 1} ({'lab' if i % 2 else 'llama-bench'} first): llama-bench tg{args.tokens} {b:.1f} tok/s, "
-              f"lab baseline {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step", flush=True)
+        parts = [f"llama-bench tg{args.tokens} {b:.1f} tok/s"]
+        for side in settings:
+            t, o = got[side]
+            lab_tps[side].append(t)
+            overhead[side].append(o)
+            ratios[side].append(t / b)
+            tag = f" (gpu_pick {side})" if len(settings) > 1 else ""
+            parts.append(f"lab baseline{tag} {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step")
+        print(f"repeat {i + 1} ({order[0]} first): " + ", ".join(parts), flush=True)
     print()
     print(f"model {args.model} ({model_path.name}), {threads} threads, {args.tokens} tokens, {args.repeats} repeats, "
-          f"batch invariant {args.batch_invariant}, n_gpu_layers {args.n_gpu_layers}, "
-          "greedy picks: " + ", ".join(f"{arm} {'by the backend sampler' if on else 'on the host (numpy arg-max)'}"
-                                       for arm, on in picks.items()))
+          f"batch invariant {args.batch_invariant}, n_gpu_layers {args.n_gpu_layers}")
     print(f"llama-bench tg tok/s:      {spread(bench_tps)}")
-    print(f"lab baseline tok/s:        {spread(lab_tps)}")
     goal = "0.97 on a GPU" if args.n_gpu_layers else "0.95"
-    print(f"lab / llama-bench ratio:   {spread(ratios, '.3f')}   (goal >= {goal})")
-    print(f"speculative loop overhead: {spread(overhead, '.0f')} us per step (n_max {args.n_max}, oracle drafter)")
+    for side in settings:
+        if len(settings) > 1:
+            print(f"-- gpu_pick {side}")
+        print(f"greedy picks: {pick_words(picks[side])}")
+        print(f"lab baseline tok/s:        {spread(lab_tps[side])}")
+        print(f"lab / llama-bench ratio:   {spread(ratios[side], '.3f')}   (goal >= {goal})")
+        print(f"speculative loop overhead: {spread(overhead[side], '.0f')} us per step (n_max {args.n_max}, oracle drafter)")
     return 0
 
 

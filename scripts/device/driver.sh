@@ -83,6 +83,12 @@ overhead_later() {
     > "$R/decode-overhead-later.txt" 2> "$W/overhead-later.log"
 }
 
+overhead_picks() {
+  # the baseline with host picks and with the backend sampler, both beside llama-bench in every repeat
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 12 --tokens 256 --gpu-pick auto,on \
+    > "$R/decode-overhead-picks.txt" 2> "$W/overhead-picks.log"
+}
+
 anatomy_host() {
   # a baseline token layer by layer with the picks a baseline makes under gpu_pick auto
   bench_py decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 5 --tokens 256 --gpu-pick off \
