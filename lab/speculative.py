@@ -117,13 +117,15 @@ class OutputStream:
         self.parts: list[str] = []
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def land(self, ids: Sequence[int], from_draft: bool) -> None:
+    def land(self, ids: Sequence[int], from_draft: bool, at: float | None = None) -> None:
+        """``at``: when the tokens were known, where that was before now."""
         if not ids:
             return
         self.ids.extend(ids)
         text = self._utf8.decode(b"".join(self.target.piece(t) for t in ids))
         self.parts.append(text)
-        self.emit(TokenEvent(self.req.cell, text, tuple(ids), from_draft))
+        stamp = {} if at is None else {"t": at}
+        self.emit(TokenEvent(self.req.cell, text, tuple(ids), from_draft, **stamp))
 
     def text(self) -> str:
         return "".join(self.parts) + self._utf8.decode(b"", final=True)
@@ -243,6 +245,7 @@ def _run(
     # decode that follows it is queued: ``held`` says `pending` waits so.
     overlap = target if drafter is None and isinstance(target, Overlapping) else None
     held = False
+    picked_at = t_prompt  # when `pending` was picked: a held token's event carries it
     n_max = req.n_max or 0
     step = 0  # this cell's steps; stats.steps counts the arm's
     while len(out.ids) + held < req.max_tokens:
@@ -271,7 +274,7 @@ def _run(
                 t_q = now()
                 try:
                     if held:
-                        out.land([pending], from_draft=False)
+                        out.land([pending], from_draft=False, at=picked_at)
                 finally:
                     t_w = now()
                     overlap.wait()  # nothing is left in flight, even when a listener raised
@@ -284,7 +287,7 @@ def _run(
             pending = target.pick(-1)
             stats.plain_tokens += 1
             if overlap is not None:
-                held = True
+                held, picked_at = True, now()
             else:
                 out.land([pending], from_draft=False)
             context.append(pending)
@@ -321,7 +324,7 @@ def _run(
         step += 1
         stats.loop_s += now() - t_a
     if held:
-        out.land([pending], from_draft=False)
+        out.land([pending], from_draft=False, at=picked_at)
     t_end = now()
     return Generation(
         text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),

@@ -232,3 +232,30 @@ def test_llama_baseline_overlapped_equals_the_synchronous_loop() -> None:
     finally:
         ctx.close()
         model.close()
+
+
+def test_a_held_token_carries_the_time_it_was_picked() -> None:
+    """The event of a token landed while the next decode ran is stamped
+    when the token was picked, so inter-token latencies stay the engine's."""
+    import time
+
+    class SlowQueue(ScriptedOverlapping):
+        def submit(self, ids: Sequence[int]) -> None:
+            super().submit(ids)
+            time.sleep(0.003)  # a launch that takes 3 ms of the host's time
+
+    log: list[str] = []
+    picked: list[float] = []
+    target = SlowQueue(log)
+    plain_pick = target.pick
+
+    def pick(row: int) -> int:
+        tok = plain_pick(row)
+        picked.append(time.perf_counter())
+        return tok
+
+    target.pick = pick  # type: ignore[method-assign]
+    gen, events, _ = baseline(target, max_tokens=6)
+    assert len(events) == 6 == len(picked)
+    for event, at in zip(events, picked):
+        assert 0 <= event.t - at < 0.002, (event.t, at)
