@@ -55,16 +55,16 @@ class Target(Protocol):
 
 @runtime_checkable
 class Overlapping(Protocol):
-    """A target whose one-row decode may run while the loop does other work.
+    """A target whose decode may run while the loop does other work.
 
-    A baseline cell then lands each token (its text, its event and whatever
-    the listeners do with it) while the engine decodes the next one: on a GPU
-    that host work leaves the critical path, and a lab baseline decodes at
-    the engine's own pace. ``pick`` and ``probs`` wait for the decode."""
+    The loops then send the events of what landed (token text, steps, and
+    whatever the listeners do with them: the store, the TUI) while the
+    engine runs the next decode: on a GPU that host work leaves the critical
+    path. ``pick`` and ``probs`` wait for the decode."""
 
-    def submit(self, ids: Sequence[int]) -> None:
-        """Queue the decode of ids at n_past (logits for the last row) and
-        return, possibly before the engine has finished it."""
+    def submit(self, ids: Sequence[int], all_logits: bool) -> None:
+        """Queue the decode of ids at n_past (logits for the last row or
+        every row) and return, possibly before the engine has finished it."""
 
     def wait(self) -> None:
         """Return once the engine has finished every decode queued."""
@@ -107,25 +107,40 @@ class LoopStats:
 
 
 class OutputStream:
-    """Collects output ids, decodes text incrementally, emits token events."""
+    """Collects output ids, decodes text incrementally, emits token events.
 
-    def __init__(self, target: Target, req: GenerationRequest, emit: Emit) -> None:
+    ``defer``: events wait in order until :meth:`flush` (the loop flushes
+    while the engine decodes); each is stamped when it was made, so the
+    clocks of first token and inter-token latency do not move."""
+
+    def __init__(self, target: Target, req: GenerationRequest, emit: Emit, defer: bool = False) -> None:
         self.target = target
         self.req = req
         self.emit = emit
+        self.defer = defer
         self.ids: list[int] = []
         self.parts: list[str] = []
+        self._queued: list[Event] = []
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def land(self, ids: Sequence[int], from_draft: bool, at: float | None = None) -> None:
-        """``at``: when the tokens were known, where that was before now."""
+    def land(self, ids: Sequence[int], from_draft: bool) -> None:
         if not ids:
             return
         self.ids.extend(ids)
         text = self._utf8.decode(b"".join(self.target.piece(t) for t in ids))
         self.parts.append(text)
-        stamp = {} if at is None else {"t": at}
-        self.emit(TokenEvent(self.req.cell, text, tuple(ids), from_draft, **stamp))
+        self.send(TokenEvent(self.req.cell, text, tuple(ids), from_draft))
+
+    def send(self, event: Event) -> None:
+        if self.defer:
+            self._queued.append(event)
+        else:
+            self.emit(event)
+
+    def flush(self) -> None:
+        queued, self._queued = self._queued, []
+        for event in queued:
+            self.emit(event)
 
     def text(self) -> str:
         return "".join(self.parts) + self._utf8.decode(b"", final=True)
@@ -151,6 +166,48 @@ class TraceStep:
     @property
     def landed(self) -> int:
         return 1 if self.accepted is None else self.accepted + 1
+
+
+# A wait for the engine that takes longer than this found it still busy: the
+# events flushed before it ran while the engine worked (an idle
+# llama_synchronize returns in a few microseconds).
+BUSY_WAIT_S = 50e-6
+
+
+@dataclass
+class EnginePass:
+    """What :func:`engine_pass` saw besides the decode: ``own_s``, seconds
+    of the call that were the loop's (the flush, when the engine finished
+    before it); ``held_s``, seconds ``cancelled`` kept the loop (a pause),
+    out of every clock; ``stop``, what ``cancelled`` said."""
+
+    own_s: float = 0.0
+    held_s: float = 0.0
+    stop: bool = False
+
+
+def engine_pass(target: Target, overlap: Overlapping | None, out: OutputStream, ids: Sequence[int],
+                all_logits: bool, cancelled: Callable[[], bool]) -> EnginePass:
+    """Decode ids. On an Overlapping target, while the engine runs, send the
+    events that landed and then ask ``cancelled`` (which may hold the loop
+    while the run is paused: everything that landed has gone out by then).
+    Other targets decode here and are asked at the top of each iteration."""
+    if overlap is None:
+        target.decode(ids, all_logits=all_logits)
+        return EnginePass()
+    overlap.submit(ids, all_logits)
+    t_q = now()
+    try:
+        out.flush()
+        t_f = now()
+        stop = cancelled()
+        t_x = now()
+    finally:
+        t_w = now()
+        overlap.wait()  # nothing is left in flight, even when a listener raised
+    if now() - t_w > BUSY_WAIT_S:
+        return EnginePass(stop=stop)  # the engine outlasted both: they cost no time
+    return EnginePass(own_s=t_f - t_q, held_s=t_x - t_f, stop=stop)
 
 
 def check_room(target: Target, need: int) -> None:
@@ -227,7 +284,8 @@ def _run(
 ) -> Generation:
     stats = stats if stats is not None else LoopStats()
     start = stats.mark()
-    out = OutputStream(target, req, emit)
+    overlap = target if isinstance(target, Overlapping) else None
+    out = OutputStream(target, req, emit, defer=overlap is not None)
     rng = np.random.default_rng(req.seed)
 
     t0 = now()
@@ -241,18 +299,13 @@ def _run(
     out.land([pending], from_draft=False)
     context = list(prompt_ids) + [pending]
 
-    # A baseline on an Overlapping target lands each picked token once the
-    # decode that follows it is queued: ``held`` says `pending` waits so.
-    overlap = target if drafter is None and isinstance(target, Overlapping) else None
-    held = False
-    picked_at = t_prompt  # when `pending` was picked: a held token's event carries it
     n_max = req.n_max or 0
     step = 0  # this cell's steps; stats.steps counts the arm's
-    while len(out.ids) + held < req.max_tokens:
-        if cancelled():
+    while len(out.ids) < req.max_tokens:
+        if overlap is None and cancelled():
             raise Cancelled()
         t_a = now()
-        remaining = req.max_tokens - len(out.ids) - held
+        remaining = req.max_tokens - len(out.ids)
         k = min(n_max, remaining - 1, target.n_ctx - target.n_past - 1) if drafter is not None else 0
         drafted: tuple[int, ...] = ()
         draft_probs = None
@@ -268,36 +321,25 @@ def _run(
                 stats.empty_draft_s += t_b - t_a
             check_room(target, 1)
             if trace is not None:
-                trace.append(TraceStep(len(out.ids) + held, target.n_past, (pending,), None))
-            if overlap is not None:
-                overlap.submit([pending])
-                t_q = now()
-                try:
-                    if held:
-                        out.land([pending], from_draft=False, at=picked_at)
-                finally:
-                    t_w = now()
-                    overlap.wait()  # nothing is left in flight, even when a listener raised
-                t_e = now()
-                # the engine's share: queueing and waiting, not the landing
-                stats.engine_s += (t_q - t_b) + (t_e - t_w)
-            else:
-                target.decode([pending], all_logits=False)
-                stats.engine_s += now() - t_b
+                trace.append(TraceStep(len(out.ids), target.n_past, (pending,), None))
+            ep = engine_pass(target, overlap, out, [pending], False, cancelled)
+            if ep.stop:
+                raise Cancelled()
+            stats.engine_s += now() - t_b - ep.own_s - ep.held_s
             pending = target.pick(-1)
             stats.plain_tokens += 1
-            if overlap is not None:
-                held, picked_at = True, now()
-            else:
-                out.land([pending], from_draft=False)
+            out.land([pending], from_draft=False)
             context.append(pending)
-            stats.loop_s += now() - t_a
+            stats.loop_s += now() - t_a - ep.held_s
             continue
 
         base = target.n_past
         out_index = len(out.ids)
-        target.decode([pending, *drafted], all_logits=True)
+        ep = engine_pass(target, overlap, out, [pending, *drafted], True, cancelled)
+        if ep.stop:
+            raise Cancelled()
         t_c = now()
+        not_step = ep.own_s + ep.held_s
         if req.temperature <= 0:
             accepted, correction = accept_greedy(target, drafted)
         else:
@@ -313,18 +355,17 @@ def _run(
         context.extend(landed)
         pending = correction
         stats.steps += 1
-        stats.engine_s += t_c - t_b
+        stats.engine_s += t_c - t_b - not_step
         stats.draft_s += t_b - t_a
-        emit(
+        out.send(
             StepEvent(
                 req.cell, step, drafted=len(drafted), accepted=accepted, landed=len(landed),
-                draft_s=t_b - t_a, verify_s=t_d - t_b, step_s=t_d - t_a,
+                draft_s=t_b - t_a, verify_s=t_d - t_b - not_step, step_s=t_d - t_a - not_step,
             )
         )
         step += 1
-        stats.loop_s += now() - t_a
-    if held:
-        out.land([pending], from_draft=False, at=picked_at)
+        stats.loop_s += now() - t_a - ep.held_s
+    out.flush()
     t_end = now()
     return Generation(
         text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),

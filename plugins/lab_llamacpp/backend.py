@@ -54,8 +54,8 @@ class LlamaTarget:
     def decode(self, ids: Sequence[int], all_logits: bool) -> None:
         self.ctx.decode(ids, "all" if all_logits else "last")
 
-    def submit(self, ids: Sequence[int]) -> None:
-        self.ctx.decode(ids, "last", wait=False)
+    def submit(self, ids: Sequence[int], all_logits: bool) -> None:
+        self.ctx.decode(ids, "all" if all_logits else "last", wait=False)
 
     def wait(self) -> None:
         self.ctx.wait()
