@@ -174,7 +174,7 @@ class TraceStep:
 BUSY_WAIT_S = 50e-6
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnginePass:
     """What :func:`engine_pass` saw besides the decode: ``own_s``, seconds
     of the call that were the loop's (the flush, when the engine finished
@@ -186,6 +186,9 @@ class EnginePass:
     stop: bool = False
 
 
+_NOTHING_ELSE = EnginePass()
+
+
 def engine_pass(target: Target, overlap: Overlapping | None, out: OutputStream, ids: Sequence[int],
                 all_logits: bool, cancelled: Callable[[], bool]) -> EnginePass:
     """Decode ids. On an Overlapping target, while the engine runs, send the
@@ -194,7 +197,7 @@ def engine_pass(target: Target, overlap: Overlapping | None, out: OutputStream, 
     Other targets decode here and are asked at the top of each iteration."""
     if overlap is None:
         target.decode(ids, all_logits=all_logits)
-        return EnginePass()
+        return _NOTHING_ELSE
     overlap.submit(ids, all_logits)
     t_q = now()
     try:
@@ -205,8 +208,8 @@ def engine_pass(target: Target, overlap: Overlapping | None, out: OutputStream, 
     finally:
         t_w = now()
         overlap.wait()  # nothing is left in flight, even when a listener raised
-    if now() - t_w > BUSY_WAIT_S:
-        return EnginePass(stop=stop)  # the engine outlasted both: they cost no time
+    if now() - t_w > BUSY_WAIT_S:  # the engine outlasted both: they cost no time
+        return EnginePass(stop=True) if stop else _NOTHING_ELSE
     return EnginePass(own_s=t_f - t_q, held_s=t_x - t_f, stop=stop)
 
 

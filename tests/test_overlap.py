@@ -43,15 +43,15 @@ class Scripted:
     def reset(self) -> None:
         self.kv = []
 
-    def _compute(self, start: int, all_logits: bool) -> None:
+    def _rows(self, start: int, all_logits: bool) -> list[int]:
         ends = range(start + 1, len(self.kv) + 1) if all_logits else [len(self.kv)]
-        self.rows = [truth(self.kv[:e]) for e in ends]
+        return [truth(self.kv[:e]) for e in ends]
 
     def decode(self, ids: Sequence[int], all_logits: bool) -> None:
         self.log.append(f"decode {list(ids)}")
         start = len(self.kv)
         self.kv.extend(ids)
-        self._compute(start, all_logits)
+        self.rows = self._rows(start, all_logits)
 
     def pick(self, row: int) -> int:
         assert self.in_flight is None, "pick read the logits before the decode finished"
@@ -75,8 +75,7 @@ class ScriptedOverlapping(Scripted):
         self.in_flight = (len(self.kv), all_logits)
         self.kv.extend(ids)
         self.t_submit = time.perf_counter()
-        self.queued_rows = [truth(self.kv[:e]) for e in
-                            (range(self.in_flight[0] + 1, len(self.kv) + 1) if all_logits else [len(self.kv)])]
+        self.queued_rows = self._rows(*self.in_flight)
 
     def wait(self) -> None:
         self.log.append("wait")
