@@ -83,6 +83,83 @@ def test_masked_tokens_never_win_and_sampling_goes_back_to_the_host(tiny_path: P
         model.close()
 
 
+def chain_after(table: Any, token: int, n: int) -> list[int]:
+    out = []
+    for _ in range(n):
+        token = int(table[token])
+        out.append(token)
+    return out
+
+
+def test_a_masked_winner_sends_the_pass_and_the_cells_picks_to_the_host(tiny_path: Path) -> None:
+    """The loop's chain is the arg-max alone: when a masked token wins a
+    baseline pick, the target redoes that decode with host logits, picks the
+    host's runner-up, and picks on the host until the next reset; the output
+    is the host-masked greedy output token for token."""
+    from lab_llamacpp.backend import LlamaTarget
+    from lab_llamacpp.gpu_pick import GpuPickTarget
+
+    from lab.api import Cell, GenerationRequest
+    from lab.speculative import generate
+
+    table = synthetic.next_token_table(synthetic.SHAPES["tiny"])
+    outputs: dict[bool, list[int]] = {}
+    for gpu_pick in (False, True):
+        model, ctx = open_context(tiny_path, gpu_pick)
+        try:
+            prompt = model.tokenize("A keeper")
+            masked = chain_after(table, prompt[-1], 4)[3]  # the fourth output token would win
+            model.eog_ids = [masked]
+            target = (GpuPickTarget if gpu_pick else LlamaTarget)(ctx, 0.0, ignore_eos=True)
+            req = GenerationRequest(cell=Cell("arm", "p", 1), prompt="", system=None, chat_template=False,
+                                    max_tokens=12, temperature=0.0, seed=0, ignore_eos=True, n_max=None)
+            gen = generate(target, prompt, req, lambda e: None, lambda: False)
+            outputs[gpu_pick] = gen.ids
+            assert gen.ids[:3] == chain_after(table, prompt[-1], 3)
+            assert masked not in gen.ids
+            if gpu_pick:
+                assert isinstance(target, GpuPickTarget)
+                assert target.host_redos == 1 and target.greedy is None
+                assert ctx.n_past == len(prompt) + 11  # the redo left the cache as it was
+                target.reset()  # a new cell picks on the device again
+                assert target.greedy is not None
+                target.decode(prompt, all_logits=False)
+                assert target.pick(-1) == table[prompt[-1]] and target.host_redos == 1
+        finally:
+            ctx.close()
+            model.close()
+    assert outputs[True] == outputs[False]
+
+
+def test_a_masked_winner_inside_a_verify_pass_redoes_the_whole_pass(tiny_path: Path) -> None:
+    from lab_llamacpp.backend import LlamaTarget
+    from lab_llamacpp.gpu_pick import GpuPickTarget
+
+    table = synthetic.next_token_table(synthetic.SHAPES["tiny"])
+    picks: dict[bool, list[int]] = {}
+    for gpu_pick in (False, True):
+        model, ctx = open_context(tiny_path, gpu_pick)
+        try:
+            prompt = model.tokenize("The lighthouse keeper climbed the stairs and wrote the weather")
+            rows = prompt[1:10]
+            masked = int(table[rows[5]])  # row 5's winner
+            assert masked >= 0
+            model.eog_ids = [masked]
+            target = (GpuPickTarget if gpu_pick else LlamaTarget)(ctx, 0.0, ignore_eos=True)
+            target.reset()
+            target.decode(prompt, all_logits=False)
+            target.decode(rows, all_logits=True)
+            picks[gpu_pick] = [target.pick(i) for i in range(len(rows))]
+            assert ctx.n_past == len(prompt) + len(rows)
+            assert masked not in picks[gpu_pick]
+            if gpu_pick:
+                assert isinstance(target, GpuPickTarget) and target.host_redos == 1
+        finally:
+            ctx.close()
+            model.close()
+    assert picks[True] == picks[False]
+
+
 def test_a_context_without_room_refuses_a_verify_batch(tiny_path: Path) -> None:
     from lab_llamacpp import engine
     from lab_llamacpp.gpu_pick import backend_greedy

@@ -335,7 +335,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
                 by_width[1] = probe.decode_pass_seconds(self.context, one, order=order)[0]
             rest = [w for w in widths if w not in by_width]
             if rest:
-                backend_greedy(self.context, self.context.model.eog_ids)
+                backend_greedy(self.context)
                 by_width.update(zip(rest, probe.decode_pass_seconds(self.context, rest, order=order)))
             return [by_width[w] for w in widths]
         if method == "batched-bench":

@@ -8,12 +8,21 @@ step verifies up to n_max + 1 rows, so at n_max 8 that is 4.6 MB copied and
 nine scans per step, on a step that lasts a few milliseconds.
 
 llama.cpp can append the sampler chain to the model's graph instead
-(``llama_set_sampler``; greedy and logit bias run there): the arg-max runs
-on the GPU inside the same ``llama_decode``, only one token id per row comes
-back, and when every output row belongs to a sampled sequence the raw logits
-are not copied at all. :class:`GpuPickTarget` is a ``LlamaTarget`` whose
-greedy ``pick`` reads those ids. Sampling at a temperature still needs the
-host's probabilities and stays on the host path.
+(``llama_set_sampler``): the arg-max runs on the GPU inside the same
+``llama_decode``, only one token id per row comes back, and when every output
+row belongs to a sampled sequence the raw logits are not copied at all.
+:class:`GpuPickTarget` is a ``LlamaTarget`` whose greedy ``pick`` reads those
+ids. Sampling at a temperature still needs the host's probabilities and stays
+on the host path.
+
+The chain is the arg-max alone. Masking EOG tokens in the graph (llama.cpp's
+logit-bias stage) costs three full-vocabulary kernels and two blocking
+uploads every decode, for a token that almost never wins; instead a pick
+that lands on a masked token redoes that pass on the host (the rows dropped
+from the cache, the chain detached, the same ids decoded with logits, the
+masked arg-max there) and the target picks on the host until its next
+``reset``: a model that keeps wanting to stop costs one extra pass per cell,
+not one per token.
 
 A context samples at most ``n_outputs_max_per_seq`` rows of one sequence on
 the backend, and llama.cpp's default is 1: a context for verification is
@@ -54,8 +63,9 @@ def _bind_set_sampler() -> Any:
 
 
 class BackendGreedy:
-    """A greedy chain (EOG tokens masked when asked) run inside the graph of
-    sequence 0 of one context."""
+    """A greedy chain run inside the graph of sequence 0 of one context.
+    ``masked`` puts llama.cpp's logit-bias stage before the arg-max (what
+    the lab's loop no longer does: benchmarks/step_costs.py prices both)."""
 
     def __init__(self, ctx: Context, masked: Sequence[int] = ()) -> None:
         self.ctx = ctx
@@ -116,17 +126,56 @@ def host_greedy(ctx: Context) -> None:
 
 
 class GpuPickTarget(LlamaTarget):
-    """``LlamaTarget`` with greedy picks from the backend sampler."""
+    """``LlamaTarget`` with greedy picks from the backend sampler; a masked
+    token that wins sends the pass, and the cell's picks after it, to the
+    host (see the module's notes). ``host_redos`` counts those passes."""
 
     def __init__(self, ctx: Context, temperature: float, ignore_eos: bool) -> None:
         super().__init__(ctx, temperature, ignore_eos)
-        self.greedy = backend_greedy(ctx, self.masked) if temperature <= 0 else None
-        if self.greedy is None:
+        self.host_redos = 0
+        self._masked_set = frozenset(self.masked)
+        # The last pass: where it started, its ids, whether every row had logits.
+        self._last: tuple[int, Sequence[int], bool] = (0, (), False)
+        self.greedy: BackendGreedy | None = None
+        self._attach()
+
+    def _attach(self) -> None:
+        if self.temperature <= 0:
+            self.greedy = backend_greedy(self.ctx)
+        else:
             # Sampling at a temperature reads the host's logits, which a
             # backend sampler on the sequence would leave uncopied.
-            host_greedy(ctx)
+            self.greedy = None
+            host_greedy(self.ctx)
+
+    def reset(self) -> None:
+        super().reset()
+        if self.greedy is None and self.temperature <= 0:
+            self._attach()
+
+    def decode(self, ids: Sequence[int], all_logits: bool) -> None:
+        self._last = (self.ctx.n_past, tuple(ids), all_logits)
+        super().decode(ids, all_logits)
+
+    def submit(self, ids: Sequence[int], all_logits: bool) -> None:
+        self._last = (self.ctx.n_past, tuple(ids), all_logits)
+        super().submit(ids, all_logits)
 
     def pick(self, row: int) -> int:
-        if self.greedy is not None:
-            return self.greedy.pick(row)
-        return super().pick(row)
+        if self.greedy is None:
+            return super().pick(row)
+        tok = self.greedy.pick(row)
+        if tok in self._masked_set:
+            self._redo_on_host()
+            return super().pick(row)
+        return tok
+
+    def _redo_on_host(self) -> None:
+        """The last pass again with host logits, the chain detached until
+        the next reset: the cache holds the same entries after it."""
+        base, ids, all_logits = self._last
+        self.greedy = None
+        host_greedy(self.ctx)
+        self.ctx.truncate(base)
+        self.ctx.decode(ids, "all" if all_logits else "last")
+        self.host_redos += 1
