@@ -85,8 +85,14 @@ overhead_later() {
 
 overhead_picks() {
   # the baseline with host picks and with the backend sampler, both beside llama-bench in every repeat
-  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 12 --tokens 256 --gpu-pick auto,on \
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 10 --tokens 256 --gpu-pick auto,on \
     > "$R/decode-overhead-picks.txt" 2> "$W/overhead-picks.log"
+}
+
+split_picks() {
+  # a one-row decode split into launch, wait and pick, host and device picks alternating, llama-bench between
+  bench_py decode_split.py --model synthetic:llama-8b --n-gpu-layers 999 --passes 8 --picks host,gpu --bench-every 2 \
+    > "$R/decode-split-picks.txt" 2> "$W/split-picks.log"
 }
 
 anatomy_host() {
