@@ -29,13 +29,12 @@ import argparse
 import os
 import statistics
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_overhead import bench_profile, llama_bench_path, llama_bench_tg  # noqa: E402
+from decode_overhead import bench_profile, llama_bench_path, llama_bench_tg, samplers_off  # noqa: E402
 
 from lab import models  # noqa: E402
 from lab.events import Cell, now  # noqa: E402
@@ -65,21 +64,6 @@ def loop_pass(target: Any, prompt: list[int], tokens: int) -> float:
                             max_tokens=tokens, temperature=0.0, seed=0, ignore_eos=True, n_max=None)
     gen = generate(target, prompt, req, lambda e: None, lambda: False)
     return gen.gen_s / (len(gen.ids) - 1)
-
-
-@contextmanager
-def samplers_off() -> Iterator[None]:
-    from lab import gpu, sampling
-
-    start, stop, opened = sampling.PeriodicSampler.start, sampling.PeriodicSampler.stop, gpu.RunTelemetry.open
-    sampling.PeriodicSampler.start = lambda self: self  # type: ignore[method-assign]
-    sampling.PeriodicSampler.stop = lambda self: None  # type: ignore[method-assign]
-    gpu.RunTelemetry.open = classmethod(lambda cls, emit=None: None)  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        sampling.PeriodicSampler.start, sampling.PeriodicSampler.stop = start, stop  # type: ignore[method-assign]
-        gpu.RunTelemetry.open = opened  # type: ignore[method-assign]
 
 
 def runner_pass(args: argparse.Namespace, threads: int, bare: bool) -> float:

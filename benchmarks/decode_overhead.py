@@ -12,6 +12,14 @@ drifting over the run favour neither):
     python benchmarks/decode_overhead.py [--repeats 5] [--tokens 128] [--model embedded:smollm2]
                                          [--batch-invariant on|off] [--n-gpu-layers N]
                                          [--gpu-pick auto|on|off[,...]] [--n-max 4]
+                                         [--variants process|fresh|bare[,...]]
+
+``--variants`` says how each lab side runs: ``process`` (the default) in
+this process, one run after another; ``fresh`` in a new process per run, as
+``lab run`` runs a profile; ``bare`` in this process with the run's sampler
+threads (memory, contention, GPU telemetry) not started. Several give every
+setting one side per variant in each repeat: what the process's history and
+the samplers cost, side by side.
 
 ``--batch-invariant on`` pads every lone token to two rows so greedy
 speculation stays token-identical to the baseline; ``off`` (the backend's
@@ -33,7 +41,9 @@ import os
 import statistics
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from lab import models
 from lab.plugins import load_registry
@@ -78,6 +88,45 @@ def bench_profile(model: str, tokens: int, threads: int, ngl: int = 0, pick: str
     return text
 
 
+@contextmanager
+def samplers_off() -> Iterator[None]:
+    """Runs in this block start no sampler thread and open no GPU telemetry."""
+    from lab import gpu, sampling
+
+    start, stop, opened = sampling.PeriodicSampler.start, sampling.PeriodicSampler.stop, gpu.RunTelemetry.open
+    sampling.PeriodicSampler.start = lambda self: self  # type: ignore[method-assign]
+    sampling.PeriodicSampler.stop = lambda self: None  # type: ignore[method-assign]
+    gpu.RunTelemetry.open = classmethod(lambda cls, emit=None: None)  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        sampling.PeriodicSampler.start, sampling.PeriodicSampler.stop = start, stop  # type: ignore[method-assign]
+        gpu.RunTelemetry.open = opened  # type: ignore[method-assign]
+
+
+VARIANTS = ("process", "fresh", "bare")
+
+
+def lab_side(variant: str, model: str, tokens: int, threads: int, invariant: bool, ngl: int, pick: str,
+             n_max: int) -> tuple[float, float, dict[str, bool]]:
+    """One lab run as ``variant`` runs it (see the module's notes)."""
+    if variant == "bare":
+        with samplers_off():
+            return lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
+    if variant == "process":
+        return lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
+    out = subprocess.run(
+        [sys.executable, "-m", "lab_llamacpp.native_first", __file__, "--one-run", "--model", model, "--tokens",
+         str(tokens), "--threads", str(threads), "--batch-invariant", "on" if invariant else "off",
+         "--n-gpu-layers", str(ngl), "--gpu-pick", pick, "--n-max", str(n_max)],
+        capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        sys.exit(f"the lab run in a fresh process failed ({out.returncode}): {out.stderr[-2000:]}")
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(got["rate"]), float(got["overhead_us"]), {k: bool(v) for k, v in got["picks"].items()}
+
+
 def lab_run(model: str, tokens: int, threads: int, invariant: bool, ngl: int = 0, pick: str = "auto",
             n_max: int = 4) -> tuple[float, float, dict[str, bool]]:
     registry = load_registry()
@@ -120,6 +169,15 @@ def pick_words(picks: dict[str, bool]) -> str:
                      for arm, on in picks.items())
 
 
+def variant_list(text: str) -> list[str]:
+    got = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in got if t not in VARIANTS]
+    if bad or not got or len(set(got)) != len(got):
+        raise argparse.ArgumentTypeError(f"expected distinct values of {', '.join(VARIANTS)} separated by commas, "
+                                         f"got {text!r}")
+    return got
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
@@ -133,47 +191,63 @@ def main() -> int:
                     help="greedy picks by llama.cpp's backend sampler (the llamacpp option gpu_pick): auto, on or "
                          "off, or several separated by commas (each a lab side of every repeat, in rotating order)")
     ap.add_argument("--n-max", type=int, default=4, help="the oracle arm's draft length")
+    ap.add_argument("--variants", type=variant_list, default=["process"],
+                    help="how each lab side runs: process, fresh or bare, or several separated by commas")
+    ap.add_argument("--one-run", action="store_true",
+                    help="(for --variants fresh) one lab run of the first --gpu-pick setting, printed as JSON")
     args = ap.parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
+    if args.one_run:
+        rate, over, picked = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on",
+                                     args.n_gpu_layers, args.gpu_pick[0], args.n_max)
+        print(json.dumps({"rate": rate, "overhead_us": over, "picks": picked}))
+        return 0
     model_path = models.resolve(args.model)
     bench = llama_bench_path()
-    settings: list[str] = args.gpu_pick
+    labs = [(pick, variant) for pick in args.gpu_pick for variant in args.variants]
+
+    def label(side: tuple[str, str]) -> str:
+        words = [f"gpu_pick {side[0]}"] if len(args.gpu_pick) > 1 else []
+        words += [side[1]] if len(args.variants) > 1 else []
+        return ", ".join(words)
+
     bench_tps: list[float] = []
-    lab_tps: dict[str, list[float]] = {p: [] for p in settings}
-    overhead: dict[str, list[float]] = {p: [] for p in settings}
-    ratios: dict[str, list[float]] = {p: [] for p in settings}
-    picks: dict[str, dict[str, bool]] = {}
-    sides = ["llama-bench", *settings]
+    lab_tps: dict[tuple[str, str], list[float]] = {side: [] for side in labs}
+    overhead: dict[tuple[str, str], list[float]] = {side: [] for side in labs}
+    ratios: dict[tuple[str, str], list[float]] = {side: [] for side in labs}
+    picks: dict[tuple[str, str], dict[str, bool]] = {}
+    sides: list[tuple[str, str] | None] = [None, *labs]  # None: llama-bench
     for i in range(args.repeats):
         # each side goes first in turn, so a GPU's clocks drifting over the run favour none
         order = sides[i % len(sides):] + sides[: i % len(sides)]
-        got: dict[str, tuple[float, float]] = {}
+        got: dict[tuple[str, str], tuple[float, float]] = {}
         b = 0.0
         for side in order:
-            if side == "llama-bench":
+            if side is None:
                 b = llama_bench_tg(bench, model_path, args.tokens, threads, args.n_gpu_layers)
             else:
-                tps, over, picks[side] = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on",
-                                                 args.n_gpu_layers, side, args.n_max)
+                tps, over, picks[side] = lab_side(side[1], args.model, args.tokens, threads,
+                                                  args.batch_invariant == "on", args.n_gpu_layers, side[0], args.n_max)
                 got[side] = (tps, over)
         bench_tps.append(b)
         parts = [f"llama-bench tg{args.tokens} {b:.1f} tok/s"]
-        for side in settings:
+        for side in labs:
             t, o = got[side]
             lab_tps[side].append(t)
             overhead[side].append(o)
             ratios[side].append(t / b)
-            tag = f" (gpu_pick {side})" if len(settings) > 1 else ""
+            tag = f" ({label(side)})" if label(side) else ""
             parts.append(f"lab baseline{tag} {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step")
-        print(f"repeat {i + 1} ({order[0]} first): " + ", ".join(parts), flush=True)
+        first = "llama-bench" if order[0] is None else (label(order[0]) or "lab")
+        print(f"repeat {i + 1} ({first} first): " + ", ".join(parts), flush=True)
     print()
     print(f"model {args.model} ({model_path.name}), {threads} threads, {args.tokens} tokens, {args.repeats} repeats, "
           f"batch invariant {args.batch_invariant}, n_gpu_layers {args.n_gpu_layers}")
     print(f"llama-bench tg tok/s:      {spread(bench_tps)}")
     goal = "0.97 on a GPU" if args.n_gpu_layers else "0.95"
-    for side in settings:
-        if len(settings) > 1:
-            print(f"-- gpu_pick {side}")
+    for side in labs:
+        if len(labs) > 1:
+            print(f"-- {label(side)}")
         print(f"greedy picks: {pick_words(picks[side])}")
         print(f"lab baseline tok/s:        {spread(lab_tps[side])}")
         print(f"lab / llama-bench ratio:   {spread(ratios[side], '.3f')}   (goal >= {goal})")

@@ -89,6 +89,13 @@ overhead_picks() {
     > "$R/decode-overhead-picks.txt" 2> "$W/overhead-picks.log"
 }
 
+overhead_variants() {
+  # the lab's baseline run three ways beside llama-bench in every repeat: in this process after the last run,
+  # in a fresh process (as `lab run` runs), and with the run's sampler threads not started
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 10 --tokens 256 \
+    --variants process,fresh,bare > "$R/decode-overhead-variants.txt" 2> "$W/overhead-variants.log"
+}
+
 split_picks() {
   # a one-row decode split into launch, wait and pick, host and device picks alternating, llama-bench between
   bench_py decode_split.py --model synthetic:llama-8b --n-gpu-layers 999 --passes 8 --picks host,gpu --bench-every 2 \
