@@ -241,8 +241,9 @@ def main() -> int:
         first = "llama-bench" if order[0] is None else (label(order[0]) or "lab")
         print(f"repeat {i + 1} ({first} first): " + ", ".join(parts), flush=True)
     print()
+    log = "on, through Python to stderr (LAB_LLAMA_VERBOSE=1)" if os.environ.get("LAB_LLAMA_VERBOSE") == "1" else "quiet"
     print(f"model {args.model} ({model_path.name}), {threads} threads, {args.tokens} tokens, {args.repeats} repeats, "
-          f"batch invariant {args.batch_invariant}, n_gpu_layers {args.n_gpu_layers}")
+          f"batch invariant {args.batch_invariant}, n_gpu_layers {args.n_gpu_layers}, llama.cpp log {log}")
     print(f"llama-bench tg tok/s:      {spread(bench_tps)}")
     goal = "0.97 on a GPU" if args.n_gpu_layers else "0.95"
     for side in labs:

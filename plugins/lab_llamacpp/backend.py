@@ -81,9 +81,11 @@ def wants_gpu_pick(setting: str, n_gpu_layers: int, temperature: float, verifies
     offloads), the run is greedy and the context verifies drafts
     (``verifies``); at a temperature the host's probabilities are needed
     anyway. A context that decodes one row at a time (a baseline) picks on
-    the host under "auto": on the H200 a one-row decode with the sampler in
-    its graph took 40 us more than the host's copy and arg-max of that row
-    (benchmarks/step_costs.py), while a verify's rows pay for it. "on" also
+    the host under "auto": in lab runs on the H200 a baseline picking on the
+    device was behind the host's picks in 15 of 20 paired repeats
+    (benchmarks/decode_overhead.py --gpu-pick auto,on), although one decode
+    and pick alone favoured the device (benchmarks/step_costs.py); a
+    verify's rows pay for it in both. "on" also
     works on the CPU backend, which runs the same sampler graph (how the
     tests check it)."""
     if setting == "on":
