@@ -315,7 +315,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"lab: probe failed: {exc}", file=sys.stderr)
         return 2
     print(result.render())
-    if result.bandwidth_bytes_s and result.model_bytes:
+    if result.bandwidth_bytes_s and result.model_bytes and not result.on_gpu:
         from lab.analysis.roofline import Roofline
 
         print(Roofline(result.model_bytes, result.bandwidth_bytes_s, "measured read bandwidth").line())

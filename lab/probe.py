@@ -105,6 +105,16 @@ class Probe:
     # a probe measured by `lab probe`.
     origin: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the probed model ran with layers offloaded to a GPU (the
+        backend's ``n_gpu_layers`` note), whose memory, not the host's,
+        bounds its decoding."""
+        try:
+            return int(self.notes.get("n_gpu_layers") or 0) != 0
+        except (TypeError, ValueError):
+            return False
+
     def __post_init__(self) -> None:
         if not self.widths or self.widths[0] != 1:
             raise ProbeError("a probe needs width 1 first: T(w) is relative to it")
@@ -346,7 +356,9 @@ def measure(
         kept = build(None, model_file_bytes(model), {"interrupted": f"after {len(seconds)} of {repeats} repeats"})
         raise ProbeInterrupted(kept if seconds else None) from None
     bw = None
-    if bandwidth:
+    if bandwidth and int(notes.get("n_gpu_layers") or 0) != 0:
+        say("memory read bandwidth not measured: the model ran on a GPU, whose bandwidth the host's would not bound")
+    elif bandwidth:
         from lab.analysis.roofline import measure_read_bandwidth
 
         say("measuring memory read bandwidth")

@@ -398,6 +398,11 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     lines += ["", "## Roofline", ""]
     if roofs:
         lines += [f"- {arm}: {r.line()}" for arm, r in roofs]
+    elif probe is not None and probe.on_gpu:
+        lines.append(
+            "The model ran on a GPU: its memory bandwidth, which the lab does not measure, bounds plain decoding. "
+            "Give it with `lab report RUN_DIR --bandwidth GBPS`."
+        )
     else:
         lines.append(
             "No memory bandwidth known: `lab probe` measures it (saved with the probe), "

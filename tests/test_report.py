@@ -5,6 +5,7 @@ prediction checked against what that backend measures."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -173,3 +174,24 @@ def test_cli_report_with_probe_and_compare(run_dir: Path, tmp_path: Path, capsys
     assert main(["report", str(run_dir), "--compare", str(run_dir), "--format", "md"]) == 0
     assert "0 of 12 cells changed" in capsys.readouterr().out
     assert main(["report", str(run_dir), "--probe", str(tmp_path / "missing.json")]) == 2
+
+
+def test_a_model_on_a_gpu_gets_no_roofline_from_the_hosts_bandwidth(run_dir: Path, tmp_path: Path) -> None:
+    """A probe of a model on a GPU may carry the host's read bandwidth (a
+    run's probe attaches the machine's); plain decoding there is bounded by
+    the card's memory, so the report asks for that instead of dividing by
+    the host's, unless one is given."""
+    t = [1.0] + [1.2] * 15
+    probe = probes.Probe("fake", "none", "decode", tuple(range(1, 17)), (tuple(x * 0.01 for x in t),),
+                         bandwidth_bytes_s=2e9, model_bytes=100 * 2**20, notes={"n_gpu_layers": 999})
+    assert probe.on_gpu
+    path = probes.save(probe, tmp_path / "p.json")
+    data = load_for_report(run_dir, path)
+    md = render(data, "md")
+    roof = md.split("## Roofline", 1)[1]
+    assert "ran on a GPU" in roof and "read per token" not in roof.split("##", 1)[0]
+    data["bandwidth_bytes_s"] = 4.8e12  # what `lab report --bandwidth 4800` sets
+    roof = render(data, "md").split("## Roofline", 1)[1].split("##", 1)[0]
+    assert "at 4800.0 GB/s (given) bounds plain decoding" in roof
+    # the CPU-resident case keeps the probe's bandwidth
+    assert not dataclasses.replace(probe, notes={"n_gpu_layers": 0}).on_gpu

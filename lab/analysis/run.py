@@ -165,7 +165,9 @@ def roofline(
     """(baseline arm, roofline) for every baseline arm on the probed model,
     when a bandwidth and the model's bytes are known."""
     bw, source = bandwidth_bytes_s, "given"
-    if bw is None and probe is not None and probe.bandwidth_bytes_s:
+    # A probe of a model on a GPU carries no bandwidth of that GPU (older
+    # probes carry the host's, which does not bound it).
+    if bw is None and probe is not None and probe.bandwidth_bytes_s and not probe.on_gpu:
         bw, source = probe.bandwidth_bytes_s, "read bandwidth measured by lab probe"
     size = model_bytes or (probe.model_bytes if probe is not None else None)
     if not bw:
