@@ -291,3 +291,35 @@ def test_a_draft_model_takes_its_arms_gpu_layers_unless_it_names_its_own(
                           temperature=0.0, reference=lambda _p, _r: None, log=lambda _t: None)
     draft = backend.draft_model({"model": "x", **drafter_options}, dctx)
     assert (int(draft.opts["n_gpu_layers"]), draft.opts["gpu_pick"]) == expected
+
+
+def test_a_cell_whose_pass_was_redone_says_so_in_its_engine_report(tiny_path: Path) -> None:
+    from lab_llamacpp.backend import LlamaCppBackend
+
+    from lab.api import BackendContext, Cell, GenerationRequest
+    from lab.profiles import Arm, RunSettings
+
+    table = synthetic.next_token_table(synthetic.SHAPES["tiny"])
+    arm = Arm(name="base", backend="llamacpp", model=str(tiny_path), drafter=None, n_max=None,
+              options={"gpu_pick": "on"}, drafter_options={}, baseline=None, is_baseline=True, stack="llamacpp",
+              group="base")
+    backend = LlamaCppBackend(arm, BackendContext(run=RunSettings(threads=2, n_ctx=256), run_dir="",
+                                                  log=lambda _t: None))
+    backend.load(lambda _e: None)
+    try:
+        assert backend.gpu_pick and backend.model is not None
+
+        def go() -> Any:
+            req = GenerationRequest(cell=Cell("base", "p", 1), prompt="A keeper", system=None, chat_template=False,
+                                    max_tokens=8, temperature=0.0, seed=0, ignore_eos=True, n_max=None)
+            return backend.generate(req, lambda _e: None, lambda: False)
+
+        plain = go()
+        assert "host_redos" not in plain.engine_report
+        backend.model.eog_ids = [plain.ids[3]]  # the fourth token would win, masked
+        masked = go()
+        assert masked.engine_report["host_redos"] == 1
+        assert masked.ids[:3] == plain.ids[:3] and plain.ids[3] not in masked.ids
+        assert plain.ids[:4] == chain_after(table, backend.model.tokenize("A keeper")[-1], 4)
+    finally:
+        backend.close()

@@ -221,6 +221,11 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
             raise
         gen.engine_bytes = self.engine_bytes()
         gen.engine_report.update(rendered.report())
+        redos = getattr(target, "host_redos", 0)
+        if redos:
+            # a masked token won a device pick: that pass was decoded again
+            # with host logits, and the cell picked on the host after it
+            gen.engine_report["host_redos"] = redos
         return gen
 
     # -- why a greedy cell left its baseline (DivergenceExplaining) --------------
