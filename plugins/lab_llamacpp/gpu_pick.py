@@ -16,8 +16,9 @@ ids. Sampling at a temperature still needs the host's probabilities and stays
 on the host path.
 
 The chain is the arg-max alone. Masking EOG tokens in the graph (llama.cpp's
-logit-bias stage) costs three full-vocabulary kernels and two blocking
-uploads every decode, for a token that almost never wins; instead a pick
+logit-bias stage) costs three more kernels, two of them over the whole
+vocabulary, and two blocking uploads of its inputs every decode, for a
+token that almost never wins; instead a pick
 that lands on a masked token redoes that pass on the host (the rows dropped
 from the cache, the chain detached, the same ids decoded with logits, the
 masked arg-max there) and the target picks on the host until its next
