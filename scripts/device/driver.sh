@@ -96,6 +96,12 @@ overhead_variants() {
     --variants process,fresh,bare > "$R/decode-overhead-variants.txt" 2> "$W/overhead-variants.log"
 }
 
+log_cost() {
+  # one llama.cpp log line through the lab's quiet callback and through llama-cpp-python's printing one,
+  # its lines written where the stages' logs go
+  bench_py log_cost.py > "$R/log-cost.txt" 2> "$W/log-cost-lines.log"
+}
+
 split_picks() {
   # a one-row decode split into launch, wait and pick, host and device picks alternating, llama-bench between
   bench_py decode_split.py --model synthetic:llama-8b --n-gpu-layers 999 --passes 8 --picks host,gpu --bench-every 2 \
