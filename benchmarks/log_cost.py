@@ -78,8 +78,7 @@ def main() -> int:
     finally:
         ll.llama_log_set(quiet_cb, ctypes.c_void_p(0))
     for name, us in rows.items():
-        print(f"{name:8s} min {min(us):.2f} / median {statistics.median(us):.2f} / max {max(us):.2f} us per line",
-              file=sys.stdout)
+        print(f"{name:8s} min {min(us):.2f} / median {statistics.median(us):.2f} / max {max(us):.2f} us per line")
     return 0
 
 

@@ -87,6 +87,14 @@ def format_widths(widths: Sequence[int]) -> str:
     return ",".join(parts)
 
 
+def offloaded(notes: Mapping[str, Any]) -> bool:
+    """Whether a backend's probe notes say the model had layers on a GPU."""
+    try:
+        return int(notes.get("n_gpu_layers") or 0) != 0
+    except (TypeError, ValueError):
+        return False
+
+
 @dataclass(frozen=True)
 class Probe:
     backend: str
@@ -110,10 +118,7 @@ class Probe:
         """Whether the probed model ran with layers offloaded to a GPU (the
         backend's ``n_gpu_layers`` note), whose memory, not the host's,
         bounds its decoding."""
-        try:
-            return int(self.notes.get("n_gpu_layers") or 0) != 0
-        except (TypeError, ValueError):
-            return False
+        return offloaded(self.notes)
 
     def __post_init__(self) -> None:
         if not self.widths or self.widths[0] != 1:
@@ -356,7 +361,7 @@ def measure(
         kept = build(None, model_file_bytes(model), {"interrupted": f"after {len(seconds)} of {repeats} repeats"})
         raise ProbeInterrupted(kept if seconds else None) from None
     bw = None
-    if bandwidth and int(notes.get("n_gpu_layers") or 0) != 0:
+    if bandwidth and offloaded(notes):
         say("memory read bandwidth not measured: the model ran on a GPU, whose bandwidth the host's would not bound")
     elif bandwidth:
         from lab.analysis.roofline import measure_read_bandwidth

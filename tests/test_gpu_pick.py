@@ -4,8 +4,9 @@ here on llama.cpp's CPU backend, which runs the same sampler graph."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import pytest
 from lab_llamacpp import synthetic
@@ -83,6 +84,26 @@ def test_masked_tokens_never_win_and_sampling_goes_back_to_the_host(tiny_path: P
         model.close()
 
 
+@contextmanager
+def masking_target(path: Path, gpu_pick: bool, text: str,
+                   masked_of: Callable[[list[int]], int]) -> Iterator[tuple[Any, Any, list[int], int]]:
+    """A greedy target (device picks or host picks) on a fresh context whose
+    model counts ``masked_of(prompt)`` as its one EOG token: (target,
+    context, prompt, masked)."""
+    from lab_llamacpp.backend import LlamaTarget
+    from lab_llamacpp.gpu_pick import GpuPickTarget
+
+    model, ctx = open_context(path, gpu_pick)
+    try:
+        prompt = model.tokenize(text)
+        masked = masked_of(prompt)
+        model.eog_ids = [masked]
+        yield (GpuPickTarget if gpu_pick else LlamaTarget)(ctx, 0.0, ignore_eos=True), ctx, prompt, masked
+    finally:
+        ctx.close()
+        model.close()
+
+
 def chain_after(table: Any, token: int, n: int) -> list[int]:
     out = []
     for _ in range(n):
@@ -96,7 +117,6 @@ def test_a_masked_winner_sends_the_pass_and_the_cells_picks_to_the_host(tiny_pat
     baseline pick, the target redoes that decode with host logits, picks the
     host's runner-up, and picks on the host until the next reset; the output
     is the host-masked greedy output token for token."""
-    from lab_llamacpp.backend import LlamaTarget
     from lab_llamacpp.gpu_pick import GpuPickTarget
 
     from lab.api import Cell, GenerationRequest
@@ -105,12 +125,9 @@ def test_a_masked_winner_sends_the_pass_and_the_cells_picks_to_the_host(tiny_pat
     table = synthetic.next_token_table(synthetic.SHAPES["tiny"])
     outputs: dict[bool, list[int]] = {}
     for gpu_pick in (False, True):
-        model, ctx = open_context(tiny_path, gpu_pick)
-        try:
-            prompt = model.tokenize("A keeper")
-            masked = chain_after(table, prompt[-1], 4)[3]  # the fourth output token would win
-            model.eog_ids = [masked]
-            target = (GpuPickTarget if gpu_pick else LlamaTarget)(ctx, 0.0, ignore_eos=True)
+        # the fourth output token would win
+        with masking_target(tiny_path, gpu_pick, "A keeper", lambda p: chain_after(table, p[-1], 4)[3]) as (
+                target, ctx, prompt, masked):
             req = GenerationRequest(cell=Cell("arm", "p", 1), prompt="", system=None, chat_template=False,
                                     max_tokens=12, temperature=0.0, seed=0, ignore_eos=True, n_max=None)
             gen = generate(target, prompt, req, lambda e: None, lambda: False)
@@ -125,27 +142,21 @@ def test_a_masked_winner_sends_the_pass_and_the_cells_picks_to_the_host(tiny_pat
                 assert target.greedy is not None
                 target.decode(prompt, all_logits=False)
                 assert target.pick(-1) == table[prompt[-1]] and target.host_redos == 1
-        finally:
-            ctx.close()
-            model.close()
     assert outputs[True] == outputs[False]
 
 
 def test_a_masked_winner_inside_a_verify_pass_redoes_the_whole_pass(tiny_path: Path) -> None:
-    from lab_llamacpp.backend import LlamaTarget
     from lab_llamacpp.gpu_pick import GpuPickTarget
 
     table = synthetic.next_token_table(synthetic.SHAPES["tiny"])
+    text = "The lighthouse keeper climbed the stairs and wrote the weather"
     picks: dict[bool, list[int]] = {}
     for gpu_pick in (False, True):
-        model, ctx = open_context(tiny_path, gpu_pick)
-        try:
-            prompt = model.tokenize("The lighthouse keeper climbed the stairs and wrote the weather")
-            rows = prompt[1:10]
-            masked = int(table[rows[5]])  # row 5's winner
+        # rows are prompt[1:10]; row 5's winner is masked
+        with masking_target(tiny_path, gpu_pick, text, lambda p: int(table[p[1:10][5]])) as (
+                target, ctx, prompt, masked):
             assert masked >= 0
-            model.eog_ids = [masked]
-            target = (GpuPickTarget if gpu_pick else LlamaTarget)(ctx, 0.0, ignore_eos=True)
+            rows = prompt[1:10]
             target.reset()
             target.decode(prompt, all_logits=False)
             target.decode(rows, all_logits=True)
@@ -154,9 +165,6 @@ def test_a_masked_winner_inside_a_verify_pass_redoes_the_whole_pass(tiny_path: P
             assert masked not in picks[gpu_pick]
             if gpu_pick:
                 assert isinstance(target, GpuPickTarget) and target.host_redos == 1
-        finally:
-            ctx.close()
-            model.close()
     assert picks[True] == picks[False]
 
 
