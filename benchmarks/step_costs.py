@@ -59,6 +59,7 @@ def main() -> int:
     prefix = model.tokenize(text)[: args.depth]
     rows = model.tokenize(text, add_special=False)[: max(widths)]
     masked = model.eog_ids
+    masked_set = frozenset(masked)  # as the lab's host pick holds them
     print(f"model {args.model}, n_gpu_layers {args.n_gpu_layers}, depth {len(prefix)}, vocab {model.n_vocab}; "
           f"medians of {args.n} in microseconds")
     print(f"{'pick':>10} {'w':>3} {'decode':>9} {'picks':>8} {'per pick':>9} {'rollback':>9} {'step':>9}")
@@ -75,7 +76,7 @@ def main() -> int:
             def picks(w: int = w, greedy: Any = greedy) -> list[int]:
                 if greedy is not None:
                     return [greedy.pick(i) for i in range(w)]
-                return [ctx.argmax(i, masked) for i in range(w)]
+                return [ctx.argmax(i, masked_set) for i in range(w)]
 
             def rollback(w: int = w, base: int = base) -> None:
                 # the removal call's own cost: after the first, the range is empty

@@ -84,6 +84,39 @@ def test_masked_tokens_never_win_and_sampling_goes_back_to_the_host(tiny_path: P
         model.close()
 
 
+def test_host_pick_masks_only_a_winner_and_keeps_the_first_maximum(tiny_path: Path) -> None:
+    """The host arg-max applies its mask only when a masked token wins; that
+    must pick what masking first would: the first maximum among the tokens
+    left, ties included, and a fresh decode's logits, not a stale view's."""
+    import llama_cpp as ll
+    import numpy as np
+
+    model, ctx = open_context(tiny_path, False)
+    try:
+        prompt = model.tokenize("A keeper")
+        ctx.decode(prompt, "last")
+        winner = ctx.argmax(-1)
+        row = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx.ptr, -1), shape=(model.n_vocab,))
+        assert winner == int(row.argmax())
+        original = row.copy()
+        low, high = 5, 9  # a tie at the top: the masked one comes first
+
+        def tied() -> None:  # a masked pick writes -inf into the row: set it afresh
+            row[:] = original
+            row[[low, high]] = float(original.max()) + 1.0
+
+        for masked, expected in (((), low), ({low}, high), ({high}, low), ({low, high}, winner)):
+            tied()
+            assert ctx.argmax(-1, frozenset(masked)) == expected, masked
+        # The next decode's row, read through the same cached view, is the engine's.
+        ctx.decode([winner], "last")
+        fresh = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx.ptr, -1), shape=(model.n_vocab,)).copy()
+        assert ctx.argmax(-1) == int(fresh.argmax())
+    finally:
+        ctx.close()
+        model.close()
+
+
 @contextmanager
 def masking_target(path: Path, gpu_pick: bool, text: str,
                    masked_of: Callable[[list[int]], int]) -> Iterator[tuple[Any, Any, list[int], int]]:

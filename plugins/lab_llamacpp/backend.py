@@ -42,7 +42,7 @@ class LlamaTarget:
         self.n_vocab = ctx.model.n_vocab
         self.temperature = temperature
         self.masked = ctx.model.eog_ids if ignore_eos else []
-        self._masked_rows = np.asarray(self.masked, dtype=np.intp)
+        self._masked_set = frozenset(self.masked)
 
     @property
     def n_past(self) -> int:
@@ -62,7 +62,7 @@ class LlamaTarget:
 
     def pick(self, row: int) -> int:
         if self.temperature <= 0:
-            return self.ctx.argmax(row, self._masked_rows)
+            return self.ctx.argmax(row, self._masked_set)
         return self.ctx.sample(row)
 
     def probs(self, row: int) -> np.ndarray:

@@ -29,7 +29,7 @@ import ctypes
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import llama_cpp as ll
 import numpy as np
@@ -39,6 +39,21 @@ from lab.api import available_cores
 _init_lock = threading.Lock()
 _initialized = False
 _log_callback: Any = None
+_row_address: Any = None
+
+
+def _bind_row_address() -> Any:
+    """``llama_get_logits_ith`` returning the row's address as a plain int.
+    A function object of its own: llama-cpp-python's binding (a float
+    pointer, which costs a ctypes object and an ``addressof`` per call) stays
+    as it is."""
+    global _row_address
+    if _row_address is None:
+        fn = ll.llama_cpp._lib["llama_get_logits_ith"]
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        fn.restype = ctypes.c_void_p
+        _row_address = fn
+    return _row_address
 
 
 def init_backend(verbose: bool = False) -> None:
@@ -201,6 +216,10 @@ class Context:
         self._sampler: Any = None
         self._bias: Any = None
         self._row_type = ctypes.c_float * model.n_vocab
+        # numpy views of logits rows by address: llama.cpp keeps its logits
+        # buffer until a batch needs more output rows than it holds.
+        self._row_views: dict[int, np.ndarray] = {}
+        self._row_address = _bind_row_address()
 
     def close(self) -> None:
         if self._sampler is not None:
@@ -289,19 +308,30 @@ class Context:
         C-side chain."""
         return int(ll.llama_sampler_sample(self._sampler, self.ptr, self._row(row)))
 
-    def argmax(self, row: int, masked: Sequence[int] | np.ndarray = ()) -> int:
-        """Greedy pick straight from the engine's logits buffer. The C-side
-        greedy sampler first copies the whole vocabulary into a candidate
-        array (~0.2 ms a row for a 49k vocabulary), which a speculative step
-        pays once per verified row; a view and an argmax cost a tenth."""
-        ptr = ll.llama_get_logits_ith(self.ptr, self._row(row))
-        # from_address on a cached array type costs ~1 us; as_array on a bare
-        # pointer builds a new ctypes type every call (~30 us).
-        buf = self._row_type.from_address(ctypes.addressof(ptr.contents))
-        row_view = np.frombuffer(buf, dtype=np.float32)  # type: ignore[call-overload]
-        if len(masked):
-            row_view[np.asarray(masked, dtype=np.intp)] = -np.inf  # ours until the next decode
-        return int(row_view.argmax())
+    def argmax(self, row: int, masked: Collection[int] = ()) -> int:
+        """Greedy pick straight from the engine's logits buffer, ``masked``
+        token ids left out. The C-side greedy sampler first copies the whole
+        vocabulary into a candidate array (~0.2 ms a row for a 49k
+        vocabulary), which a speculative step pays once per verified row; an
+        arg-max over a view costs a tenth. The view is made once per row
+        address, and the mask is applied only when a masked token wins (it
+        rarely does; a winner that is not masked stays the winner with the
+        masked tokens at -inf, ties included, as the first maximum), so a
+        pick is one call into llama.cpp and one scan of the row."""
+        addr = self._row_address(self.ptr, self._row(row))
+        if not addr:
+            raise LlamaError(f"no logits for batch row {row}: was it decoded with logits?")
+        view = self._row_views.get(addr)
+        if view is None:
+            if len(self._row_views) >= 256:
+                self._row_views.clear()
+            view = np.frombuffer(self._row_type.from_address(addr), dtype=np.float32)  # type: ignore[call-overload]
+            self._row_views[addr] = view
+        best = int(view.argmax())
+        if len(masked) and best in masked:
+            view[np.fromiter(masked, dtype=np.intp)] = -np.inf  # ours until the next decode
+            best = int(view.argmax())
+        return best
 
     def logits(self, row: int) -> np.ndarray:
         ptr = ll.llama_get_logits_ith(self.ptr, self._row(row))

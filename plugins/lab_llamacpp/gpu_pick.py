@@ -134,7 +134,6 @@ class GpuPickTarget(LlamaTarget):
     def __init__(self, ctx: Context, temperature: float, ignore_eos: bool) -> None:
         super().__init__(ctx, temperature, ignore_eos)
         self.host_redos = 0
-        self._masked_set = frozenset(self.masked)
         # The last pass: where it started, its ids, whether every row had logits.
         self._last: tuple[int, Sequence[int], bool] = (0, (), False)
         self.greedy: BackendGreedy | None = None
