@@ -110,7 +110,9 @@ class OutputStream:
     """Collects output ids, decodes text incrementally, emits token events.
 
     ``defer``: events wait in order until :meth:`flush` (the loop flushes
-    while the engine decodes); each is stamped when it was made, so the
+    while the engine decodes). A deferred landing keeps only its ids and the
+    time it landed: its text and event are made at the flush, off the path
+    from one pick to the next decode, and stamped with that time, so the
     clocks of first token and inter-token latency do not move."""
 
     def __init__(self, target: Target, req: GenerationRequest, emit: Emit, defer: bool = False) -> None:
@@ -120,16 +122,23 @@ class OutputStream:
         self.defer = defer
         self.ids: list[int] = []
         self.parts: list[str] = []
-        self._queued: list[Event] = []
+        # events, and landings as (ids, from_draft, when) until the flush
+        self._queued: list[Event | tuple[tuple[int, ...], bool, float]] = []
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def land(self, ids: Sequence[int], from_draft: bool) -> None:
         if not ids:
             return
         self.ids.extend(ids)
-        text = self._utf8.decode(b"".join(self.target.piece(t) for t in ids))
+        if self.defer:
+            self._queued.append((tuple(ids), from_draft, now()))
+        else:
+            self.emit(self._token_event(tuple(ids), from_draft, now()))
+
+    def _token_event(self, ids: tuple[int, ...], from_draft: bool, t: float) -> TokenEvent:
+        text = self._utf8.decode(b"".join(self.target.piece(tok) for tok in ids))
         self.parts.append(text)
-        self.send(TokenEvent(self.req.cell, text, tuple(ids), from_draft))
+        return TokenEvent(self.req.cell, text, ids, from_draft, t)
 
     def send(self, event: Event) -> None:
         if self.defer:
@@ -139,10 +148,13 @@ class OutputStream:
 
     def flush(self) -> None:
         queued, self._queued = self._queued, []
-        for event in queued:
-            self.emit(event)
+        for item in queued:
+            self.emit(self._token_event(*item) if isinstance(item, tuple) else item)
 
     def text(self) -> str:
+        """The output's text; a deferred stream has flushed first (the loops
+        flush before they return)."""
+        assert not any(isinstance(item, tuple) for item in self._queued), "text() before the last flush"
         return "".join(self.parts) + self._utf8.decode(b"", final=True)
 
 
