@@ -12,14 +12,19 @@ drifting over the run favour neither):
     python benchmarks/decode_overhead.py [--repeats 5] [--tokens 128] [--model embedded:smollm2]
                                          [--batch-invariant on|off] [--n-gpu-layers N]
                                          [--gpu-pick auto|on|off[,...]] [--n-max 4]
-                                         [--variants process|fresh|bare[,...]]
+                                         [--variants process|fresh|bare|nogc[,...]] [--split]
 
 ``--variants`` says how each lab side runs: ``process`` (the default) in
 this process, one run after another; ``fresh`` in a new process per run, as
 ``lab run`` runs a profile; ``bare`` in this process with the run's sampler
-threads (memory, contention, GPU telemetry) not started. Several give every
-setting one side per variant in each repeat: what the process's history and
-the samplers cost, side by side.
+threads (memory, contention, GPU telemetry) not started; ``nogc`` in this
+process with Python's cyclic garbage collector off for the run. Several give
+every setting one side per variant in each repeat: what the process's
+history, the samplers and the collector cost, side by side.
+
+``--split`` (in-process variants) also splits each lab baseline token into
+llama_decode's host work, the device's part, the pick and the loop's own
+Python (benchmarks/token_split.py), beside llama-bench's token.
 
 ``--batch-invariant on`` pads every lone token to two rows so greedy
 speculation stays token-identical to the baseline; ``off`` (the backend's
@@ -36,12 +41,13 @@ loop overhead <= 100 us per step.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
 import subprocess
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
@@ -50,6 +56,9 @@ from lab.plugins import load_registry
 from lab.profiles import parse_profile
 from lab.run_events import ArmReported
 from lab.runner import Runner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from token_split import split_clocks  # noqa: E402
 
 
 def llama_bench_path() -> Path:
@@ -104,7 +113,7 @@ def samplers_off() -> Iterator[None]:
         gpu.RunTelemetry.open = opened  # type: ignore[method-assign]
 
 
-VARIANTS = ("process", "fresh", "bare")
+VARIANTS = ("process", "fresh", "bare", "nogc")
 
 
 def lab_side(variant: str, model: str, tokens: int, threads: int, invariant: bool, ngl: int, pick: str,
@@ -115,6 +124,13 @@ def lab_side(variant: str, model: str, tokens: int, threads: int, invariant: boo
             return lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
     if variant == "process":
         return lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
+    if variant == "nogc":
+        gc.collect()
+        gc.disable()
+        try:
+            return lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
+        finally:
+            gc.enable()
     out = subprocess.run(
         [sys.executable, "-m", "lab_llamacpp.native_first", __file__, "--one-run", "--model", model, "--tokens",
          str(tokens), "--threads", str(threads), "--batch-invariant", "on" if invariant else "off",
@@ -193,6 +209,8 @@ def main() -> int:
     ap.add_argument("--n-max", type=int, default=4, help="the oracle arm's draft length")
     ap.add_argument("--variants", type=variant_list, default=["process"],
                     help="how each lab side runs: process, fresh or bare, or several separated by commas")
+    ap.add_argument("--split", action="store_true",
+                    help="split each in-process lab baseline token into launch, device, pick and loop (token_split.py)")
     ap.add_argument("--one-run", action="store_true",
                     help="(for --variants fresh) one lab run of the first --gpu-pick setting, printed as JSON")
     args = ap.parse_args()
@@ -216,6 +234,7 @@ def main() -> int:
     overhead: dict[tuple[str, str], list[float]] = {side: [] for side in labs}
     ratios: dict[tuple[str, str], list[float]] = {side: [] for side in labs}
     picks: dict[tuple[str, str], dict[str, bool]] = {}
+    splits: dict[tuple[str, str], list[dict[str, float]]] = {side: [] for side in labs}
     sides: list[tuple[str, str] | None] = [None, *labs]  # None: llama-bench
     for i in range(args.repeats):
         # each side goes first in turn, so a GPU's clocks drifting over the run favour none
@@ -226,8 +245,13 @@ def main() -> int:
             if side is None:
                 b = llama_bench_tg(bench, model_path, args.tokens, threads, args.n_gpu_layers)
             else:
-                tps, over, picks[side] = lab_side(side[1], args.model, args.tokens, threads,
-                                                  args.batch_invariant == "on", args.n_gpu_layers, side[0], args.n_max)
+                split = args.split and side[1] != "fresh"
+                with split_clocks() if split else nullcontext() as clocks:
+                    tps, over, picks[side] = lab_side(side[1], args.model, args.tokens, threads,
+                                                      args.batch_invariant == "on", args.n_gpu_layers, side[0],
+                                                      args.n_max)
+                if clocks is not None and clocks.baseline is not None:
+                    splits[side].append(clocks.baseline)
                 got[side] = (tps, over)
         bench_tps.append(b)
         parts = [f"llama-bench tg{args.tokens} {b:.1f} tok/s"]
@@ -238,6 +262,11 @@ def main() -> int:
             ratios[side].append(t / b)
             tag = f" ({label(side)})" if label(side) else ""
             parts.append(f"lab baseline{tag} {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step")
+        for side in labs:
+            if splits[side] and len(splits[side]) == i + 1:
+                tag = f" ({label(side)})" if label(side) else ""
+                parts_us = ", ".join(f"{k} {v:.1f}" for k, v in splits[side][-1].items())
+                parts.append(f"split{tag}: {parts_us} us")
         first = "llama-bench" if order[0] is None else (label(order[0]) or "lab")
         print(f"repeat {i + 1} ({first} first): " + ", ".join(parts), flush=True)
     print()
@@ -253,6 +282,10 @@ def main() -> int:
         print(f"lab baseline tok/s:        {spread(lab_tps[side])}")
         print(f"lab / llama-bench ratio:   {spread(ratios[side], '.3f')}   (goal >= {goal})")
         print(f"speculative loop overhead: {spread(overhead[side], '.0f')} us per step (n_max {args.n_max}, oracle drafter)")
+        if splits[side]:
+            print("baseline token, us (llama-bench's: " + spread([1e6 / b for b in bench_tps], ".1f") + ")")
+            for part in splits[side][0]:
+                print(f"  {part:<7} {spread([s[part] for s in splits[side]], '.1f')}")
     return 0
 
 

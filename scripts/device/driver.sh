@@ -96,6 +96,13 @@ overhead_variants() {
     --variants process,fresh,bare > "$R/decode-overhead-variants.txt" 2> "$W/overhead-variants.log"
 }
 
+overhead_split() {
+  # host and device picks for the baseline, each with the collector on and off, each token split into
+  # llama_decode's host work, the device's part, the pick and the loop's Python (token_split.py)
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 8 --tokens 256 \
+    --gpu-pick auto,on --variants process,nogc --split > "$R/decode-overhead-split.txt" 2> "$W/overhead-split.log"
+}
+
 log_cost() {
   # one llama.cpp log line through the lab's quiet callback and through llama-cpp-python's printing one,
   # its lines written where the stages' logs go
