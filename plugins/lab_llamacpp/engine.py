@@ -151,24 +151,39 @@ class Model:
 
 
 class Batch:
-    """A reusable llama_batch for one sequence."""
+    """A reusable llama_batch for one sequence. Every row belongs to
+    sequence 0, set once; a fill writes tokens, positions and the rows that
+    want logits through pointers kept from the start (each read of a
+    pointer field of the ctypes struct makes a new pointer object)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.raw = ll.llama_batch_init(capacity, 0, 1)
+        b = self.raw
+        self._token, self._pos, self._logits = b.token, b.pos, b.logits
+        n_seq_id, seq_id = b.n_seq_id, b.seq_id
+        for i in range(capacity):
+            n_seq_id[i] = 1
+            seq_id[i][0] = 0
+        self._all_logits = False  # whether rows before the last were left asking for logits
 
     def fill(self, tokens: Sequence[int], start_pos: int, logits: str = "last") -> None:
         n = len(tokens)
         if n > self.capacity:
             raise LlamaError(f"batch of {n} exceeds capacity {self.capacity}")
-        b = self.raw
-        for i, tok in enumerate(tokens):
-            b.token[i] = tok
-            b.pos[i] = start_pos + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = logits == "all" or (i == n - 1)
-        b.n_tokens = n
+        token, pos, want = self._token, self._pos, self._logits
+        if n == 1:  # a lone row: one token, one position, its logits (or none)
+            token[0] = tokens[0]
+            pos[0] = start_pos
+            want[0] = logits != "none"
+        else:
+            every = logits == "all"
+            for i, tok in enumerate(tokens):
+                token[i] = tok
+                pos[i] = start_pos + i
+                want[i] = every
+            want[n - 1] = logits != "none"
+        self.raw.n_tokens = n
 
     def close(self) -> None:
         ll.llama_batch_free(self.raw)
