@@ -22,6 +22,11 @@ process with Python's cyclic garbage collector off for the run. Several give
 every setting one side per variant in each repeat: what the process's
 history, the samplers and the collector cost, side by side.
 
+Each lab side's ratios are also given apart by what ran on the GPU just
+before: llama-bench (whose own timed run always follows its warmup run) or
+another lab run. On the H200 a lab baseline that followed a lab run ran its
+device part about 4 % slower (results/h200/README.md).
+
 ``--split`` (in-process variants) also splits each lab baseline token into
 llama_decode's host work, the device's part, the pick and the loop's own
 Python (benchmarks/token_split.py), beside llama-bench's token.
@@ -236,6 +241,9 @@ def main() -> int:
     picks: dict[tuple[str, str], dict[str, bool]] = {}
     splits: dict[tuple[str, str], list[dict[str, float]]] = {side: [] for side in labs}
     sides: list[tuple[str, str] | None] = [None, *labs]  # None: llama-bench
+    # what ran on the GPU just before each lab run: llama-bench, another lab run, or nothing
+    after: dict[tuple[str, str], list[str]] = {side: [] for side in labs}
+    previous = "nothing"
     for i in range(args.repeats):
         # each side goes first in turn, so a GPU's clocks drifting over the run favour none
         order = sides[i % len(sides):] + sides[: i % len(sides)]
@@ -253,6 +261,8 @@ def main() -> int:
                 if clocks is not None and clocks.baseline is not None:
                     splits[side].append(clocks.baseline)
                 got[side] = (tps, over)
+                after[side].append(previous)
+            previous = "llama-bench" if side is None else "lab"
         bench_tps.append(b)
         parts = [f"llama-bench tg{args.tokens} {b:.1f} tok/s"]
         for side in labs:
@@ -281,6 +291,10 @@ def main() -> int:
         print(f"greedy picks: {pick_words(picks[side])}")
         print(f"lab baseline tok/s:        {spread(lab_tps[side])}")
         print(f"lab / llama-bench ratio:   {spread(ratios[side], '.3f')}   (goal >= {goal})")
+        for before, words in (("llama-bench", "right after llama-bench"), ("lab", "right after a lab run")):
+            some = [r for r, b in zip(ratios[side], after[side]) if b == before]
+            if some and len(some) < len(ratios[side]):
+                print(f"  {words + ':':<24} {spread(some, '.3f')}   ({len(some)} of {len(ratios[side])} runs)")
         print(f"speculative loop overhead: {spread(overhead[side], '.0f')} us per step (n_max {args.n_max}, oracle drafter)")
         if splits[side]:
             print("baseline token, us (llama-bench's: " + spread([1e6 / b for b in bench_tps], ".1f") + ")")
