@@ -12,7 +12,7 @@ drifting over the run favour neither):
     python benchmarks/decode_overhead.py [--repeats 5] [--tokens 128] [--model embedded:smollm2]
                                          [--batch-invariant on|off] [--n-gpu-layers N]
                                          [--gpu-pick auto|on|off[,...]] [--n-max 4]
-                                         [--variants process|fresh|bare|nogc[,...]] [--split]
+                                         [--variants process|fresh|bare|nogc[,...]] [--split] [--settle S]
 
 ``--variants`` says how each lab side runs: ``process`` (the default) in
 this process, one run after another; ``fresh`` in a new process per run, as
@@ -27,7 +27,7 @@ before: llama-bench (whose own timed run always follows its warmup run) or
 another lab run. On the H200 a lab baseline that followed a lab run ran its
 device part about 4 % slower (results/h200/README.md).
 
-``--split`` (in-process variants) also splits each lab baseline token into
+``--split`` also splits each lab baseline token into
 llama_decode's host work, the device's part, the pick and the loop's own
 Python (benchmarks/token_split.py), beside llama-bench's token.
 
@@ -52,6 +52,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
@@ -122,30 +123,35 @@ VARIANTS = ("process", "fresh", "bare", "nogc")
 
 
 def lab_side(variant: str, model: str, tokens: int, threads: int, invariant: bool, ngl: int, pick: str,
-             n_max: int) -> tuple[float, float, dict[str, bool]]:
-    """One lab run as ``variant`` runs it (see the module's notes)."""
-    if variant == "bare":
-        with samplers_off():
-            return lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
-    if variant == "process":
-        return lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
-    if variant == "nogc":
-        gc.collect()
-        gc.disable()
-        try:
-            return lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
-        finally:
-            gc.enable()
-    out = subprocess.run(
-        [sys.executable, "-m", "lab_llamacpp.native_first", __file__, "--one-run", "--model", model, "--tokens",
-         str(tokens), "--threads", str(threads), "--batch-invariant", "on" if invariant else "off",
-         "--n-gpu-layers", str(ngl), "--gpu-pick", pick, "--n-max", str(n_max)],
-        capture_output=True, text=True,
-    )
-    if out.returncode != 0:
-        sys.exit(f"the lab run in a fresh process failed ({out.returncode}): {out.stderr[-2000:]}")
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    return float(got["rate"]), float(got["overhead_us"]), {k: bool(v) for k, v in got["picks"].items()}
+             n_max: int, split: bool = False) -> tuple[float, float, dict[str, bool], dict[str, float] | None]:
+    """One lab run as ``variant`` runs it (see the module's notes), with its
+    baseline token's split when ``split`` (token_split.py)."""
+    if variant == "fresh":
+        out = subprocess.run(
+            [sys.executable, "-m", "lab_llamacpp.native_first", __file__, "--one-run", "--model", model, "--tokens",
+             str(tokens), "--threads", str(threads), "--batch-invariant", "on" if invariant else "off",
+             "--n-gpu-layers", str(ngl), "--gpu-pick", pick, "--n-max", str(n_max), *(["--split"] if split else [])],
+            capture_output=True, text=True,
+        )
+        if out.returncode != 0:
+            sys.exit(f"the lab run in a fresh process failed ({out.returncode}): {out.stderr[-2000:]}")
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        return (float(got["rate"]), float(got["overhead_us"]), {k: bool(v) for k, v in got["picks"].items()},
+                got.get("split"))
+    with split_clocks() if split else nullcontext() as clocks:
+        if variant == "bare":
+            with samplers_off():
+                rate, over, picks = lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
+        elif variant == "nogc":
+            gc.collect()
+            gc.disable()
+            try:
+                rate, over, picks = lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
+            finally:
+                gc.enable()
+        else:
+            rate, over, picks = lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
+    return rate, over, picks, clocks.baseline if clocks is not None else None
 
 
 def lab_run(model: str, tokens: int, threads: int, invariant: bool, ngl: int = 0, pick: str = "auto",
@@ -214,16 +220,19 @@ def main() -> int:
     ap.add_argument("--n-max", type=int, default=4, help="the oracle arm's draft length")
     ap.add_argument("--variants", type=variant_list, default=["process"],
                     help="how each lab side runs: process, fresh or bare, or several separated by commas")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds to wait before each side (the GPU idle): whether what slows a lab run that follows "
+                         "another fades with time")
     ap.add_argument("--split", action="store_true",
-                    help="split each in-process lab baseline token into launch, device, pick and loop (token_split.py)")
+                    help="split each lab baseline token into launch, device, pick and loop (token_split.py)")
     ap.add_argument("--one-run", action="store_true",
                     help="(for --variants fresh) one lab run of the first --gpu-pick setting, printed as JSON")
     args = ap.parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
     if args.one_run:
-        rate, over, picked = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on",
-                                     args.n_gpu_layers, args.gpu_pick[0], args.n_max)
-        print(json.dumps({"rate": rate, "overhead_us": over, "picks": picked}))
+        rate, over, picked, split = lab_side("process", args.model, args.tokens, threads, args.batch_invariant == "on",
+                                             args.n_gpu_layers, args.gpu_pick[0], args.n_max, args.split)
+        print(json.dumps({"rate": rate, "overhead_us": over, "picks": picked, "split": split}))
         return 0
     model_path = models.resolve(args.model)
     bench = llama_bench_path()
@@ -250,16 +259,16 @@ def main() -> int:
         got: dict[tuple[str, str], tuple[float, float]] = {}
         b = 0.0
         for side in order:
+            if args.settle > 0:
+                time.sleep(args.settle)
             if side is None:
                 b = llama_bench_tg(bench, model_path, args.tokens, threads, args.n_gpu_layers)
             else:
-                split = args.split and side[1] != "fresh"
-                with split_clocks() if split else nullcontext() as clocks:
-                    tps, over, picks[side] = lab_side(side[1], args.model, args.tokens, threads,
-                                                      args.batch_invariant == "on", args.n_gpu_layers, side[0],
-                                                      args.n_max)
-                if clocks is not None and clocks.baseline is not None:
-                    splits[side].append(clocks.baseline)
+                tps, over, picks[side], split = lab_side(side[1], args.model, args.tokens, threads,
+                                                         args.batch_invariant == "on", args.n_gpu_layers, side[0],
+                                                         args.n_max, args.split)
+                if split is not None:
+                    splits[side].append(split)
                 got[side] = (tps, over)
                 after[side].append(previous)
             previous = "llama-bench" if side is None else "lab"

@@ -46,6 +46,7 @@ class SplitClocks:
     def __init__(self) -> None:
         self.cell = Split()
         self.baseline: dict[str, float] | None = None  # the last baseline cell's per-token split
+        self.baseline_counts = (0, 0)  # that cell's decodes the clocks saw, and its own count of them
         self._queued_at: float | None = None
         self._waited = False
 
@@ -93,6 +94,7 @@ def split_clocks() -> Iterator[SplitClocks]:
         gen = generate(self, request, emit, cancelled)
         if self.drafter is None and len(gen.ids) > 1:
             clocks.baseline = clocks.cell.per_token_us(gen.gen_s, len(gen.ids) - 1)
+            clocks.baseline_counts = (clocks.cell.tokens, len(gen.ids) - 1)
         return gen
 
     engine.Context.decode = timed_decode  # type: ignore[method-assign,assignment]

@@ -103,6 +103,15 @@ overhead_split() {
     --gpu-pick auto,on --variants process,nogc --split > "$R/decode-overhead-split.txt" 2> "$W/overhead-split.log"
 }
 
+overhead_order() {
+  # whether the slower device part of a lab run that follows another follows the process (fresh: a new
+  # process per run) or fades with time (--settle: the GPU idle 5 s before each side)
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 8 --tokens 256 \
+    --variants process,fresh --split > "$R/decode-overhead-order.txt" 2> "$W/overhead-order.log"
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 6 --tokens 256 \
+    --settle 5 --split > "$R/decode-overhead-settle.txt" 2>> "$W/overhead-order.log"
+}
+
 log_cost() {
   # one llama.cpp log line through the lab's quiet callback and through llama-cpp-python's printing one,
   # its lines written where the stages' logs go
