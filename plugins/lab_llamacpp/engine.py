@@ -165,7 +165,6 @@ class Batch:
         for i in range(capacity):
             n_seq_id[i] = 1
             seq_id[i][0] = 0
-        self._all_logits = False  # whether rows before the last were left asking for logits
 
     def fill(self, tokens: Sequence[int], start_pos: int, logits: str = "last") -> None:
         n = len(tokens)
