@@ -219,7 +219,7 @@ def main() -> int:
                          "off, or several separated by commas (each a lab side of every repeat, in rotating order)")
     ap.add_argument("--n-max", type=int, default=4, help="the oracle arm's draft length")
     ap.add_argument("--variants", type=variant_list, default=["process"],
-                    help="how each lab side runs: process, fresh or bare, or several separated by commas")
+                    help="how each lab side runs: process, fresh, bare or nogc, or several separated by commas")
     ap.add_argument("--settle", type=float, default=0.0,
                     help="seconds to wait before each side (the GPU idle): whether what slows a lab run that follows "
                          "another fades with time")
@@ -256,7 +256,7 @@ def main() -> int:
     for i in range(args.repeats):
         # each side goes first in turn, so a GPU's clocks drifting over the run favour none
         order = sides[i % len(sides):] + sides[: i % len(sides)]
-        got: dict[tuple[str, str], tuple[float, float]] = {}
+        got: dict[tuple[str, str], tuple[float, float, dict[str, float] | None]] = {}
         b = 0.0
         for side in order:
             if args.settle > 0:
@@ -267,25 +267,24 @@ def main() -> int:
                 tps, over, picks[side], split = lab_side(side[1], args.model, args.tokens, threads,
                                                          args.batch_invariant == "on", args.n_gpu_layers, side[0],
                                                          args.n_max, args.split)
-                if split is not None:
-                    splits[side].append(split)
-                got[side] = (tps, over)
+                got[side] = (tps, over, split)
                 after[side].append(previous)
             previous = "llama-bench" if side is None else "lab"
         bench_tps.append(b)
         parts = [f"llama-bench tg{args.tokens} {b:.1f} tok/s"]
         for side in labs:
-            t, o = got[side]
+            t, o, split = got[side]
             lab_tps[side].append(t)
             overhead[side].append(o)
             ratios[side].append(t / b)
             tag = f" ({label(side)})" if label(side) else ""
             parts.append(f"lab baseline{tag} {t:.1f} tok/s, ratio {t / b:.3f}, loop overhead {o:.0f} us/step")
         for side in labs:
-            if splits[side] and len(splits[side]) == i + 1:
+            split = got[side][2]
+            if split is not None:
+                splits[side].append(split)
                 tag = f" ({label(side)})" if label(side) else ""
-                parts_us = ", ".join(f"{k} {v:.1f}" for k, v in splits[side][-1].items())
-                parts.append(f"split{tag}: {parts_us} us")
+                parts.append(f"split{tag}: " + ", ".join(f"{k} {v:.1f}" for k, v in split.items()) + " us")
         first = "llama-bench" if order[0] is None else (label(order[0]) or "lab")
         print(f"repeat {i + 1} ({first} first): " + ", ".join(parts), flush=True)
     print()

@@ -322,16 +322,10 @@ class Context:
         C-side chain."""
         return int(ll.llama_sampler_sample(self._sampler, self.ptr, self._row(row)))
 
-    def argmax(self, row: int, masked: Collection[int] = ()) -> int:
-        """Greedy pick straight from the engine's logits buffer, ``masked``
-        token ids left out. The C-side greedy sampler first copies the whole
-        vocabulary into a candidate array (~0.2 ms a row for a 49k
-        vocabulary), which a speculative step pays once per verified row; an
-        arg-max over a view costs a tenth. The view is made once per row
-        address, and the mask is applied only when a masked token wins (it
-        rarely does; a winner that is not masked stays the winner with the
-        masked tokens at -inf, ties included, as the first maximum), so a
-        pick is one call into llama.cpp and one scan of the row."""
+    def _row_view(self, row: int) -> np.ndarray:
+        """A numpy view of batch row ``row``'s logits in the engine's buffer
+        (valid until the next decode), made once per row address: one call
+        into llama.cpp, no ctypes objects."""
         addr = self._row_address(self.ptr, self._row(row))
         if not addr:
             raise LlamaError(f"no logits for batch row {row}: was it decoded with logits?")
@@ -341,6 +335,19 @@ class Context:
                 self._row_views.clear()
             view = np.frombuffer(self._row_type.from_address(addr), dtype=np.float32)  # type: ignore[call-overload]
             self._row_views[addr] = view
+        return view
+
+    def argmax(self, row: int, masked: Collection[int] = ()) -> int:
+        """Greedy pick straight from the engine's logits buffer, ``masked``
+        token ids left out. The C-side greedy sampler first copies the whole
+        vocabulary into a candidate array (~0.2 ms a row for a 49k
+        vocabulary), which a speculative step pays once per verified row; an
+        arg-max over a view costs a tenth. The mask is applied only when a
+        masked token wins (it rarely does; a winner that is not masked stays
+        the winner with the masked tokens at -inf, ties included, as the
+        first maximum), so a pick is one call into llama.cpp and one scan of
+        the row."""
+        view = self._row_view(row)
         best = int(view.argmax())
         if len(masked) and best in masked:
             view[np.fromiter(masked, dtype=np.intp)] = -np.inf  # ours until the next decode
@@ -348,8 +355,7 @@ class Context:
         return best
 
     def logits(self, row: int) -> np.ndarray:
-        ptr = ll.llama_get_logits_ith(self.ptr, self._row(row))
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+        return self._row_view(row).copy()
 
     def truncate(self, n_keep: int) -> None:
         """Drop every KV entry at position >= n_keep."""
