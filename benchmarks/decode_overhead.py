@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lab import models
+from lab.events import TokenEvent, now
 from lab.plugins import load_registry
 from lab.profiles import parse_profile
 from lab.run_events import ArmReported
@@ -135,6 +136,7 @@ def lab_side(variant: str, model: str, tokens: int, threads: int, invariant: boo
         )
         if out.returncode != 0:
             sys.exit(f"the lab run in a fresh process failed ({out.returncode}): {out.stderr[-2000:]}")
+        sys.stderr.writelines(line + "\n" for line in out.stderr.splitlines() if line.startswith("timeline"))
         got = json.loads(out.stdout.strip().splitlines()[-1])
         return (float(got["rate"]), float(got["overhead_us"]), {k: bool(v) for k, v in got["picks"].items()},
                 got.get("split"))
@@ -160,12 +162,19 @@ def lab_run(model: str, tokens: int, threads: int, invariant: bool, ngl: int = 0
     text = bench_profile(model, tokens, threads, ngl, pick, invariant, oracle_n_max=n_max)
     profile = parse_profile(text, "bench.toml", registry)
     reports: dict[str, dict] = {}
+    base_tokens: list[float] = []  # when the baseline's measured tokens landed (lab.events.now)
 
     def listen(event: object) -> None:
         if isinstance(event, ArmReported):
             reports[event.arm] = dict(event.report)
+        elif isinstance(event, TokenEvent) and event.cell.arm == "base" and not event.cell.is_warmup:
+            base_tokens.append(event.t)
 
     rows = Runner(profile, registry, listeners=[listen]).run()
+    if base_tokens:
+        wall = time.time() - now()
+        print(f"timeline base tokens: {base_tokens[0] + wall:.3f} {base_tokens[-1] + wall:.3f}", file=sys.stderr,
+              flush=True)
     base = next(r for r in rows if r["arm"] == "base")
     oracle = next(r for r in rows if r["arm"] == "oracle")
     if base["status"] != "ok" or oracle["status"] != "ok":
@@ -261,6 +270,7 @@ def main() -> int:
         for side in order:
             if args.settle > 0:
                 time.sleep(args.settle)
+            start = time.time()
             if side is None:
                 b = llama_bench_tg(bench, model_path, args.tokens, threads, args.n_gpu_layers)
             else:
@@ -270,6 +280,9 @@ def main() -> int:
                 got[side] = (tps, over, split)
                 after[side].append(previous)
             previous = "llama-bench" if side is None else "lab"
+            # wall-clock spans, to line a side up with the card's clocks (nvidia-smi's timestamps)
+            print(f"timeline repeat {i + 1} {'llama-bench' if side is None else label(side) or 'lab'}: "
+                  f"{start:.3f} {time.time():.3f}", file=sys.stderr, flush=True)
         bench_tps.append(b)
         parts = [f"llama-bench tg{args.tokens} {b:.1f} tok/s"]
         for side in labs:

@@ -103,13 +103,27 @@ overhead_split() {
     --gpu-pick auto,on --variants process,nogc --split > "$R/decode-overhead-split.txt" 2> "$W/overhead-split.log"
 }
 
+card_clocks() {
+  # the card's SM and memory clocks, power and temperature every 100 ms, with why the clocks are held down
+  # (a newer field: asked only where the driver knows it), into $1 until killed; run in the background,
+  # it becomes nvidia-smi itself, so $! is the process to kill
+  local q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu
+  nvidia-smi --query-gpu=$q,clocks_event_reasons.active --format=csv > /dev/null 2>&1 && q=$q,clocks_event_reasons.active
+  exec nvidia-smi --query-gpu=$q --format=csv -lms 100 > "$1" 2>&1
+}
+
 overhead_order() {
   # whether the slower device part of a lab run that follows another follows the process (fresh: a new
-  # process per run) or fades with time (--settle: the GPU idle 5 s before each side)
+  # process per run) or fades with time (--settle: the GPU idle 5 s before each side); the card's clocks
+  # beside it, lined up with each side by the wall-clock spans decode_overhead writes to its log
+  card_clocks "$R/clocks-order.csv" &
+  local clocks=$!
   bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 8 --tokens 256 \
     --variants process,fresh --split > "$R/decode-overhead-order.txt" 2> "$W/overhead-order.log"
   bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 6 --tokens 256 \
     --settle 5 --split > "$R/decode-overhead-settle.txt" 2>> "$W/overhead-order.log"
+  kill "$clocks" 2>/dev/null
+  grep "^timeline" "$W/overhead-order.log" > "$R/timeline-order.txt"
 }
 
 log_cost() {
