@@ -126,6 +126,13 @@ overhead_order() {
   grep "^timeline" "$W/overhead-order.log" > "$R/timeline-order.txt"
 }
 
+reload_state() {
+  # the engine alone after each kind of earlier load (another process's, a free in this process, a kept
+  # model, idle time), and a lab run of three identical baseline arms: does an arm's place in a run count
+  bench_py reload_state.py --model synthetic:llama-8b --other synthetic:llama-1b --n-gpu-layers 999 --cycles 4 \
+    > "$R/reload-state.txt" 2> "$W/reload-state.log"
+}
+
 log_cost() {
   # one llama.cpp log line through the lab's quiet callback and through llama-cpp-python's printing one,
   # its lines written where the stages' logs go
