@@ -9,6 +9,9 @@ decodes with host greedy picks, the median microseconds per token of
   after another process   llama-bench (``--other``, a small model) used the
                           GPU in between, then this process loaded the model
   right after a free      this process freed the model and loaded it again
+  after device picks      this process freed a model whose context had
+                          picked on the GPU (llama.cpp's backend sampler, as
+                          a lab run's speculative arms do), then loaded it
   new context             the same model kept, a new context on it
   cleared context         the same context, its memory cleared
   after idle              this process freed the model, slept ``--idle`` s,
@@ -56,6 +59,25 @@ def per_token_us(ctx: object, tokens: int) -> float:
         if i >= 16:
             times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e6
+
+
+def device_picks(path: str, ngl: int, threads: int, tokens: int) -> None:
+    """Load, decode ``tokens`` one-row steps picked by the backend sampler,
+    free."""
+    from lab_llamacpp.engine import Context, Model
+    from lab_llamacpp.gpu_pick import OUTPUTS_PER_SEQ, backend_greedy, host_greedy
+
+    m = Model(path, ngl)
+    c = Context(m, 2048, 512, threads, outputs_per_seq=OUTPUTS_PER_SEQ)
+    chain = backend_greedy(c)
+    c.decode(m.tokenize("The"))
+    tok = chain.pick(0)
+    for _ in range(tokens):
+        c.decode([tok])
+        tok = chain.pick(0)
+    host_greedy(c)
+    c.close()
+    m.close()
 
 
 def other_process(bench: Path, model: Path, ngl: int) -> None:
@@ -127,6 +149,11 @@ def main() -> int:
             m.close()
             m, c = fresh()
             record("right after a free", per_token_us(c, args.tokens))
+        c.close()
+        m.close()
+        device_picks(path, ngl, threads, args.tokens)
+        m, c = fresh()
+        record("after device picks", per_token_us(c, args.tokens))
         c.close()
         m, c = fresh(m)
         record("new context", per_token_us(c, args.tokens))
