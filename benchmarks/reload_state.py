@@ -49,8 +49,9 @@ def per_token_us(ctx: object, tokens: int) -> float:
 
     assert isinstance(ctx, Context)
     ctx.reset()
-    ctx.decode(ctx.model.tokenize("The"))
-    tok = ctx.argmax(0)
+    prompt = ctx.model.tokenize("The")
+    ctx.decode(prompt)
+    tok = ctx.argmax(len(prompt) - 1)
     times = []
     for i in range(16 + tokens):
         t0 = time.perf_counter()
@@ -70,8 +71,9 @@ def device_picks(path: str, ngl: int, threads: int, tokens: int) -> None:
     m = Model(path, ngl)
     c = Context(m, 2048, 512, threads, outputs_per_seq=OUTPUTS_PER_SEQ)
     chain = backend_greedy(c)
-    c.decode(m.tokenize("The"))
-    tok = chain.pick(0)
+    prompt = m.tokenize("The")
+    c.decode(prompt)
+    tok = chain.pick(len(prompt) - 1)
     for _ in range(tokens):
         c.decode([tok])
         tok = chain.pick(0)

@@ -126,10 +126,16 @@ overhead_order() {
   grep "^timeline" "$W/overhead-order.log" > "$R/timeline-order.txt"
 }
 
+overhead_fresh() {
+  # each lab side in a process of its own, as `lab run` and llama-bench are
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 10 --tokens 256 \
+    --variants fresh --split > "$R/decode-overhead-fresh.txt" 2> "$W/overhead-fresh.log"
+}
+
 reload_state() {
   # the engine alone after each kind of earlier load (another process's, a free in this process, a kept
   # model, idle time), and a lab run of three identical baseline arms: does an arm's place in a run count
-  bench_py reload_state.py --model synthetic:llama-8b --other synthetic:llama-1b --n-gpu-layers 999 --cycles 4 \
+  bench_py reload_state.py --model synthetic:llama-8b --other synthetic:llama-1b --n-gpu-layers 999 --cycles 3 \
     > "$R/reload-state.txt" 2> "$W/reload-state.log"
 }
 
