@@ -202,11 +202,16 @@ class Held:
 
 @dataclass(frozen=True)
 class RunStarted:
+    """``runs_before``: the runs this process started before this one. An
+    earlier run can leave a GPU slower for the next one's decodes (the
+    report's conditions say so); a ``lab run`` is a process of its own."""
+
     profile: str
     run_dir: str
     arms: tuple[str, ...]
     prompts: tuple[str, ...]
     rounds: int
+    runs_before: int = 0
     t: float = field(default_factory=now)
 
 

@@ -376,7 +376,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         "",
     ]
     lines += _writeup_table(results, summaries)
-    lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results)
+    lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
     lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
     lines += ["", "## Detail", ""] + _detail_table(summaries)
     econ = _economics_lines(summaries)

@@ -12,6 +12,7 @@ run goes on. Every backend is closed on every path, Ctrl-C included.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ from lab.results import ResultRow, add_origin, build_result, pick_baseline
 from lab.run_events import ArmReported, Listener, Logged, RunEvent
 
 # An arm's cells are as bad as their worst status.
+# runs this process has started (RunStarted.runs_before)
+_RUNS_STARTED = itertools.count()
 _WORST_FIRST = (Status.CRASHED, Status.OOM, Status.ERROR, Status.CANCELLED, Status.SKIPPED)
 
 
@@ -215,6 +218,7 @@ class Runner:
             RunStarted(
                 self.profile.name, self.run_dir, tuple(a.name for a in self.profile.arms),
                 tuple(p.name for p in self.profile.prompts), self.profile.run.rounds,
+                runs_before=next(_RUNS_STARTED),
             )
         )
         interrupted = False

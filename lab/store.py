@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
-from lab.events import Finished, RunFinished, StepEvent
+from lab.events import Finished, RunFinished, RunStarted, StepEvent
 from lab.profiles import Profile
 from lab.results import ResultRow
 from lab.run_events import ArmReported, Logged, RunEvent, finished_row
@@ -253,6 +253,8 @@ class RunStore:
             self.set_arm_report(event.arm, event.report)
         elif isinstance(event, Logged):
             self.log(event.text)
+        elif isinstance(event, RunStarted):
+            self.meta["machine"]["lab_runs_before"] = event.runs_before
         elif isinstance(event, RunFinished):
             self.finish(cancelled=event.cancelled)
 

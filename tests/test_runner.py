@@ -440,3 +440,27 @@ def test_a_warmup_cell_generates_warmup_tokens_and_recorded_cells_max_tokens(tmp
     assert ran("warmup_tokens = 5\n") == (5, 24)
     assert ran("") == (24, 24)  # the default, 64, is more than max_tokens here
     assert ran("warmup_tokens = 0\n") == (24, 24)  # 0: as many as a measured cell
+
+
+def test_each_run_knows_the_runs_its_process_started_before_and_a_gpu_report_warns(tmp_path: Path) -> None:
+    """An earlier lab run in the same process can leave a GPU slower for the
+    next run's baseline: results.json records how many ran before, and the
+    report of a run that sampled a GPU says so; a first run or a CPU run
+    carries no warning."""
+    from lab.analysis.conditions import machine_lines
+
+    heard: list[RunStarted] = []
+    text = profile_text([("base", {})])
+    first, first_store = make_runner(tmp_path / "a", text, [lambda e: heard.append(e) if isinstance(e, RunStarted) else None])
+    first.run()
+    second, second_store = make_runner(tmp_path / "b", text, [lambda e: heard.append(e) if isinstance(e, RunStarted) else None])
+    rows = second.run()
+    assert [e.runs_before for e in heard] == [heard[0].runs_before, heard[0].runs_before + 1]
+    before = load_run(second_store.path)["machine"]["lab_runs_before"]
+    assert before == heard[1].runs_before == load_run(first_store.path)["machine"]["lab_runs_before"] + 1
+    on_gpu = [{**r, "gpu_name": "NVIDIA H200"} for r in rows]
+    warned = "\n".join(machine_lines(on_gpu, {"lab_runs_before": before}))
+    assert f"This process ran {before} lab run" in warned and "`lab run`" in warned
+    assert "This process ran" not in "\n".join(machine_lines(rows, {"lab_runs_before": before}))  # no GPU
+    assert "This process ran" not in "\n".join(machine_lines(on_gpu, {"lab_runs_before": 0}))
+    assert "This process ran" not in "\n".join(machine_lines(on_gpu, {}))  # saved before the lab kept the count

@@ -62,9 +62,27 @@ def prompt_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def machine_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+def machine_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, Any] | None = None) -> list[str]:
     """The report's noise guard: the rows taken on a busy machine, or how
-    quiet the machine was."""
+    quiet the machine was; and, for a run on a GPU, the runs its process
+    ran before it (``machine``: results.json's record of the machine)."""
+    return _noise_lines(results) + _process_lines(results, machine or {})
+
+
+def _process_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, Any]) -> list[str]:
+    before = machine.get("lab_runs_before")
+    if not isinstance(before, int) or isinstance(before, bool) or before <= 0:
+        return []
+    if not any(r.get("gpu_name") for r in results):
+        return []
+    runs = "run" if before == 1 else "runs"
+    return ["", f"⚠ This process ran {before} lab {runs} before this one, which used a GPU. On an H200 a "
+            "baseline that directly followed another lab run in one process decoded about 4 % slower on the "
+            "device, which flatters every speedup against it; for reference figures run the profile with "
+            "`lab run`, a process of its own."]
+
+
+def _noise_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     measured = [r for r in results if r.get("contention") is not None and int(r.get("round", 1)) >= 1]
     if not measured:
         return ["The run did not watch the machine (saved before the noise guard)."]
