@@ -14,18 +14,20 @@ drifting over the run favour neither):
                                          [--gpu-pick auto|on|off[,...]] [--n-max 4]
                                          [--variants process|fresh|bare|nogc[,...]] [--split] [--settle S]
 
-``--variants`` says how each lab side runs: ``process`` (the default) in
-this process, one run after another; ``fresh`` in a new process per run, as
-``lab run`` runs a profile; ``bare`` in this process with the run's sampler
-threads (memory, contention, GPU telemetry) not started; ``nogc`` in this
-process with Python's cyclic garbage collector off for the run. Several give
-every setting one side per variant in each repeat: what the process's
-history, the samplers and the collector cost, side by side.
+``--variants`` says how each lab side runs: ``fresh`` (the default) in a
+new process per run, as ``lab run`` runs a profile and as llama-bench runs
+its own: like against like; ``process`` in this process, one run after
+another; ``bare`` in this process with the run's sampler threads (memory,
+contention, GPU telemetry) not started; ``nogc`` in this process with
+Python's cyclic garbage collector off for the run. Several give every
+setting one side per variant in each repeat: what the process's history,
+the samplers and the collector cost, side by side.
 
 Each lab side's ratios are also given apart by what ran on the GPU just
 before: llama-bench (whose own timed run always follows its warmup run) or
-another lab run. On the H200 a lab baseline that followed a lab run ran its
-device part about 4 % slower (results/h200/README.md).
+another lab run. On the H200 a ``process`` baseline that directly followed
+another lab run of this process ran its device part about 4 % slower; one
+in a fresh process never did (results/h200/README.md).
 
 ``--split`` also splits each lab baseline token into
 llama_decode's host work, the device's part, the pick and the loop's own
@@ -227,7 +229,7 @@ def main() -> int:
                     help="greedy picks by llama.cpp's backend sampler (the llamacpp option gpu_pick): auto, on or "
                          "off, or several separated by commas (each a lab side of every repeat, in rotating order)")
     ap.add_argument("--n-max", type=int, default=4, help="the oracle arm's draft length")
-    ap.add_argument("--variants", type=variant_list, default=["process"],
+    ap.add_argument("--variants", type=variant_list, default=["fresh"],
                     help="how each lab side runs: process, fresh, bare or nogc, or several separated by commas")
     ap.add_argument("--settle", type=float, default=0.0,
                     help="seconds to wait before each side (the GPU idle): whether what slows a lab run that follows "

@@ -121,7 +121,7 @@ overhead_order() {
   bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 8 --tokens 256 \
     --variants process,fresh --split > "$R/decode-overhead-order.txt" 2> "$W/overhead-order.log"
   bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 6 --tokens 256 \
-    --settle 5 --split > "$R/decode-overhead-settle.txt" 2>> "$W/overhead-order.log"
+    --variants process --settle 5 --split > "$R/decode-overhead-settle.txt" 2>> "$W/overhead-order.log"
   kill "$clocks" 2>/dev/null
   grep "^timeline" "$W/overhead-order.log" > "$R/timeline-order.txt"
 }
