@@ -54,9 +54,9 @@ from lab.profiles import Arm, Profile
 from lab.results import ResultRow, add_origin, build_result, pick_baseline
 from lab.run_events import ArmReported, Listener, Logged, RunEvent
 
-# An arm's cells are as bad as their worst status.
 # runs this process has started (RunStarted.runs_before)
 _RUNS_STARTED = itertools.count()
+# An arm's cells are as bad as their worst status.
 _WORST_FIRST = (Status.CRASHED, Status.OOM, Status.ERROR, Status.CANCELLED, Status.SKIPPED)
 
 

@@ -450,17 +450,22 @@ def test_each_run_knows_the_runs_its_process_started_before_and_a_gpu_report_war
     from lab.analysis.conditions import machine_lines
 
     heard: list[RunStarted] = []
+
+    def hear(event: Event) -> None:
+        if isinstance(event, RunStarted):
+            heard.append(event)
+
     text = profile_text([("base", {})])
-    first, first_store = make_runner(tmp_path / "a", text, [lambda e: heard.append(e) if isinstance(e, RunStarted) else None])
+    first, first_store = make_runner(tmp_path / "a", text, [hear])
     first.run()
-    second, second_store = make_runner(tmp_path / "b", text, [lambda e: heard.append(e) if isinstance(e, RunStarted) else None])
+    second, second_store = make_runner(tmp_path / "b", text, [hear])
     rows = second.run()
     assert [e.runs_before for e in heard] == [heard[0].runs_before, heard[0].runs_before + 1]
     before = load_run(second_store.path)["machine"]["lab_runs_before"]
     assert before == heard[1].runs_before == load_run(first_store.path)["machine"]["lab_runs_before"] + 1
     on_gpu = [{**r, "gpu_name": "NVIDIA H200"} for r in rows]
     warned = "\n".join(machine_lines(on_gpu, {"lab_runs_before": before}))
-    assert f"This process ran {before} lab run" in warned and "`lab run`" in warned
-    assert "This process ran" not in "\n".join(machine_lines(rows, {"lab_runs_before": before}))  # no GPU
-    assert "This process ran" not in "\n".join(machine_lines(on_gpu, {"lab_runs_before": 0}))
-    assert "This process ran" not in "\n".join(machine_lines(on_gpu, {}))  # saved before the lab kept the count
+    assert f"its process ran {before} lab run" in warned and "`lab run`" in warned
+    assert "its process ran" not in "\n".join(machine_lines(rows, {"lab_runs_before": before}))  # no GPU
+    assert "its process ran" not in "\n".join(machine_lines(on_gpu, {"lab_runs_before": 0}))
+    assert "its process ran" not in "\n".join(machine_lines(on_gpu, {}))  # saved before the lab kept the count
