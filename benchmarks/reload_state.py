@@ -36,18 +36,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab import models
+
+if TYPE_CHECKING:
+    from lab_llamacpp.engine import Context
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_overhead import bench_profile, llama_bench_path  # noqa: E402
 
 
-def per_token_us(ctx: object, tokens: int) -> float:
+def per_token_us(ctx: Context, tokens: int) -> float:
     """Median microseconds of one decode and its pick, after 16 untimed."""
-    from lab_llamacpp.engine import Context
-
-    assert isinstance(ctx, Context)
     ctx.reset()
     prompt = ctx.model.tokenize("The")
     ctx.decode(prompt)

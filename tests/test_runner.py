@@ -448,6 +448,7 @@ def test_each_run_knows_the_runs_its_process_started_before_and_a_gpu_report_war
     report of a run that sampled a GPU says so; a first run or a CPU run
     carries no warning."""
     from lab.analysis.conditions import machine_lines
+    from lab.report import load_for_report, render_markdown
 
     heard: list[RunStarted] = []
 
@@ -464,7 +465,10 @@ def test_each_run_knows_the_runs_its_process_started_before_and_a_gpu_report_war
     before = load_run(second_store.path)["machine"]["lab_runs_before"]
     assert before == heard[1].runs_before == load_run(first_store.path)["machine"]["lab_runs_before"] + 1
     on_gpu = [{**r, "gpu_name": "NVIDIA H200"} for r in rows]
-    warned = "\n".join(machine_lines(on_gpu, {"lab_runs_before": before}))
+    # the report reads the count from results.json
+    data = load_for_report(second_store.path)
+    assert f"its process ran {before} lab run" not in render_markdown(data)  # the scripted backend has no GPU
+    warned = render_markdown({**data, "results": [{**r, "gpu_name": "NVIDIA H200"} for r in data["results"]]})
     assert f"its process ran {before} lab run" in warned and "`lab run`" in warned
     assert "its process ran" not in "\n".join(machine_lines(rows, {"lab_runs_before": before}))  # no GPU
     assert "its process ran" not in "\n".join(machine_lines(on_gpu, {"lab_runs_before": 0}))
