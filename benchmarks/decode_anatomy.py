@@ -10,7 +10,7 @@ one at a time on one model and reports microseconds per decoded token:
   engine       lab_llamacpp.engine: decode one token, synchronize, pick it
                (host arg-max, or the backend sampler with --gpu-pick on),
                feed it back: the ctypes floor
-  loop         lab.speculative.generate with no drafter and no listener
+  loop         lab.kit.speculative.generate with no drafter and no listener
   runner       a lab run of one baseline arm (lab.runner.Runner): events,
                memory, contention and GPU samplers
   runner-bare  the same run with the sampler threads not started
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode_overhead import bench_profile, llama_bench_path, llama_bench_tg, samplers_off  # noqa: E402
 
-from lab import models  # noqa: E402
-from lab.events import Cell, now  # noqa: E402
+from lab.base.events import Cell, now  # noqa: E402
+from lab.kit import models  # noqa: E402
 
 LAYERS = ("llama-bench", "engine", "loop", "runner", "runner-bare")
 
@@ -58,7 +58,7 @@ def engine_pass(ctx: Any, target: Any, first: int, tokens: int) -> float:
 
 def loop_pass(target: Any, prompt: list[int], tokens: int) -> float:
     from lab.api import GenerationRequest
-    from lab.speculative import generate
+    from lab.kit.speculative import generate
 
     req = GenerationRequest(cell=Cell("anatomy", "p", 1), prompt="", system=None, chat_template=False,
                             max_tokens=tokens, temperature=0.0, seed=0, ignore_eos=True, n_max=None)
@@ -67,8 +67,8 @@ def loop_pass(target: Any, prompt: list[int], tokens: int) -> float:
 
 
 def runner_pass(args: argparse.Namespace, threads: int, bare: bool) -> float:
-    from lab.plugins import load_registry
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
     from lab.runner import Runner
 
     registry = load_registry()
@@ -90,8 +90,8 @@ def main() -> int:
 
     load_llama_first()
     from lab_llamacpp import engine
-    from lab_llamacpp.backend import LlamaTarget, wants_gpu_pick
     from lab_llamacpp.gpu_pick import OUTPUTS_PER_SEQ, GpuPickTarget
+    from lab_llamacpp.target import LlamaTarget, wants_gpu_pick
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="embedded:smollm2")

@@ -59,11 +59,10 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
-from lab import models
-from lab.events import TokenEvent, now
-from lab.plugins import load_registry
-from lab.profiles import parse_profile
-from lab.run_events import ArmReported
+from lab.base.events import ArmReported, TokenEvent, now
+from lab.kit import models
+from lab.profile.load import parse_profile
+from lab.registry import load_registry
 from lab.runner import Runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -109,7 +108,8 @@ def bench_profile(model: str, tokens: int, threads: int, ngl: int = 0, pick: str
 @contextmanager
 def samplers_off() -> Iterator[None]:
     """Runs in this block start no sampler thread and open no GPU telemetry."""
-    from lab import gpu, sampling
+    from lab.base import periodic as sampling
+    from lab.telemetry import gpu
 
     start, stop, opened = sampling.PeriodicSampler.start, sampling.PeriodicSampler.stop, gpu.RunTelemetry.open
     sampling.PeriodicSampler.start = lambda self: self  # type: ignore[method-assign]
@@ -164,7 +164,7 @@ def lab_run(model: str, tokens: int, threads: int, invariant: bool, ngl: int = 0
     text = bench_profile(model, tokens, threads, ngl, pick, invariant, oracle_n_max=n_max)
     profile = parse_profile(text, "bench.toml", registry)
     reports: dict[str, dict] = {}
-    base_tokens: list[float] = []  # when the baseline's measured tokens landed (lab.events.now)
+    base_tokens: list[float] = []  # when the baseline's measured tokens landed (lab.base.events.now)
 
     def listen(event: object) -> None:
         if isinstance(event, ArmReported):

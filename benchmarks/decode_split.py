@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode_overhead import llama_bench_path, llama_bench_tg  # noqa: E402
 
-from lab import models  # noqa: E402
-from lab.events import now  # noqa: E402
+from lab.base.events import now  # noqa: E402
+from lab.kit import models  # noqa: E402
 
 COLUMNS = ("token", "launch", "wait", "pick")
 
@@ -73,8 +73,8 @@ def main() -> int:
 
     load_llama_first()
     from lab_llamacpp import engine
-    from lab_llamacpp.backend import LlamaTarget
     from lab_llamacpp.gpu_pick import OUTPUTS_PER_SEQ, GpuPickTarget
+    from lab_llamacpp.target import LlamaTarget
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="embedded:smollm2")

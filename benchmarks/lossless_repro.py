@@ -70,7 +70,7 @@ CONFIGS = {
 def resolve(ref: str) -> str:
     if os.path.exists(ref):
         return ref
-    from lab.models import resolve as lab_resolve
+    from lab.kit.models import resolve as lab_resolve
 
     return str(lab_resolve(ref))
 

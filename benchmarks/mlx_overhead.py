@@ -29,10 +29,10 @@ import sys
 import time
 from typing import Any, Callable
 
-from lab import models
 from lab.api import BackendContext, GenerationRequest
-from lab.events import Cell, TokenEvent
-from lab.profiles import parse_profile
+from lab.base.events import Cell, TokenEvent
+from lab.kit import models
+from lab.profile.load import parse_profile
 
 PROMPT = "Write a Python class LRUCache with get and put methods in O(1) time, using a dict and a doubly linked list."
 

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lab import models
+from lab.kit import models
 
 if TYPE_CHECKING:
     from lab_llamacpp.engine import Context
@@ -91,8 +91,8 @@ def other_process(bench: Path, model: Path, ngl: int) -> None:
 def lab_arms(model: str, tokens: int, threads: int, ngl: int, arms: int) -> list[float]:
     """One lab run of ``arms`` identical baseline arms: each one's decodes
     per second, in the order the runner ran them."""
-    from lab.plugins import load_registry
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
     from lab.runner import Runner
 
     one = bench_profile(model, tokens, threads, ngl)

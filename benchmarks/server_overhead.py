@@ -22,7 +22,7 @@ from typing import Any
 
 
 def _registry() -> Any:
-    from lab.plugins import load_registry
+    from lab.registry import load_registry
 
     reg = load_registry()
     if "llamacpp-server" not in reg.backends:
@@ -42,8 +42,8 @@ PROMPT = "Write a 300-word essay about why lighthouses still matter in the age o
 def streaming_tax(repeats: int, tokens: int, threads: int) -> list[float]:
     """lab streamed tok/s / bare non-streamed predicted_per_second, paired per repeat."""
     from lab.api import BackendContext, GenerationRequest
-    from lab.events import Cell
-    from lab.profiles import parse_profile
+    from lab.base.events import Cell
+    from lab.profile.load import parse_profile
 
     reg = _registry()
     text = f"""
@@ -88,7 +88,7 @@ model = "embedded:smollm2"
 
 def loop_parity(repeats: int, tokens: int, n_max: int, threads: int) -> tuple[list[float], dict[str, list[float]]]:
     """in-process draft-model loop tok/s / llama-server draft-simple tok/s."""
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
     from lab.runner import Runner
 
     reg = _registry()

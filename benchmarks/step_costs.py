@@ -42,7 +42,7 @@ def main() -> int:
     from lab_llamacpp import engine
     from lab_llamacpp.gpu_pick import OUTPUTS_PER_SEQ, BackendGreedy
 
-    from lab import models
+    from lab.kit import models
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="embedded:smollm2")

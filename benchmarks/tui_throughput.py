@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab.events import Cell, RunFinished, RunStarted, Status, StatusChanged, TokenEvent  # noqa: E402
+from lab.base.events import Cell, RunFinished, RunStarted, Status, StatusChanged, TokenEvent  # noqa: E402
 from lab.runner import RunControl, Runner  # noqa: E402
 from lab.store import RunStore  # noqa: E402
 from lab.tui.app import LabApp  # noqa: E402
@@ -197,8 +197,8 @@ def _cell_tps(results: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, int]
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, Path]:
-    from lab.plugins import load_registry
-    from lab.profiles import load_profile
+    from lab.profile.load import load_profile
+    from lab.registry import load_registry
 
     tmp = Path(tempfile.mkdtemp(prefix="tui-overhead-"))
     if args.fake:

@@ -14,27 +14,52 @@ and profile validation never load an engine.
 from __future__ import annotations
 
 import builtins
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
-from lab.events import Cell, Emit, Status
+from lab.base.events import Cell, Emit, Status
+from lab.base.machine import available_cores
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from lab.profiles import Arm, RunSettings
+    from lab.base.profile import Arm, RunSettings
 
 
-def available_cores() -> int:
-    """CPU cores this process may run on: the affinity set where the system
-    has one (containers and taskset narrow it), else the logical count. The
-    engines' default thread count (llama-bench and llama-server count
-    physical cores instead), and what the TUI weighs its refresh against."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1  # pragma: no cover - macOS
+@dataclass(frozen=True)
+class Check:
+    """One line of ``lab doctor``, registered through ``lab_doctor_checks``:
+    ``fix`` is the install line for a failed check; a failed ``required``
+    one makes the command fail."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = False
+
+
+Builder = Callable[[Path], None]
+"""Writes a model to the given path (a file or a directory)."""
+
+
+class RegisterModel(Protocol):
+    """What ``lab_register_models`` hands a plugin."""
+
+    def __call__(self, ref: str, builder: Builder, filename: str, version: str = "1") -> None: ...
+
+
+@dataclass(frozen=True)
+class ModelBuilder:
+    """A registered model: ``builder`` writes it as ``filename``; ``version``
+    goes into the cache key."""
+
+    ref: str
+    builder: Builder
+    filename: str
+    version: str = "1"
 
 
 @dataclass(frozen=True)
@@ -63,7 +88,7 @@ class Option:
     model_ref: bool = False
 
     def describe(self) -> str:
-        from lab.profile.limits import range_note
+        from lab.base.limits import range_note
 
         kind = self.type.__name__
         extra = f" one of {list(self.choices)}" if self.choices else ""
@@ -256,7 +281,7 @@ class Backend(ResourceHints, ABC):
 
 class Drafting(ABC):
     """Capability of a backend that verifies drafter plugins' proposals
-    with the lab's own loop (:mod:`lab.speculative`). Such a backend sets
+    with the lab's own loop (:mod:`lab.kit.speculative`). Such a backend sets
     ``accepts_drafters = True``."""
 
     @abstractmethod
@@ -308,7 +333,7 @@ class DraftModelHost(ABC):
 class Probing(ABC):
     """Capability of a backend that measures verification cost (``lab
     probe``): seconds of one target pass over w tokens. See
-    :mod:`lab.probe`."""
+    :mod:`lab.probing.driver`."""
 
     # The ways this backend can measure, the first being the default.
     probe_methods: ClassVar[tuple[str, ...]] = ()
@@ -376,7 +401,7 @@ DIVERGENCE_CAUSES = ("engine batch variance", "engine non-determinism", "not est
 class Rehearsing(ABC):
     """Capability of a drafter whose proposals depend on the verify loop's
     own output, such as the oracle, which replays a transcript: before the
-    timed pass of a greedy cell, :func:`lab.speculative.generate` runs the
+    timed pass of a greedy cell, :func:`lab.kit.speculative.generate` runs the
     loop untimed and silent (no events, no clocks) and hands the drafter
     what it produced, until the drafter wants no more or
     ``max_rehearsals`` passes ran. Every pass, rehearsed or timed, starts

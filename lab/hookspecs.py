@@ -2,7 +2,7 @@
 
 A plugin is a module (or object) exposed through an entry point in the
 ``lab.backends`` or ``lab.drafters`` group. It implements any of the hooks
-below with ``@lab.hookimpl``; :mod:`lab.plugins` calls each plugin's hooks
+below with ``@lab.hookimpl``; :mod:`lab.registry` calls each plugin's hooks
 one plugin at a time, so a plugin that raises becomes a listed load error
 charged to it, never a crash.
 """
@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import pluggy
 
 if TYPE_CHECKING:
-    from lab.api import Backend, Drafter
-    from lab.doctor import Check
-    from lab.models import RegisterModel
+    from lab.api import Backend, Check, Drafter, RegisterModel
 
 hookspec = pluggy.HookspecMarker("lab")
 hookimpl = pluggy.HookimplMarker("lab")
@@ -62,7 +60,7 @@ def lab_register_models(register: RegisterModel) -> None:
 @hookspec
 def lab_doctor_checks(register: Callable[[Check], None]) -> None:
     """Report what this plugin's engines need by calling ``register(check)``
-    once per :class:`lab.doctor.Check` (an engine package, a binary and its
+    once per :class:`lab.api.Check` (an engine package, a binary and its
     version, a tool).
 
     Called only by ``lab doctor``, so a check may run a binary (with a

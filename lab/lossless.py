@@ -32,7 +32,6 @@ own, never one of the compared samples, so the two sides stay independent.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -48,16 +47,15 @@ from lab.api import (
     DrafterContext,
     Drafting,
     DraftModelHost,
-    EngineFailure,
     GenerationRequest,
     Option,
 )
-from lab.events import Cell, Event, StepEvent, TokenEvent
+from lab.base.events import Cell, Event, StepEvent, TokenEvent
 
 if TYPE_CHECKING:
     from lab.api import Backend
-    from lab.plugins import Registry
-    from lab.profiles import Arm, RunSettings
+    from lab.base.profile import Arm, RunSettings
+    from lab.registry import Registry
 
 # Short raw-text contexts: prompt processing is repeated for every sample, so
 # each token of context costs samples x arms decodes. One open-ended context
@@ -323,7 +321,7 @@ class _Sampler:
         self.reference: dict[str, list[int]] = {}
 
     def _arm(self, name: str, drafter: DrafterSpec | None, options: Mapping[str, Any]) -> Arm:
-        from lab.profiles import Arm
+        from lab.base.profile import Arm
 
         return Arm(
             name=name, backend=self.backend_name, model=self.model,
@@ -441,8 +439,8 @@ def run_lossless_check(
     and test, per context and position, whether their token distributions
     differ. Prints the verdicts to ``out`` (stdout by default) and returns
     them."""
-    from lab.plugins import load_registry
-    from lab.profiles import RunSettings
+    from lab.base.profile import RunSettings
+    from lab.registry import load_registry
 
     out = out if out is not None else sys.stdout
     registry = registry if registry is not None else load_registry()
@@ -569,43 +567,6 @@ def format_report(report: LosslessReport) -> str:
 # -- command line ---------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-d", "--drafter", action="append", default=[], metavar="NAME[:KEY=VALUE,...]",
-                        help="a drafter to check, with options (repeatable), e.g. ngram or "
-                             "draft-model:model=embedded:smollm2-q4_0; default: every installed drafter "
-                             "that needs no option")
-    parser.add_argument("--backend", default="llamacpp", help="backend that runs the loop (default llamacpp)")
-    parser.add_argument("--model", default="embedded:smollm2", help="target model (default embedded:smollm2)")
-    parser.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a backend option (repeatable)")
-    parser.add_argument("--context", action="append", default=[], metavar="NAME=TEXT",
-                        help="a raw-text context to continue (repeatable; default: three built-in ones)")
-    parser.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8)")
-    parser.add_argument("-n", "--samples", type=int, default=100,
-                        help="continuations per side and context (default 100; 400 halves the smallest detectable distance)")
-    parser.add_argument("--tokens", type=int, default=5, help="tokens per continuation (default 5)")
-    parser.add_argument("--n-max", type=int, default=4, help="most tokens drafted per step (default 4)")
-    parser.add_argument("--alpha", type=float, default=0.01,
-                        help="family-wise false-failure rate for the whole run (default 0.01)")
-    parser.add_argument("--permutations", type=int, default=None,
-                        help="permutations per test (default: enough for the Holm thresholds)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="engine threads (0: every available core)")
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
-    parser.add_argument("--run", metavar="RUN_DIR",
-                        help="also save the result in a run directory (lossless.json) and add it to its report.md")
-
-
-def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ValueError(f"{what} {item!r} is not KEY=VALUE")
-        out[key] = value
-    return out
-
-
 def default_drafters(registry: Registry, backend: str) -> list[DrafterSpec]:
     """Installed drafters that need no option and draft for the backend's stack."""
     stack = registry.backend(backend).stack
@@ -613,46 +574,3 @@ def default_drafters(registry: Registry, backend: str) -> list[DrafterSpec]:
         DrafterSpec(name) for name, cls in sorted(registry.drafters.items())
         if not any(o.required for o in cls.options) and (cls.stacks is None or stack in cls.stacks)
     ]
-
-
-def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    from lab.plugins import load_registry
-
-    out = out if out is not None else sys.stdout
-    if getattr(args, "run", None):
-        from pathlib import Path
-
-        if not (Path(args.run) / "results.json").is_file():
-            print(f"lab lossless: --run {args.run}: not a run directory (no results.json)", file=sys.stderr)
-            return 2
-    try:
-        registry = load_registry()
-        drafters = [DrafterSpec.parse(d) for d in args.drafter] or default_drafters(registry, args.backend)
-        contexts = list(_pairs(args.context, "context").items()) or list(DEFAULT_CONTEXTS)
-        report = run_lossless_check(
-            drafters, backend=args.backend, model=args.model or None,
-            backend_options=_pairs(args.backend_option, "backend option"), contexts=contexts,
-            temperature=args.temperature, samples=args.samples, tokens=args.tokens, n_max=args.n_max,
-            alpha=args.alpha, permutations=args.permutations, seed=args.seed, threads=args.threads,
-            registry=registry, out=out,
-        )
-    except (KeyError, ValueError, EngineFailure) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"lab lossless: {message}", file=sys.stderr)
-        return 2
-    if args.json:
-        from lab.strictjson import dumps
-
-        with open(args.json, "w", encoding="utf-8") as fh:
-            fh.write(dumps(report.to_dict(), indent=2))
-    if args.run:
-        from pathlib import Path
-
-        from lab.analysis.lossless_section import FILE
-        from lab.report import write_report
-        from lab.strictjson import dumps
-
-        run_dir = Path(args.run)
-        (run_dir / FILE).write_text(dumps(report.to_dict(), indent=2), encoding="utf-8")
-        write_report(run_dir)
-    return report.exit_code

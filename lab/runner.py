@@ -1,9 +1,9 @@
 """The runner: arms in order (baselines first), one engine loaded at a time,
 warmup unrecorded, then every prompt x round. It knows nothing of Textual
 or of where a run is saved: it emits events to whoever listens (the store,
-CLI progress, the TUI), see :mod:`lab.run_events`.
+CLI progress, the TUI), see :mod:`lab.base.events`.
 
-It builds every result row (:class:`lab.results.ResultRow`) and keeps the
+It builds every result row (:class:`lab.rows.build.ResultRow`) and keeps the
 only list of them. Failures are results: an arm that fails to load or whose
 engine runs out of memory or crashes gets that status in its rows and the
 run goes on. Every backend is closed on every path, Ctrl-C included.
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from lab.analysis.latency import ArrivalClock, LatencyShape
 from lab.api import (
     Backend,
     BackendContext,
@@ -32,12 +31,15 @@ from lab.api import (
     Generation,
     GenerationRequest,
 )
-from lab.contention import Contention, ContentionWatcher
-from lab.events import (
+from lab.base.events import (
+    ArmReported,
     Cell,
     Event,
     Finished,
     Held,
+    Listener,
+    Logged,
+    RunEvent,
     RunFinished,
     RunStarted,
     Status,
@@ -47,12 +49,14 @@ from lab.events import (
     arm_cell,
     now,
 )
-from lab.gpu import RunTelemetry
-from lab.memory import MemorySampler
-from lab.plugins import Registry
-from lab.profiles import Arm, Profile
-from lab.results import ResultRow, add_origin, build_result, pick_baseline
-from lab.run_events import ArmReported, Listener, Logged, RunEvent
+from lab.base.profile import Arm, Profile
+from lab.base.row import ResultRow
+from lab.registry import Registry
+from lab.rows.build import add_origin, build_result, pick_baseline
+from lab.telemetry.contention import Contention, ContentionWatcher
+from lab.telemetry.gpu import RunTelemetry
+from lab.telemetry.latency import ArrivalClock, LatencyShape
+from lab.telemetry.memory import MemorySampler
 
 # runs this process has started (RunStarted.runs_before)
 _RUNS_STARTED = itertools.count()
@@ -168,7 +172,7 @@ class Runner:
         # (arm, prompt, round) -> output ids of baseline arms, for the oracle
         self.reference_ids: dict[tuple[str, str, int], list[int]] = {}
         self._emit_lock = threading.RLock()
-        # GPU telemetry over the run (lab.gpu), None without a GPU; when the
+        # GPU telemetry over the run (lab.telemetry.gpu), None without a GPU; when the
         # last cell's generation returned, the end of its energy window.
         self.gpu: RunTelemetry | None = None
         self._gen_end: float | None = None
@@ -252,7 +256,8 @@ class Runner:
         prediction and a roofline. ``[run] probe = false`` turns it off; a
         file there is used as it is. Its time is reported apart from the
         arms'; a failed probe costs the prediction, never the run."""
-        from lab import probe as probes
+        from lab.base import probe as probes
+        from lab.probing import driver
 
         setting = self.profile.run.probe
         if setting is False:
@@ -272,7 +277,7 @@ class Runner:
             self.emit(probes.ProbeReported(f"{p.backend} / {p.model}", p.origin_line(), probe=p))
             got.append(p)
         else:
-            specs, skipped = probes.plan(self.profile.arms, self.profile.run.threads, self.registry)
+            specs, skipped = driver.plan(self.profile.arms, self.profile.run.threads, self.registry)
             for line in skipped:
                 self.emit(probes.ProbeReported("", line))
             for spec in specs:
@@ -281,7 +286,7 @@ class Runner:
                 self.emit(probes.ProbeReported(
                     spec.label, f"verify cost T(w) for widths {probes.format_widths(spec.widths)}", done=False))
                 try:
-                    p = probes.obtain(spec, self.registry)
+                    p = driver.obtain(spec, self.registry)
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:  # noqa: BLE001 - no probe means no prediction, not a failed run
@@ -335,7 +340,7 @@ class Runner:
         )
         with self._rows_lock:
             self._rows.append(row)
-        # Finished.result is typed as the saved form in lab.events; the row
+        # Finished.result is typed as the saved form in lab.base.events; the row
         # reads as that form (ResultRow is a Mapping of it).
         self.emit(Finished(cell, row))
         return row

@@ -53,7 +53,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from lab.api import Draft, Drafter, DrafterContext, Option
-from lab.events import Cell
+from lab.base.events import Cell
 from lab.hookspecs import hookimpl
 
 

@@ -4,10 +4,10 @@
 steps.jsonl (one line per speculative step, appended and flushed as it
 happens), results.json (rewritten atomically after every cell) and report.md
 (written by whoever wants it once the run ended: ``lab run``, the TUI,
-``lab report``; see :func:`lab.report.write_report`). Engine logs and
+``lab report``; see :func:`lab.render.report.write_report`). Engine logs and
 lab.log go beside them.
 
-The store is a listener of the run's events (:mod:`lab.run_events`): the
+The store is a listener of the run's events (:mod:`lab.base.events`): the
 runner never calls it.
 """
 
@@ -27,11 +27,10 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
-from lab.events import Finished, RunFinished, RunStarted, StepEvent
-from lab.profiles import Profile
-from lab.results import ResultRow
-from lab.run_events import ArmReported, Logged, RunEvent, finished_row
-from lab.strictjson import dumps
+from lab.base.events import ArmReported, Finished, Logged, RunEvent, RunFinished, RunStarted, StepEvent, finished_row
+from lab.base.profile import Profile
+from lab.base.row import ResultRow
+from lab.base.strictjson import dumps
 
 SCHEMA_VERSION = 1
 # The profile's part of a run directory's name: file systems refuse names
@@ -261,13 +260,7 @@ class RunStore:
     def add_step(self, event: StepEvent) -> None:
         if event.cell.is_warmup:
             return
-        row = {
-            "arm": event.cell.arm, "prompt": event.cell.prompt, "round": event.cell.round,
-            "index": event.index, "drafted": event.drafted, "accepted": event.accepted,
-            "landed": event.landed, "draft_s": event.draft_s, "verify_s": event.verify_s,
-            "step_s": event.step_s, "measured": event.measured,
-        }
-        line = dumps(row) + "\n"
+        line = dumps(event.record()) + "\n"
         if self.memory_only:
             self._steps_pending.append(line)
             return
@@ -344,10 +337,10 @@ def _dir_id(path: Path) -> tuple[int, int]:
 
 def load_run(path: str | Path) -> dict[str, Any]:
     """Read a run directory's results.json (or the file itself), in the
-    shape the lab saves (:mod:`lab.run_shape`): what does not fit it is left
+    shape the lab saves (:mod:`lab.rows.shape`): what does not fit it is left
     out, and each thing left out is a line of ``data["unreadable"]`` (the
     key is there only when something was)."""
-    from lab.run_shape import check_run
+    from lab.rows.shape import check_run
 
     p = Path(path)
     if p.is_dir():
@@ -395,7 +388,7 @@ class _NonFinite:
 def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
     """steps.jsonl's records; a line that is not a step (torn by a kill, or
     damaged) is skipped and, with ``problems``, named there."""
-    from lab.run_shape import check_step
+    from lab.rows.shape import check_step
 
     p = Path(path)
     if p.is_dir():

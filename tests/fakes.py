@@ -34,19 +34,10 @@ import threading
 import time
 from typing import Any, Callable, ClassVar, Mapping
 
-from lab.api import (
-    Backend,
-    Cancelled,
-    EngineCrashed,
-    EngineFailure,
-    EngineOOM,
-    Generation,
-    GenerationRequest,
-    Option,
-)
-from lab.events import Emit, Status, StatusChanged, StepEvent, TokenEvent, arm_cell, now
+from lab.api import Backend, Cancelled, EngineCrashed, EngineFailure, EngineOOM, Generation, GenerationRequest, Option
+from lab.base.events import Emit, Status, StatusChanged, StepEvent, TokenEvent, arm_cell, now
 from lab.hookspecs import hookimpl
-from lab.plugins import Registry, load_registry
+from lab.registry import Registry, load_registry
 
 WORDS = (
     "the lighthouse keeper watched the long grey swell roll in from the north while the lamp "
@@ -81,7 +72,7 @@ class FakeBackend(Backend):
     @classmethod
     def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
         # It sleeps or runs a virtual clock: other processes cannot slow it,
-        # so by default the noise guard (lab.contention) leaves every core
+        # so by default the noise guard (lab.telemetry.contention) leaves every core
         # spare; the cadence tests give it a claim to weigh.
         return int(arm_options.get("busy_cores") or 0)
 

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lab.analysis import acceptance, breakeven, equivalence, predict, stats
+from lab.analysis import acceptance, equivalence, predict, stats
 from lab.analysis.roofline import Roofline
-from lab.probe import Probe, ProbeError, format_widths, parse_widths
-from lab.verdict import verdict, verdict_kind
+from lab.base import economics as breakeven
+from lab.base.probe import Probe, ProbeError, format_widths, parse_widths
+from lab.base.verdict import verdict, verdict_kind
 
 
 def _row(**kw: Any) -> dict[str, Any]:
@@ -226,7 +227,7 @@ def test_probe_interpolates_but_never_extrapolates() -> None:
 
 
 def test_probe_round_trips_and_summarizes_repeats(tmp_path: Any) -> None:
-    from lab import probe as probes
+    from lab.base import probe as probes
 
     p = Probe("b", "m", "decode", (1, 8), ((0.01, 0.04), (0.01, 0.05), (0.01, 0.06)), bandwidth_bytes_s=1e10, model_bytes=10**8)
     assert p.t_range(8) == (4.0, 5.0, 6.0)

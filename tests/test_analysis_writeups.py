@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from lab_llamacpp.probe import parse_batched_bench, pass_seconds_from_bench
 
-from lab.analysis import breakeven
-from lab.events import STEP_ONLY, Cell, StepEvent
-from lab.probe import Probe
-from lab.profiles import Arm
-from lab.results import build_result
+from lab.base import economics as breakeven
+from lab.base.events import STEP_ONLY, Cell, StepEvent
+from lab.base.probe import Probe
+from lab.base.profile import Arm
+from lab.rows.build import build_result
 
 BASELINE_TPS = 6.00  # "today's baseline did reproduce it exactly (6.00 vs 6.00 tok/s)"
 

@@ -88,7 +88,7 @@ def _registry() -> Any:
 
 
 def test_url_arms_pair_with_url_baselines(tmp_path: Path) -> None:
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
 
     profile = parse_profile(PROFILE, str(tmp_path / "p.toml"), _registry())
     arms = {a.name: a for a in profile.arms}
@@ -99,7 +99,7 @@ def test_url_arms_pair_with_url_baselines(tmp_path: Path) -> None:
 
 
 def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
-    from lab.profiles import ProfileError, parse_profile
+    from lab.profile.load import ProfileError, parse_profile
 
     text = PROFILE.replace('api_key_env = "LAB_TEST_KEY"\nn_max = 8\noptions = { spec_type',
                            'api_key_env = "A"\nn_max = 8\noptions = { api_key_env = "B", spec_type', 1)
@@ -123,9 +123,10 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     from lab_llamacpp_server.command import server_args
     from lab_llamacpp_server.process import ServerProcess, free_port
 
-    from lab import models
+    from lab.kit import models
+    from lab.registry import load_registry
 
-    models._register_builtin()
+    load_registry()
     model = str(models.resolve("embedded:smollm2"))
     logs = tmp_path_factory.mktemp("servers")
     started: list[ServerProcess] = []
@@ -158,8 +159,8 @@ def test_attached_arms_give_the_launched_arms_figures(servers: dict[str, str], t
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from test_server_engine import _server_pids
 
-    from lab.profiles import parse_profile
-    from lab.report import ReportWriter
+    from lab.profile.load import parse_profile
+    from lab.render.report import ReportWriter
     from lab.runner import Runner
     from lab.store import RunStore
 
@@ -196,7 +197,7 @@ def test_attached_arms_give_the_launched_arms_figures(servers: dict[str, str], t
 @pytest.mark.engine
 def test_a_missing_key_or_a_wrong_one_fails_the_arm(servers: dict[str, str], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
     from lab.runner import Runner
     from lab.store import RunStore
 

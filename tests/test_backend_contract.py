@@ -20,10 +20,9 @@ from typing import Any, Mapping
 import psutil
 import pytest
 
-from lab import models
-from lab.events import Cell, Event, Finished, Status, StatusChanged, StepEvent, TokenEvent
-from lab.plugins import Registry, load_registry
-from lab.profiles import parse_profile
+from lab.base.events import Cell, Event, Finished, Status, StatusChanged, StepEvent, TokenEvent
+from lab.profile.load import parse_profile
+from lab.registry import Registry, load_registry
 from lab.runner import RunControl, Runner
 from tests.fakes import fake_plugin
 from tests.needs import need_vllm
@@ -111,7 +110,7 @@ PROMPT = "Write a short poem about the sea and the lighthouse keeper."
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    models._register_builtin()
+    load_registry()
     return load_registry(extra_plugins=[fake_plugin])
 
 

@@ -18,10 +18,12 @@ import pytest
 
 from lab.analysis import stats
 from lab.analysis.categories import ALL, UNCATEGORIZED, category_table, markdown_lines
-from lab.events import Status
-from lab.profiles import Arm, parse_profile
-from lab.report import render
-from lab.results import ResultRow, build_result
+from lab.base.events import Status
+from lab.base.profile import Arm
+from lab.base.row import ResultRow
+from lab.profile.load import parse_profile
+from lab.render.report import render
+from lab.rows.build import build_result
 from lab.runner import Runner
 from tests.fakes import BASE_AND_SPEC, fake_registry
 

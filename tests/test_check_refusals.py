@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.plugins import load_registry
-from lab.profiles import ProfileError, check_profile
+from lab.profile.load import ProfileError, check_profile
+from lab.registry import load_registry
 
 PROMPT = '[[prompts]]\nname = "p"\ntext = "hi"\n'
 ARM = '[[arms]]\nname = "b"\nbackend = "llamacpp"\nmodel = "embedded:smollm2"\n'

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.results import RESULT_KEYS
+from lab.base.row import RESULT_KEYS
 
 llama = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
 

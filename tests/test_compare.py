@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from lab.analysis.compare import compare, profile_differences, render_compare, warnings
+from lab.base.events import Status
+from lab.base.row import RESULT_KEYS
 from lab.cli import main
-from lab.events import Status
-from lab.results import RESULT_KEYS
 from lab.store import SCHEMA_VERSION
 
 
@@ -106,7 +106,7 @@ def test_cli_compare_prints_the_warnings(tmp_path: Path, capsys: Any) -> None:
 
 
 def test_the_report_lists_stopped_cells_apart_from_failures() -> None:
-    from lab.report import render
+    from lab.render.report import render
 
     data = _data([100.0, 101.0], [150.0, 151.0], spec_status=Status.SKIPPED.value)
     data["results"].append(_row("spec", 3, Status.CANCELLED.value, detail="cancelled"))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from lab_llamacpp_server.concurrency import StreamRecord, percentile, stream_figures
 
-from lab import serving
+from lab.rows import serving
 
 
 def test_percentile_interpolates_between_ranks() -> None:
@@ -104,13 +104,13 @@ def test_sweep_1_2_4_on_llama_server_reports_aggregate_and_speedup(tmp_path: Pat
 
     if needs_server.args[0]:
         pytest.skip(needs_server.kwargs["reason"])
-    from lab import models
-    from lab.profiles import parse_profile
-    from lab.report import ReportWriter
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+    from lab.render.report import ReportWriter
     from lab.runner import Runner
     from lab.store import RunStore
 
-    models._register_builtin()
+    load_registry()
     registry = _registry()
     profile = parse_profile(HEAD, str(tmp_path / "p.toml"), registry)
     by_name = {a.name: a for a in profile.arms}

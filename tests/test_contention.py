@@ -1,4 +1,4 @@
-"""The noise guard (lab.contention) on real processes: CPU burners this test
+"""The noise guard (lab.telemetry.contention) on real processes: CPU burners this test
 starts and stops itself, real runs of the embedded model beside them, and
 two real runs started at once."""
 
@@ -16,9 +16,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from lab import contention
-from lab.analysis import breakeven
-from lab.contention import ContentionWatcher
+from lab.base import economics as breakeven
+from lab.telemetry import contention
+from lab.telemetry.contention import ContentionWatcher
 
 BURN = "import time\nend = time.time() + {s}\nwhile time.time() < end:\n    pass\n"
 
@@ -130,9 +130,9 @@ n_max = 3
 
 
 def _run(tmp: Path) -> tuple[list[Any], str]:
-    from lab.plugins import load_registry
-    from lab.profiles import parse_profile
-    from lab.report import ReportWriter
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+    from lab.render.report import ReportWriter
     from lab.runner import Runner
     from lab.store import RunStore
 

@@ -16,10 +16,10 @@ from typing import Any, Mapping, Sequence
 
 import pytest
 
-from lab.events import TokenEvent
-from lab.plugins import load_registry
-from lab.profiles import parse_profile
-from lab.report import load_for_report, render_markdown, write_report
+from lab.base.events import TokenEvent
+from lab.profile.load import parse_profile
+from lab.registry import load_registry
+from lab.render.report import load_for_report, render_markdown, write_report
 from lab.runner import Runner
 from lab.store import RunStore
 

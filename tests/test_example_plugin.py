@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.plugins import load_registry
-from lab.profiles import load_profile
+from lab.profile.load import load_profile
+from lab.registry import load_registry
 from lab.runner import Runner
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "lab-bigram-drafter"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lab import gpu
+from lab.telemetry import gpu
 
 # nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu,power.draw,uuid
 #            --format=csv,noheader,nounits, recorded on an idle H200
@@ -26,7 +26,7 @@ SMI_APPS = (
 )
 SMI_GPU_NA = "0, NVIDIA H200, 0, 143771, 0, [N/A], GPU-6ff59d65-ed80-ca34-2d61-0357d7f1c6b7\n"
 
-# NVML readings of card 0 taken by lab.gpu.NvmlReader every ~24 ms while
+# NVML readings of card 0 taken by lab.telemetry.gpu.NvmlReader every ~24 ms while
 # the h200-oracle profile ran (an 8B-shape model decoding): t (s, from the
 # first), memory used, GPU utilization %, power (mW), energy counter (mJ),
 # the one compute process and its bytes. Total memory 150754820096.

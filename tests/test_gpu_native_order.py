@@ -34,7 +34,7 @@ def dlopens(body: str) -> list[tuple[str, bool]]:
 
 
 def test_registering_the_plugin_loads_llama_before_numpy() -> None:
-    seen = dlopens("from lab.plugins import load_registry\nload_registry()")
+    seen = dlopens("from lab.registry import load_registry\nload_registry()")
     assert seen, "the registry loaded no llama.cpp library"
     assert seen[0][1] is False, f"numpy came first: {seen}"
 

@@ -32,8 +32,8 @@ def open_context(path: Path, gpu_pick: bool) -> tuple[Any, Any]:
 
 
 def test_backend_picks_equal_host_argmax_on_every_verify_row(tiny_path: Path) -> None:
-    from lab_llamacpp.backend import LlamaTarget
     from lab_llamacpp.gpu_pick import GpuPickTarget
+    from lab_llamacpp.target import LlamaTarget
 
     picks: dict[bool, list[list[int]]] = {}
     for gpu_pick in (False, True):
@@ -123,8 +123,8 @@ def masking_target(path: Path, gpu_pick: bool, text: str,
     """A greedy target (device picks or host picks) on a fresh context whose
     model counts ``masked_of(prompt)`` as its one EOG token: (target,
     context, prompt, masked)."""
-    from lab_llamacpp.backend import LlamaTarget
     from lab_llamacpp.gpu_pick import GpuPickTarget
+    from lab_llamacpp.target import LlamaTarget
 
     model, ctx = open_context(path, gpu_pick)
     try:
@@ -153,7 +153,7 @@ def test_a_masked_winner_sends_the_pass_and_the_cells_picks_to_the_host(tiny_pat
     from lab_llamacpp.gpu_pick import GpuPickTarget
 
     from lab.api import Cell, GenerationRequest
-    from lab.speculative import generate
+    from lab.kit.speculative import generate
 
     table = synthetic.next_token_table(synthetic.SHAPES["tiny"])
     outputs: dict[bool, list[int]] = {}
@@ -263,9 +263,9 @@ def test_gpu_pick_arm_option_gives_the_host_picks_tokens(tmp_path: Path, drafter
     twin lands, step for step."""
     import dataclasses
 
-    from lab.plugins import load_registry
-    from lab.profile.model import RunSettings
-    from lab.profiles import parse_profile
+    from lab.base.profile import RunSettings
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
     from lab.runner import Runner
 
     # the run's own verify-cost probe is no part of what is compared here
@@ -277,7 +277,7 @@ def test_gpu_pick_arm_option_gives_the_host_picks_tokens(tmp_path: Path, drafter
     )
     registry = load_registry()
     reports: dict[str, Any] = {}
-    from lab.run_events import ArmReported
+    from lab.base.events import ArmReported
 
     def listen(event: Any) -> None:
         if isinstance(event, ArmReported):
@@ -296,7 +296,7 @@ def test_gpu_pick_arm_option_gives_the_host_picks_tokens(tmp_path: Path, drafter
 
 
 def test_auto_picks_on_the_gpu_only_when_offloaded_and_greedy() -> None:
-    from lab_llamacpp.backend import wants_gpu_pick
+    from lab_llamacpp.target import wants_gpu_pick
 
     assert wants_gpu_pick("on", 0, 0.8)
     assert not wants_gpu_pick("off", 999, 0.0)
@@ -323,7 +323,7 @@ def test_a_draft_model_takes_its_arms_gpu_layers_unless_it_names_its_own(
     from lab_llamacpp.backend import LlamaCppBackend
 
     from lab.api import BackendContext, DrafterContext
-    from lab.profiles import Arm, RunSettings
+    from lab.base.profile import Arm, RunSettings
 
     arm = Arm(name="d", backend="llamacpp", model="m", drafter="draft-model", n_max=4, options=arm_options,
               drafter_options={}, baseline="b", is_baseline=False, stack="llamacpp", group="d")
@@ -338,7 +338,7 @@ def test_a_cell_whose_pass_was_redone_says_so_in_its_engine_report(tiny_path: Pa
     from lab_llamacpp.backend import LlamaCppBackend
 
     from lab.api import BackendContext, Cell, GenerationRequest
-    from lab.profiles import Arm, RunSettings
+    from lab.base.profile import Arm, RunSettings
 
     table = synthetic.next_token_table(synthetic.SHAPES["tiny"])
     arm = Arm(name="base", backend="llamacpp", model=str(tiny_path), drafter=None, n_max=None,

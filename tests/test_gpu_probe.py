@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from lab.plugins import load_registry
-from lab.probe_target import ProbeTargetError, resolve
+from lab.probing.target import ProbeTargetError, resolve
+from lab.registry import load_registry
 
 
 class RecordingContext:
@@ -174,7 +174,7 @@ def test_a_gpu_probe_prices_one_row_as_the_baseline_decodes_it(tmp_path: Path, m
     from lab_llamacpp.backend import LlamaCppBackend
 
     from lab.api import BackendContext
-    from lab.profiles import Arm, RunSettings
+    from lab.base.profile import Arm, RunSettings
 
     arm = Arm(name="probe", backend="llamacpp", model="synthetic:tiny", drafter=None, n_max=None,
               options={"gpu_pick": "on"}, drafter_options={}, baseline=None, is_baseline=True,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.plugins import load_registry
-from lab.profiles import check_profile, parse_profile
+from lab.profile.load import check_profile, parse_profile
+from lab.registry import load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 ORACLE = ROOT / "profiles" / "h200-oracle.toml"
@@ -77,6 +77,6 @@ def test_the_oracle_profile_at_tiny_shapes_runs_and_orders_acceptance(tmp_path: 
 def _run_keys() -> set[str]:
     import dataclasses
 
-    from lab.profile.model import RunSettings
+    from lab.base.profile import RunSettings
 
     return {f.name for f in dataclasses.fields(RunSettings)}

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from lab import gpu
-from lab.events import STEP_ONLY, Cell, Clock, MemorySample, StepClocks, StepEvent, now
-from lab.plugins import load_registry
-from lab.profiles import parse_profile
+from lab.base.events import STEP_ONLY, Cell, Clock, MemorySample, StepClocks, StepEvent, now
+from lab.base.row import GPU_KEYS
+from lab.profile.load import parse_profile
+from lab.registry import load_registry
 from lab.runner import Runner
 from lab.store import RunStore, load_run
+from lab.telemetry import gpu
 from tests.fakes import fake_plugin
 
 WATTS = 400.0
@@ -149,9 +150,9 @@ def test_a_run_without_a_gpu_leaves_the_keys_null(tmp_path: Path, monkeypatch: p
     rows, heard, run_dir = run(tmp_path, monkeypatch, None)
     assert rows and all(r["status"] == "ok" for r in rows)
     for row in rows:
-        assert all(row[k] is None for k in gpu.ROW_KEYS)
+        assert all(row[k] is None for k in GPU_KEYS)
     saved = load_run(run_dir)["results"][0]
-    assert all(k in saved and saved[k] is None for k in gpu.ROW_KEYS)
+    assert all(k in saved and saved[k] is None for k in GPU_KEYS)
     assert not (run_dir / gpu.GPU_FILE).exists()
     assert not any(isinstance(e, gpu.GpuSampled) for e in heard)
 
@@ -184,14 +185,14 @@ def test_steps_not_clocked_as_they_ran_get_no_split() -> None:
 
 
 def test_result_rows_list_the_gpu_keys_beyond_the_contract() -> None:
-    from lab.results import RESULT_KEYS, ROW_KEYS
+    from lab.base.row import RESULT_KEYS, ROW_KEYS
 
-    assert set(gpu.ROW_KEYS) <= set(ROW_KEYS)
-    assert not set(gpu.ROW_KEYS) & set(RESULT_KEYS)  # the contract's keys stay as they were
+    assert set(GPU_KEYS) <= set(ROW_KEYS)
+    assert not set(GPU_KEYS) & set(RESULT_KEYS)  # the contract's keys stay as they were
 
 
 def test_the_report_shows_energy_per_token_against_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lab.report import load_for_report, render
+    from lab.render.report import load_for_report, render
 
     rows, _heard, run_dir = run(tmp_path, monkeypatch, SteadyCard())
     data = load_for_report(run_dir)
@@ -209,7 +210,7 @@ def test_the_report_shows_energy_per_token_against_the_baseline(tmp_path: Path, 
 
 
 def test_no_gpu_section_without_readings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lab.report import load_for_report, render
+    from lab.render.report import load_for_report, render
 
     _rows, _heard, run_dir = run(tmp_path, monkeypatch, None)
     assert "## GPU" not in render(load_for_report(run_dir), "md")

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from fakes import BASE_AND_SPEC, fake_registry, profile_toml
 
-from lab.analysis import latency
-from lab.events import Status
-from lab.profiles import parse_profile
-from lab.report import load_for_report, render_csv, render_markdown
-from lab.results import ResultRow
+from lab.base.events import Status
+from lab.base.row import ResultRow
+from lab.profile.load import parse_profile
+from lab.render.report import load_for_report, render_csv, render_markdown
 from lab.runner import Runner
 from lab.store import RunStore
+from lab.telemetry import latency
 
 
 def test_percentile_interpolates_between_ranks() -> None:

@@ -32,7 +32,7 @@ def test_core_imports_no_engine_and_no_textual() -> None:
         "for m in pkgutil.walk_packages(lab.__path__, 'lab.'):\n"
         "    if not m.name.startswith('lab.tui'):\n"
         "        importlib.import_module(m.name)\n"
-        "from lab.plugins import load_registry\n"
+        "from lab.registry import load_registry\n"
         "load_registry()\n"
         "print(sorted(x for x in ('textual', 'llama_cpp', 'mlx', 'mlx_lm', 'httpx') if x in sys.modules))\n"
     )

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from lab.events import Event, StepEvent, TokenEvent
-from lab.plugins import load_registry
-from lab.profiles import parse_profile
-from lab.report import ReportWriter
+from lab.base.events import Event, StepEvent, TokenEvent
+from lab.profile.load import parse_profile
+from lab.registry import load_registry
+from lab.render.report import ReportWriter
 from lab.runner import Runner
 from lab.store import RunStore, load_steps
 
@@ -161,7 +161,7 @@ def test_oracle_error_rate_lowers_acceptance(greedy_run) -> None:
 
 
 def test_result_rows_carry_the_contract(greedy_run) -> None:
-    from lab.results import RESULT_KEYS
+    from lab.base.row import RESULT_KEYS
 
     results, _, _, run_dir = greedy_run
     for r in results:
@@ -214,7 +214,7 @@ n_max = 3
 def test_a_pause_between_steps_keeps_the_output_and_is_not_measured(tmp_path: Path) -> None:
     import threading
 
-    from lab.events import Held
+    from lab.base.events import Held
     from lab.runner import RunControl
 
     arms = """
@@ -264,7 +264,7 @@ n_max = 4
 
 
 def event_is_cell(event: Event, arm: str, prompt: str) -> bool:
-    from lab.events import Finished, StatusChanged
+    from lab.base.events import Finished, StatusChanged
 
     return isinstance(event, (StatusChanged, Finished)) and event.cell.arm == arm and event.cell.prompt == prompt \
         and event.cell.round == 1

@@ -23,9 +23,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pytest
 
-from lab.events import TokenEvent
-from lab.plugins import load_registry
-from lab.profiles import parse_profile
+from lab.base.events import TokenEvent
+from lab.profile.load import parse_profile
+from lab.registry import load_registry
 from lab.runner import Runner
 from lab.store import RunStore
 
@@ -59,7 +59,7 @@ def tiny_gemma_q4(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def model_path(ref: str, tiny_gemma: Path, tiny_gemma_q4: Path) -> str:
-    from lab import models
+    from lab.kit import models
 
     return {"tiny-gemma3": str(tiny_gemma), "tiny-gemma3-q4_k_m": str(tiny_gemma_q4)}.get(ref) or str(models.resolve(ref))
 

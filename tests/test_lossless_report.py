@@ -11,8 +11,9 @@ import pytest
 
 from lab import lossless
 from lab.analysis.lossless_section import FILE
-from lab.profiles import parse_profile
-from lab.report import write_report
+from lab.cli import lossless as lossless_command
+from lab.profile.load import parse_profile
+from lab.render.report import write_report
 from lab.runner import Runner
 from lab.store import RunStore
 from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml
@@ -42,14 +43,14 @@ def run_dir(tmp_path: Path) -> Path:
 
 def args(run: Path) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    lossless.add_arguments(parser)
+    lossless_command.add_arguments(parser)
     return parser.parse_args(["-d", "ngram", "--run", str(run)])
 
 
 def test_the_check_lands_in_the_runs_report(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "Lossless at temperature" not in write_report(run_dir).read_text()
     monkeypatch.setattr(lossless, "run_lossless_check", lambda *a, **k: fake_check())
-    assert lossless.main(args(run_dir)) == 1  # a drafter failed
+    assert lossless_command.main(args(run_dir)) == 1  # a drafter failed
     assert (run_dir / FILE).is_file()
     report = (run_dir / "report.md").read_text()
     assert "## Lossless at temperature > 0" in report
@@ -64,5 +65,5 @@ def test_a_directory_that_is_no_run_is_refused_before_sampling(tmp_path: Path, m
         raise AssertionError("sampled")
 
     monkeypatch.setattr(lossless, "run_lossless_check", never)
-    assert lossless.main(args(tmp_path)) == 2
+    assert lossless_command.main(args(tmp_path)) == 2
     assert "not a run directory" in capsys.readouterr().err

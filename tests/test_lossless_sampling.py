@@ -169,9 +169,9 @@ def accept_whenever_possible(
 @pytest.mark.slow
 def test_a_broken_acceptance_rule_is_not_lossless(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
-    import lab.speculative
+    import lab.kit.speculative
 
-    monkeypatch.setattr(lab.speculative, "accept_sampled", accept_whenever_possible)
+    monkeypatch.setattr(lab.kit.speculative, "accept_sampled", accept_whenever_possible)
     out = io.StringIO()
     story = CONTEXTS[0]
     code = main(parse(["--drafter", "oracle", "--samples", "40", "--seed", "1", "--tokens", "4", "--n-max", "3",
@@ -212,7 +212,7 @@ def misreporting_plugin() -> object:
 @pytest.mark.slow
 def test_a_drafter_that_misreports_its_proposal_is_not_lossless() -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
-    from lab.plugins import load_registry
+    from lab.registry import load_registry
 
     out = io.StringIO()
     report = run_lossless_check(

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from lab import models
 from lab.api import Draft, Drafter
-from lab.events import StepEvent, TokenEvent
+from lab.base.events import StepEvent, TokenEvent
 from lab.hookspecs import hookimpl
-from lab.plugins import Registry, load_registry
-from lab.profiles import parse_profile
+from lab.kit import models
+from lab.profile.load import parse_profile
+from lab.registry import Registry, load_registry
 from lab.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def registry() -> Registry:
         import lab_mlx
 
         reg = load_registry([lab_mlx])
-    models._register_builtin()
+    load_registry()
     if "tiny:qwen3" not in models._BUILDERS:
         from lab_mlx.models import register_models
 
@@ -256,7 +256,7 @@ def test_memory_figures_reported(registry: Registry) -> None:
 
 
 def test_smoke_profile_parses(registry: Registry) -> None:
-    from lab.profiles import load_profile
+    from lab.profile.load import load_profile
 
     profile = load_profile(ROOT / "profiles" / "smoke-mlx.toml", registry)
     stacks = {a.stack for a in profile.arms}
@@ -266,7 +266,7 @@ def test_smoke_profile_parses(registry: Registry) -> None:
 
 @pytest.mark.parametrize("model", ["tiny:qwen3", "tiny:qwen3.5-hybrid"])
 def test_verify_cost_probe(registry: Registry, model: str) -> None:
-    probe = pytest.importorskip("lab.probe", reason="the verify-cost probe is not in this core yet")
+    from lab.probing import driver as probe
     result = probe.measure("mlx", model, widths=(1, 2, 4), repeats=1, registry=registry, bandwidth=False)
     assert result.widths == (1, 2, 4)
     assert len(result.seconds) == 1 and all(s > 0 for s in result.seconds[0])
@@ -287,7 +287,7 @@ def test_mlx_allocation_failure_is_an_oom_result(registry: Registry, monkeypatch
 def test_a_pause_holds_the_engine_thread_between_steps_only_where_nothing_is_in_flight(registry: Registry) -> None:
     import threading
 
-    from lab.events import Held, TokenEvent
+    from lab.base.events import Held, TokenEvent
     from lab.runner import RunControl
 
     arms = """

@@ -12,9 +12,10 @@ import pytest
 
 mx = pytest.importorskip("mlx.core", reason="MLX is not installed (pip install -e '.[mlx]')")
 
-from lab import models  # noqa: E402
 from lab.api import GenerationRequest  # noqa: E402
-from lab.events import Cell, StepEvent  # noqa: E402
+from lab.base.events import Cell, StepEvent  # noqa: E402
+from lab.kit import models  # noqa: E402
+from lab.registry import load_registry  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -23,11 +24,7 @@ PROMPT = "def lru_cache(maxsize): return maxsize and lru_cache"
 
 @pytest.fixture(scope="module", autouse=True)
 def tiny_models() -> None:
-    models._register_builtin()
-    if "tiny:qwen3" not in models._BUILDERS:
-        from lab_mlx.models import register_models
-
-        register_models(models.register_model)
+    load_registry()
 
 
 def _request(max_tokens: int, temperature: float = 0.0, ignore_eos: bool = True) -> GenerationRequest:
@@ -38,7 +35,7 @@ def _baseline(target_ref: str, max_tokens: int) -> list[int]:
     from lab_mlx.loader import load_target
     from lab_mlx.target import MlxTarget
 
-    from lab.speculative import generate
+    from lab.kit.speculative import generate
 
     loaded = load_target(models.resolve(target_ref))
     target = MlxTarget(loaded.model, loaded.vocab, 512)

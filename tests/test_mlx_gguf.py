@@ -15,8 +15,8 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from lab import models  # noqa: E402
-from lab.api import available_cores  # noqa: E402
+from lab.base.machine import available_cores  # noqa: E402
+from lab.kit import models  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -17,8 +17,8 @@ import pytest
 from lab_drafters.oracle import OracleDrafter, expected_acceptance
 
 from lab.api import DrafterContext, GenerationRequest
-from lab.events import Cell, StepEvent, TokenEvent
-from lab.speculative import TraceStep, generate
+from lab.base.events import Cell, StepEvent, TokenEvent
+from lab.kit.speculative import TraceStep, generate
 
 VOCAB = 97
 

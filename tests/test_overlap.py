@@ -1,4 +1,4 @@
-"""On an Overlapping target (lab.speculative.Overlapping) the loops send the
+"""On an Overlapping target (lab.kit.speculative.Overlapping) the loops send the
 events of what landed while the engine runs the next decode: the order of
 the work, the output, the events and the loop's clocks, baseline and
 speculative, on a scripted target and on real llama.cpp (SmolLM2 weights,
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from lab.api import Cancelled, Draft, Drafter, DrafterContext, GenerationRequest
-from lab.events import Cell, Event, StepEvent, TokenEvent
-from lab.speculative import LoopStats, Overlapping, TraceStep, generate
+from lab.base.events import Cell, Event, StepEvent, TokenEvent
+from lab.kit.speculative import LoopStats, Overlapping, TraceStep, generate
 
 VOCAB = 97
 
@@ -359,9 +359,9 @@ class Replay(Drafter):
 def test_llama_overlapped_equals_the_synchronous_loop() -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
     from lab_llamacpp import engine
-    from lab_llamacpp.backend import LlamaTarget
+    from lab_llamacpp.target import LlamaTarget
 
-    from lab import models
+    from lab.kit import models
 
     model = engine.Model(str(models.resolve("embedded:smollm2")))
     ctx = engine.Context(model, 512, 64, 2)

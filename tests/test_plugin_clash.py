@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.plugins import load_registry
+from lab.registry import load_registry
 
 BUILTIN_DRAFTERS = {"ngram", "oracle", "draft-model"}
 BUILTIN_BACKENDS = {"llamacpp", "llamacpp-server", "mlx"}

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from lab_llamacpp.probe import parse_batched_bench, pass_seconds_from_bench
 
-from lab import probe as probes
+from lab.base import probe as probes
+from lab.probing import driver
 
 JSONL = (
     '{"n_kv_max": 2624, "n_batch": 2048, "pp": 128, "tg": 32, "pl": 1, "n_kv": 160, "t_pp": 0.1, '
@@ -44,7 +45,7 @@ def engine_problem() -> str | None:
     a llama.cpp build for another CPU dies with SIGILL, which must not take
     the test session with it."""
     code = (
-        "from lab import models; from lab_llamacpp import engine; "
+        "from lab.kit import models; from lab_llamacpp import engine; "
         "m = engine.Model(str(models.resolve('embedded:smollm2'))); c = engine.Context(m, 512, 512, 1); "
         "c.decode(m.tokenize('lighthouse ' * 150)[:150], 'last'); c.decode(list(range(100, 116)), 'all'); print('ok')"
     )
@@ -68,7 +69,7 @@ def engine_ok() -> None:
 
 
 def test_decode_probe_in_process(engine_ok: None) -> None:
-    p = probes.measure(
+    p = driver.measure(
         "llamacpp", "embedded:smollm2", (1, 2, 8), method="decode", repeats=2, threads=1, bandwidth=False
     )
     assert p.method == "decode" and p.widths == (1, 2, 8) and len(p.seconds) == 2
@@ -91,7 +92,7 @@ def test_batched_bench_probe(engine_ok: None) -> None:
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     try:
-        p = probes.measure(
+        p = driver.measure(
             "llamacpp", "embedded:smollm2", (1, 2, 4), method="batched-bench", repeats=1, threads=1, bandwidth=False
         )
     except RuntimeError as exc:
@@ -135,7 +136,7 @@ def test_a_backend_without_the_probing_capability_is_refused() -> None:
 
     assert not issubclass(FakeBackend, Probing)
     with pytest.raises(probes.ProbeError, match="fake cannot measure verify cost"):
-        probes.measure("fake", "unused", registry=fake_registry(), bandwidth=False)
+        driver.measure("fake", "unused", registry=fake_registry(), bandwidth=False)
 
 
 def test_the_llamacpp_backends_probe_capability() -> None:

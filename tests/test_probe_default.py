@@ -13,16 +13,17 @@ from typing import Any, Callable, ClassVar, Sequence
 import pytest
 from fakes import FakeBackend, fake_plugin
 
-from lab import bandwidth
-from lab import probe as probes
 from lab.api import Backend, Probing
-from lab.events import StatusChanged
+from lab.base import probe as probes
+from lab.base.events import StatusChanged
 from lab.hookspecs import hookimpl
-from lab.plugins import Registry, load_registry
-from lab.profiles import parse_profile
-from lab.report import load_for_report, render_markdown
+from lab.probing import driver
+from lab.profile.load import parse_profile
+from lab.registry import Registry, load_registry
+from lab.render.report import load_for_report, render_markdown
 from lab.runner import Runner
 from lab.store import RunStore
+from lab.telemetry import bandwidth
 
 
 class ProbingFake(FakeBackend, Probing):
@@ -106,13 +107,13 @@ def test_needed_widths_cover_the_n_max_and_a_few_more() -> None:
 
 
 def test_cache_key_changes_with_threads_model_options_and_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    base = probes.ProbeSpec("llamacpp", "embedded:smollm2", 2, {"n_gpu_layers": 0}, (1, 2, 3))
+    base = driver.ProbeSpec("llamacpp", "embedded:smollm2", 2, {"n_gpu_layers": 0}, (1, 2, 3))
     key = base.key()
-    assert probes.ProbeSpec("llamacpp", "embedded:smollm2", 2, {"n_gpu_layers": 0}, (1, 2, 3, 4)).key() == key
-    assert probes.ProbeSpec("llamacpp", "embedded:smollm2", 1, {"n_gpu_layers": 0}, (1, 2, 3)).key() != key
-    assert probes.ProbeSpec("llamacpp", "tiny:llama", 2, {"n_gpu_layers": 0}, (1, 2, 3)).key() != key
-    assert probes.ProbeSpec("llamacpp", "embedded:smollm2", 2, {"n_gpu_layers": 99}, (1, 2, 3)).key() != key
-    assert probes.ProbeSpec("mlx", "embedded:smollm2", 2, {"n_gpu_layers": 0}, (1, 2, 3)).key() != key
+    assert driver.ProbeSpec("llamacpp", "embedded:smollm2", 2, {"n_gpu_layers": 0}, (1, 2, 3, 4)).key() == key
+    assert driver.ProbeSpec("llamacpp", "embedded:smollm2", 1, {"n_gpu_layers": 0}, (1, 2, 3)).key() != key
+    assert driver.ProbeSpec("llamacpp", "tiny:llama", 2, {"n_gpu_layers": 0}, (1, 2, 3)).key() != key
+    assert driver.ProbeSpec("llamacpp", "embedded:smollm2", 2, {"n_gpu_layers": 99}, (1, 2, 3)).key() != key
+    assert driver.ProbeSpec("mlx", "embedded:smollm2", 2, {"n_gpu_layers": 0}, (1, 2, 3)).key() != key
     other_machine = {**bandwidth.machine_identity(), "gpus": ["NVIDIA H200"]}
     monkeypatch.setattr(bandwidth, "machine_identity", lambda: other_machine)
     assert base.key() != key
@@ -121,7 +122,7 @@ def test_cache_key_changes_with_threads_model_options_and_machine(monkeypatch: p
 def test_first_run_measures_second_finds_the_cache(tmp_path: Path, registry: Registry, cache: Path) -> None:
     profile = _profile(tmp_path, registry)
     first, events = _run(tmp_path, registry, profile)
-    assert len(ProbingFake.calls) == probes.DEFAULT_REPEATS
+    assert len(ProbingFake.calls) == driver.DEFAULT_REPEATS
     assert ProbingFake.calls[0] == probes.needed_widths([3])
     saved = probes.load(first)
     assert saved.origin["source"] == "measured" and saved.bandwidth_bytes_s == 5e9
@@ -134,24 +135,24 @@ def test_first_run_measures_second_finds_the_cache(tmp_path: Path, registry: Reg
     assert re.fullmatch(r"measured in \d+\.\d s", events[done].text)
 
     second, events = _run(tmp_path, registry, profile)
-    assert len(ProbingFake.calls) == probes.DEFAULT_REPEATS  # nothing measured again
+    assert len(ProbingFake.calls) == driver.DEFAULT_REPEATS  # nothing measured again
     again = probes.load(second)
     assert again.origin["source"] == "cached" and again.seconds == saved.seconds
     assert any(isinstance(e, probes.ProbeReported) and e.text.startswith("cached (measured ") for e in events)
 
     # other threads are another stack: measured again
     _run(tmp_path, registry, _profile(tmp_path, registry, threads=2))
-    assert len(ProbingFake.calls) == 2 * probes.DEFAULT_REPEATS
+    assert len(ProbingFake.calls) == 2 * driver.DEFAULT_REPEATS
     assert len(list(cache.glob("probe-*.json"))) == 2
 
 
 def test_a_cached_probe_too_narrow_for_a_larger_n_max_is_measured_again(tmp_path: Path, cache: Path, registry: Registry) -> None:
-    spec = probes.ProbeSpec("fake-probing", "", 1, {}, probes.needed_widths([2]))
-    probes.obtain(spec, registry, repeats=1)
-    assert probes.cached(spec) is not None
-    wider = probes.ProbeSpec("fake-probing", "", 1, {}, probes.needed_widths([8]))
-    assert probes.cached(wider) is None
-    assert probes.obtain(wider, registry, repeats=1).origin["source"] == "measured"
+    spec = driver.ProbeSpec("fake-probing", "", 1, {}, probes.needed_widths([2]))
+    driver.obtain(spec, registry, repeats=1)
+    assert driver.cached(spec) is not None
+    wider = driver.ProbeSpec("fake-probing", "", 1, {}, probes.needed_widths([8]))
+    assert driver.cached(wider) is None
+    assert driver.obtain(wider, registry, repeats=1).origin["source"] == "measured"
 
 
 def test_probe_false_turns_it_off(tmp_path: Path, registry: Registry, cache: Path) -> None:
@@ -246,15 +247,15 @@ def test_a_real_smollm2_run_reports_a_prediction_and_a_roofline(tmp_path: Path) 
 def test_a_probe_measured_on_a_busy_machine_serves_its_run_but_is_not_cached(
     tmp_path: Path, cache: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from lab.contention import Contention, ContentionWatcher
+    from lab.telemetry.contention import Contention, ContentionWatcher
 
     busy = Contention(others_cores=1.8, spare_cores=0.0, seconds=1.0)
     monkeypatch.setattr(ContentionWatcher, "reading", lambda self, since: busy)
-    spec = probes.ProbeSpec("fake-probing", "", 1, {}, probes.needed_widths([2]))
-    got = probes.obtain(spec, registry)
+    spec = driver.ProbeSpec("fake-probing", "", 1, {}, probes.needed_widths([2]))
+    got = driver.obtain(spec, registry)
     assert got.origin["source"] == "measured" and "busy machine" in got.origin_line()
     assert "not cached" in got.origin_line()
-    assert probes.cached(spec) is None
+    assert driver.cached(spec) is None
     assert list(cache.glob("bandwidth-*.json")) == []  # the bandwidth measured with it is dropped too
-    probes.obtain(spec, registry)
-    assert len(ProbingFake.calls) == 2 * probes.DEFAULT_REPEATS  # measured again, not read back
+    driver.obtain(spec, registry)
+    assert len(ProbingFake.calls) == 2 * driver.DEFAULT_REPEATS  # measured again, not read back

@@ -13,11 +13,11 @@ from typing import Any, Callable, Mapping, Sequence
 import pytest
 
 from lab.api import Draft, Drafter, Option
+from lab.base.limits import MAX_ARMS, MAX_NAME, RUN_RANGES, Range, describe_limits
 from lab.hookspecs import hookimpl
-from lab.plugins import load_registry
 from lab.profile.errors import ProfileError, clean
-from lab.profile.limits import MAX_ARMS, MAX_NAME, RUN_RANGES, Range, describe_limits
-from lab.profiles import check_profile, load_profile, parse_profile
+from lab.profile.load import check_profile, load_profile, parse_profile
+from lab.registry import load_registry
 from tests.fakes import FakeBackend
 
 HEAD = '[run]\nmax_tokens = 16\n\n[[prompts]]\nname = "p"\ntext = "hi"\n'
@@ -157,7 +157,7 @@ def test_declared_option_metadata_is_enforced(declaring, options: str, key: str,
 
 
 def test_declared_ranges_print_for_listings() -> None:
-    from lab.profile.limits import range_note
+    from lab.base.limits import range_note
 
     by_name = {o.name: o for o in DeclaringBackend.options}
     assert range_note(by_name["batch"]) == " [1..4_096]"
@@ -299,7 +299,7 @@ def test_a_symlink_out_of_the_tree_is_outside(registry, tmp_path: Path, monkeypa
 
 
 def test_probe_is_checked_when_the_profile_is_read(registry, tmp_path: Path) -> None:
-    from lab.probe import Probe, save
+    from lab.base.probe import Probe, save
 
     text = HEAD.replace("max_tokens = 16", 'max_tokens = 16\nprobe = "probe.json"') + BASE
     with pytest.raises(ProfileError) as info:

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from lab.plugins import load_registry
 from lab.profile.errors import clean
-from lab.profiles import ProfileError, check_profile, load_profile, parse_profile
+from lab.profile.load import ProfileError, check_profile, load_profile, parse_profile
+from lab.registry import load_registry
 
 HEAD = """[profile]
 name = "hostile"
@@ -167,7 +167,7 @@ def generate() -> list[Case]:
     add("toml", "description too long", GOOD.replace('name = "hostile"', f'name = "h"\ndescription = "{"d" * 3000}"'), "profile.description")
 
     # -- run -----------------------------------------------------------------------
-    from lab.profile.limits import RUN_RANGES
+    from lab.base.limits import RUN_RANGES
     from lab.profile.validate import RUN_TYPES
 
     for k, rng in RUN_RANGES.items():
@@ -357,7 +357,7 @@ def generate() -> list[Case]:
         if getattr(bcls, "needs_model", False):
             add("arms", f"{bname} without model", GOOD + arm("t", bname, model=None), "arms[1].model")
     add("arms", "prompts missing", HEAD + BASE_ARM, "prompts")
-    from lab.profile.limits import MAX_PROMPTS
+    from lab.base.limits import MAX_PROMPTS
 
     add("arms", "too many prompts", HEAD + "".join(prompt(f"p{i}") for i in range(MAX_PROMPTS + 1)) + BASE_ARM, "prompts")
     return cases
@@ -668,7 +668,7 @@ def test_a_remote_bind_runs_only_when_allowed_and_is_warned(registry, tmp_path: 
     from lab_llamacpp_server.command import server_args
 
     from lab.api import EngineFailure
-    from lab.profiles import option_warnings
+    from lab.profile.load import option_warnings
 
     remote = extra in REMOTE_BINDS
     path = tmp_path / "p.toml"
@@ -761,7 +761,7 @@ def test_lab_plugins_shows_the_limits_a_profile_is_held_to() -> None:
     n_max, the sweep cap, and the ranges plugins declare."""
     import subprocess
 
-    from lab.profile.limits import MAX_ARMS, N_MAX, RUN_RANGES
+    from lab.base.limits import MAX_ARMS, N_MAX, RUN_RANGES
 
     out = subprocess.run([sys.executable, "-m", "lab.cli", "plugins"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.plugins import load_registry
-from lab.profiles import ProfileError, load_profile, parse_profile
+from lab.profile.load import ProfileError, load_profile, parse_profile
+from lab.registry import load_registry
 
 GOOD = """
 [profile]
@@ -173,8 +173,9 @@ def test_shipped_profiles_parse(registry) -> None:
 
 
 def test_the_public_names_stay_where_the_lab_imports_them() -> None:
-    import lab.profiles as profiles
-    from lab.profile import errors, model
+    import lab.profile.load as profiles
+    from lab.base import profile as model
+    from lab.profile import errors
 
     for name in ("Profile", "Arm", "RunSettings", "Prompt"):
         assert getattr(profiles, name) is getattr(model, name)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.base.events import Cell, Status, StatusChanged, arm_cell
 from lab.cli import Progress
-from lab.events import Cell, Status, StatusChanged, arm_cell
 
 DOUBLED = re.compile(r"\b(\w+) \1\b", re.IGNORECASE)
 

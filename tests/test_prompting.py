@@ -1,4 +1,4 @@
-"""One prompt for every stack (lab.prompting): the template read from the
+"""One prompt for every stack (lab.kit.prompting): the template read from the
 model file, rendered once, the one fallback for a model without a template,
 and the report's flag for rows compared across different prompts."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lab import models, prompting
 from lab.analysis import conditions
+from lab.kit import models, prompting
 
 USER = "Write a Python function that reverses a linked list."
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from lab import prompting
-from lab.profiles import parse_profile
-from lab.report import ReportWriter
+from lab.kit import prompting
+from lab.profile.load import parse_profile
+from lab.render.report import ReportWriter
 from lab.runner import Runner
 from lab.store import RunStore
 
@@ -32,10 +32,10 @@ except ServerNotFound as exc:  # pragma: no cover - depends on the machine
 def _registry() -> Any:
     from lab_llamacpp_server.models import register
 
-    from lab import models
-    from lab.plugins import load_registry
+    from lab.kit import models
+    from lab.registry import load_registry
 
-    models._register_builtin()
+    load_registry()
     register(models.register_model)
     return load_registry()
 

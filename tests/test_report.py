@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from lab import probe as probes
-from lab.analysis import breakeven
 from lab.analysis.compare import compare, render_compare
+from lab.base import economics as breakeven
+from lab.base import probe as probes
 from lab.cli import main
-from lab.profiles import parse_profile
-from lab.report import load_for_report, render, summarize
+from lab.profile.load import parse_profile
+from lab.render.report import load_for_report, render, summarize
 from lab.runner import Runner
 from lab.store import RunStore
 from tests.fakes import fake_registry, profile_toml

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import pytest
 
+from lab.base.row import RESULT_KEYS
 from lab.cli import main
-from lab.profiles import parse_profile
-from lab.results import RESULT_KEYS
+from lab.profile.load import parse_profile
 from lab.runner import Runner
 from lab.store import RunStore
 from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml

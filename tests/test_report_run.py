@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.analysis import breakeven
-from lab.report import load_for_report, render
+from lab.base import economics as breakeven
+from lab.render.report import load_for_report, render
 from tests.test_probe import engine_problem
 
 PROFILE = """
@@ -96,7 +96,7 @@ def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
     saved = json.loads(render(data, "json"))
     kinds = {s["arm"]: s["verdict_kind"] for s in saved["analysis"]["summaries"]}
     assert kinds["baseline"] == breakeven.BASELINE
-    # uncertain: every round ran on a busy machine (lab.contention)
+    # uncertain: every round ran on a busy machine (lab.telemetry.contention)
     assert kinds["oracle"] in (breakeven.PAYS, breakeven.EVEN, breakeven.LOSES, breakeven.STRUCTURAL, breakeven.UNCERTAIN)
     rows = list(csv.DictReader(io.StringIO(render(data, "csv"))))
     assert len(rows) == 3 * 2 and rows[0]["verdict_kind"] == "baseline"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.events import Status
-from lab.profiles import parse_profile
-from lab.report import render
-from lab.results import EXTRA_KEYS, RESULT_KEYS, ResultRow
+from lab.base.events import Status
+from lab.base.row import EXTRA_KEYS, RESULT_KEYS, ResultRow
+from lab.profile.load import parse_profile
+from lab.render.report import render
 from lab.runner import Runner
 from lab.store import RunStore, load_run
 from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml

@@ -14,12 +14,14 @@ from typing import Any, Callable
 import pytest
 
 from lab.api import Backend, EngineCrashed, EngineOOM, Generation, GenerationRequest
-from lab.events import (
+from lab.base.events import (
+    ArmReported,
     Cell,
     Emit,
     Event,
     Finished,
     Held,
+    Logged,
     MemorySample,
     RunFinished,
     RunStarted,
@@ -28,12 +30,11 @@ from lab.events import (
     StepEvent,
     TokenEvent,
 )
+from lab.base.row import ResultRow
 from lab.hookspecs import hookimpl
-from lab.plugins import load_registry
-from lab.profiles import parse_profile
-from lab.report import ReportWriter
-from lab.results import ResultRow
-from lab.run_events import ArmReported, Logged
+from lab.profile.load import parse_profile
+from lab.registry import load_registry
+from lab.render.report import ReportWriter
 from lab.runner import RunControl, Runner
 from lab.store import RunStore, load_run, load_steps
 
@@ -56,7 +57,7 @@ class ScriptedBackend(Backend):
 
     @classmethod
     def busy_cores(cls, arm_options, threads) -> int:
-        return 0  # scripted timings: a busy machine cannot change them (lab.contention)
+        return 0  # scripted timings: a busy machine cannot change them (lab.telemetry.contention)
 
     @classmethod
     def is_speculative(cls, arm_options, drafter) -> bool:
@@ -376,7 +377,7 @@ def test_the_runner_imports_neither_the_store_nor_the_report() -> None:
     import subprocess
     import sys
 
-    code = "import sys, lab.runner; print(sorted(m for m in ('lab.store', 'lab.report') if m in sys.modules))"
+    code = "import sys, lab.runner; print(sorted(m for m in ('lab.store', 'lab.render.report') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -419,7 +420,7 @@ def test_emit_is_safe_from_many_threads(tmp_path: Path) -> None:
 
 
 def test_a_warmup_cell_generates_warmup_tokens_and_recorded_cells_max_tokens(tmp_path: Path) -> None:
-    from lab.events import TokenEvent
+    from lab.base.events import TokenEvent
     from tests.fakes import fake_registry, profile_toml
 
     def ran(extra: str) -> tuple[int, int]:
@@ -448,7 +449,7 @@ def test_each_run_knows_the_runs_its_process_started_before_and_a_gpu_report_war
     report of a run that sampled a GPU says so; a first run or a CPU run
     carries no warning."""
     from lab.analysis.conditions import machine_lines
-    from lab.report import load_for_report, render_markdown
+    from lab.render.report import load_for_report, render_markdown
 
     heard: list[RunStarted] = []
 

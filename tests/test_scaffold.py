@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from lab.cli import drafter_backends, main
-from lab.plugins import load_registry
+from lab.cli import main
 from lab.profile import validate
+from lab.profile.load import ProfileError, check_profile
 from lab.profile.suites import SUITE_KEYS
-from lab.profiles import ProfileError, check_profile
+from lab.registry import load_registry
 from lab.scaffold import ScaffoldError, write_drafter_package
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def test_scaffolded_drafter_installs_into_a_fresh_env_and_runs(tmp_path: Path) -
 def test_lab_plugins_says_which_backends_run_each_drafter(capsys: pytest.CaptureFixture[str]) -> None:
     registry = load_registry()
     for dcls in registry.drafters.values():
-        hosts = drafter_backends(registry, dcls)
+        hosts = registry.drafter_backends(dcls)
         for backend in hosts:
             assert registry.backends[backend].accepts_drafters
         # no server backend runs a drafter plugin

@@ -32,7 +32,7 @@ needs_server = pytest.mark.skipif(_INFO is None, reason=_SKIP or "llama-server n
 def _registry() -> Any:
     import lab_llamacpp_server
 
-    from lab.plugins import load_registry
+    from lab.registry import load_registry
 
     reg = load_registry()
     if "llamacpp-server" not in reg.backends:
@@ -42,13 +42,6 @@ def _registry() -> Any:
 
 @pytest.fixture(scope="module")
 def registry() -> Any:
-    from lab_llamacpp_server.models import register
-
-    from lab import models
-
-    # the lab.models entry point may not be installed in this checkout yet
-    models._register_builtin()
-    register(models.register_model)
     return _registry()
 
 
@@ -97,7 +90,7 @@ text = "Write a short poem about the sea and the lighthouse keeper."
 
 def _run(registry: Any, tmp_path: Path, arms: str, max_tokens: int = 24, rounds: int = 1,
          listeners: tuple[Any, ...] = (), control: Any = None, prompts: str = "") -> tuple[list[dict[str, Any]], Path]:
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
     from lab.runner import Runner
     from lab.store import RunStore
 
@@ -139,7 +132,7 @@ n_max = 2
 
 @needs_server
 def test_mtp_dflash_and_self_draft_steps_match_the_server(registry: Any, tmp_path: Path) -> None:
-    from lab.events import Clock, StepEvent, TokenEvent
+    from lab.base.events import Clock, StepEvent, TokenEvent
 
     tokens: dict[str, list[TokenEvent]] = {}
     steps: dict[str, list[StepEvent]] = {}
@@ -245,7 +238,7 @@ model = "tiny:llama"
 
 @needs_server
 def test_kill_9_of_the_server_gives_crashed_and_the_next_arm_runs(registry: Any, tmp_path: Path) -> None:
-    from lab.events import TokenEvent
+    from lab.base.events import TokenEvent
 
     killed: list[int] = []
 
@@ -279,7 +272,7 @@ model = "tiny:llama"
 
 @needs_server
 def test_cancel_leaves_no_server(registry: Any, tmp_path: Path) -> None:
-    from lab.events import TokenEvent
+    from lab.base.events import TokenEvent
     from lab.runner import RunControl
 
     control = RunControl()
@@ -315,7 +308,7 @@ def test_a_killed_lab_leaves_no_server(tmp_path: Path) -> None:
         import sys, time
         from lab_llamacpp_server.process import ServerProcess, free_port
         from lab_llamacpp_server.binary import server_info
-        from lab import models
+        from lab.kit import models
         from lab_llamacpp_server.models import register
         register(models.register_model)
         model = str(models.resolve("tiny:llama"))
@@ -351,7 +344,7 @@ def test_a_killed_lab_leaves_no_server(tmp_path: Path) -> None:
 
 @needs_server
 def test_doctor_shows_build_and_spec_types() -> None:
-    from lab.doctor import run_checks
+    from lab.cli.doctor import run_checks
 
     check = next(c for c in run_checks() if c.name == "llama-server")
     assert check.ok

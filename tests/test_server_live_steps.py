@@ -44,8 +44,8 @@ def _backend(tmp_path: Path) -> Any:
     import lab_llamacpp_server
 
     from lab.api import BackendContext
-    from lab.plugins import load_registry
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
 
     reg = load_registry()
     if "llamacpp-server" not in reg.backends:
@@ -58,7 +58,7 @@ def _backend(tmp_path: Path) -> Any:
 @needs_server
 def test_server_steps_reach_the_listener_while_the_request_streams(tmp_path: Path) -> None:
     from lab.api import GenerationRequest
-    from lab.events import Cell, StepEvent, TokenEvent
+    from lab.base.events import Cell, StepEvent, TokenEvent
 
     backend, profile = _backend(tmp_path)
     run = profile.run

@@ -16,8 +16,8 @@ from lab_llamacpp_server.serverlog import ServerLog
 from lab_llamacpp_server.steps import LiveSteps
 from lab_llamacpp_server.stream import StepTracker, chunk_from, parse_sse_lines
 
-from lab.events import Cell, Clock, StepEvent
-from lab.profiles import parse_profile
+from lab.base.events import Cell, Clock, StepEvent
+from lab.profile.load import parse_profile
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def server_registry() -> Any:
     installed yet (a checkout not re-installed since the plugin landed)."""
     import lab_llamacpp_server
 
-    from lab.plugins import load_registry
+    from lab.registry import load_registry
 
     reg = load_registry()
     if "llamacpp-server" not in reg.backends:

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from lab.events import Event, Finished, StepEvent
-from lab.profiles import parse_profile
-from lab.report import ReportWriter
+from lab.base.events import Event, Finished, StepEvent
+from lab.profile.load import parse_profile
+from lab.render.report import ReportWriter
 from lab.runner import Runner
 from lab.store import MAX_NAME_CHARS, RunStore, StoreError, create_run_dir, load_run, load_steps
 from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml
@@ -215,11 +215,11 @@ def test_cli_says_where_the_run_went(registry: Any, tmp_path: Path, monkeypatch:
     """`lab run` end to end in process (the fake backend): the directory is
     replaced by a file after the first row; exit 0, the fallback is named,
     the table is printed, no traceback."""
-    import lab.plugins
+    import lab.registry
     import lab.runner
     from lab.cli import main
 
-    monkeypatch.setattr(lab.plugins, "load_registry", lambda *a, **k: registry)
+    monkeypatch.setattr(lab.registry, "load_registry", lambda *a, **k: registry)
     (tmp_path / "p.toml").write_text(profile_toml(THREE_ARMS, prompts=("prose", "code")))
     real_emit = lab.runner.Runner.emit
     done = [0]
@@ -255,7 +255,7 @@ def test_saved_files_hold_no_nan_or_infinity(registry: Any, tmp_path: Path) -> N
     p = profile(registry)
     store = RunStore(p, tmp_path)
     store.set_arm_report("spec", {"ratio": math.inf, "nested": [math.nan, {"x": -math.inf}], "ok": 1.5})
-    from lab.events import Cell
+    from lab.base.events import Cell
 
     store(StepEvent(Cell("spec", "prose", 1), 0, drafted=4, accepted=2, landed=3, draft_s=math.nan,
                     verify_s=math.inf, step_s=0.1))
@@ -274,9 +274,9 @@ FULL_DISK = """
 import resource, signal, sys
 sys.path.insert(0, sys.argv[2])
 from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml
-import lab.plugins
+import lab.registry
 registry = fake_registry()
-lab.plugins.load_registry = lambda *a, **k: registry
+lab.registry.load_registry = lambda *a, **k: registry
 open("p.toml", "w").write(profile_toml(BASE_AND_SPEC, rounds=2, prompts=("prose", "code")))
 # every file this process writes stops growing here: the kernel answers EFBIG
 # as a full disk answers ENOSPC, for the run directory and any fallback alike
@@ -306,8 +306,8 @@ def test_a_full_disk_keeps_the_rows_in_memory_and_says_so(tmp_path: Path) -> Non
 
 def test_strict_json_everywhere_a_run_is_written_or_exported(registry: Any, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from lab.base.strictjson import dumps
     from lab.cli import main
-    from lab.strictjson import dumps
 
     assert json.loads(dumps({"a": (math.nan, 1.0), "b": {"c": -math.inf}, 3: [math.inf]})) == {
         "a": [None, 1.0], "b": {"c": None}, "3": [None]}

@@ -10,14 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.suites import (
-    SuiteError,
-    SuitePrompt,
-    builtin_suites,
-    load_suite,
-    per_category,
-    suite_categories,
-)
+from lab.suites import SuiteError, SuitePrompt, builtin_suites, load_suite, per_category, suite_categories
 
 SPEC_BENCH_CATEGORIES = ["mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.profiles import ProfileError, load_profile, parse_profile
+from lab.profile.load import ProfileError, load_profile, parse_profile
 from lab.suites import load_suite, suite_categories
 
 ARMS = '\n[[arms]]\nname = "base"\nbackend = "llamacpp"\nmodel = "embedded:smollm2"\n'
@@ -167,8 +167,8 @@ def test_lab_check_refuses_an_unknown_category(tmp_path: Path) -> None:
 
 
 def test_shipped_categories_profile_covers_every_category() -> None:
-    from lab.plugins import load_registry
-    from lab.profiles import check_profile
+    from lab.profile.load import check_profile
+    from lab.registry import load_registry
 
     root = Path(__file__).resolve().parent.parent
     p = check_profile(root / "profiles" / "categories.toml", load_registry())

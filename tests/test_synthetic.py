@@ -184,8 +184,8 @@ def test_verify_batch_picks_what_one_row_decodes_pick(engine: Any, tiny_models: 
 
 
 def run_arms(tmp_path: Path, models: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
-    from lab.plugins import load_registry
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
     from lab.runner import Runner
 
     target = models["llama-8b"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.textsafe import PrintableStream, printable
+from lab.base.textsafe import PrintableStream, printable
 
 HOSTILE = [
     "\x1b[2J", "\x1b]52;c;aGVsbG8=\x07", "\x1b]0;title\x1b\\", "\x9b31m", "\x07", "\x00", "\x7f", "\u202e", "\u200b",

@@ -96,7 +96,7 @@ def test_stream_chunks_and_the_per_step_record() -> None:
 
 
 def test_shipped_vllm_profiles_check() -> None:
-    from lab.profiles import check_profile
+    from lab.profile.load import check_profile
 
     root = Path(lab_vllm.__file__).resolve().parent / "profiles"
     names = sorted(p.name for p in root.glob("*.toml"))
@@ -119,7 +119,7 @@ def vllm_ready() -> str:
 def _registry() -> Any:
     import lab_llamacpp_server
 
-    from lab.plugins import load_registry
+    from lab.registry import load_registry
 
     return load_registry([lab_llamacpp_server, lab_vllm])
 
@@ -188,8 +188,8 @@ def _gone(pids: list[int], timeout: float) -> bool:
 
 @pytest.fixture(scope="module")
 def ngram_run(vllm_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Any], Path]]:
-    from lab.profiles import parse_profile
-    from lab.report import ReportWriter
+    from lab.profile.load import parse_profile
+    from lab.render.report import ReportWriter
     from lab.runner import Runner
     from lab.store import RunStore
 
@@ -231,7 +231,7 @@ def _driver(run_dir: Path, profile: Path) -> subprocess.Popen[str]:
     its entry point is not installed), SIGINT at its default."""
     script = textwrap.dedent(f"""
         import sys
-        import lab.plugins as plugins
+        import lab.registry as plugins
         import lab_vllm
         loader = plugins.load_registry
         plugins.load_registry = lambda extra=(): loader([lab_vllm, *extra])
@@ -287,7 +287,7 @@ def test_attached_vllm_with_a_key_and_two_streams(vllm_ready: str, tmp_path: Pat
     from lab_llamacpp_server.process import ServerProcess, free_port
     from lab_vllm.models import hf_dir
 
-    from lab.profiles import parse_profile
+    from lab.profile.load import parse_profile
     from lab.runner import Runner
     from lab.store import RunStore
 

@@ -18,8 +18,8 @@ import csv
 import io
 from typing import Any, Mapping
 
-from lab.analysis.breakeven import NEUTRAL_BAND
 from lab.analysis.run import summarize
+from lab.base.economics import NEUTRAL_BAND
 
 MEMORY_CHANGE = 0.10
 # The smallest tok/s move called real: one round has no spread of its own,
@@ -160,7 +160,7 @@ def render_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], fmt: st
     rows = compare(data_a, data_b)
     warned = warnings(data_a, data_b, rows)
     if fmt == "json":
-        from lab.strictjson import dumps
+        from lab.base.strictjson import dumps
 
         return dumps({"a": _name(data_a), "b": _name(data_b), "warnings": warned, "cells": rows}, indent=1) + "\n"
     if fmt == "csv":

@@ -1,13 +1,13 @@
 """What a comparison was measured under, checked from its rows: the same
-prompt on every arm (``prompt_sha256``, see :mod:`lab.prompting`) and a
-quiet machine (``contended``, see :mod:`lab.contention`). A report shows
+prompt on every arm (``prompt_sha256``, see :mod:`lab.kit.prompting`) and a
+quiet machine (``contended``, see :mod:`lab.telemetry.contention`). A report shows
 these before anyone reads a speedup."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from lab.results import pick_baseline
+from lab.rows.build import pick_baseline
 
 
 def prompt_mismatches(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab.results import first_divergence
+from lab.rows.build import first_divergence
 
 CONTEXT_WORDS = 4
 _WORD = re.compile(r"\S+")

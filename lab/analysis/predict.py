@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from lab.analysis.acceptance import PositionAcceptance
-from lab.probe import Probe
+from lab.base.probe import Probe
 
 
 @dataclass(frozen=True)
@@ -117,37 +117,3 @@ def probe_for(row: Mapping[str, Any], probes: Sequence[Probe]) -> tuple[Probe | 
     return (probes[0], False) if probes else (None, False)
 
 
-def predicted_for_rows(
-    results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probes: Sequence[Probe] | Probe | None,
-) -> list[dict[str, Any]]:
-    """Predicted next to measured speedup for every speculative arm x prompt
-    of a run, each arm priced by its own stack's probe: ``measured``,
-    ``predicted`` (at the arm's n_max), ``best_n_max`` and
-    ``best_predicted`` at the acceptance measured, and the whole ``curve``.
-    What the report's Prediction section renders; the live view can call it
-    on the rows it holds (steps as saved in steps.jsonl)."""
-    from lab.analysis import run as analysis
-
-    if probes is None:
-        return []
-    pool = [probes] if isinstance(probes, Probe) else [p for p in probes if p is not None]
-    if not pool:
-        return []
-    owner: dict[str, int] = {}
-    for r in results:
-        if r.get("is_baseline") or r["arm"] in owner:
-            continue
-        p, _ = probe_for(r, pool)
-        owner[r["arm"]] = pool.index(p) if p is not None else 0
-    by_probe = [
-        [pred for pred in analysis.predictions(results, steps, p) if owner.get(pred["arm"]) == i]
-        if i in owner.values() else []
-        for i, p in enumerate(pool)
-    ]
-    keyed = {(pred["arm"], pred["prompt"]): pred for preds in by_probe for pred in preds}
-    order: list[tuple[str, str]] = []
-    for r in results:
-        key = (r["arm"], r["prompt"])
-        if key in keyed and key not in order:
-            order.append(key)
-    return [keyed[k] for k in order]

@@ -9,13 +9,7 @@ for all rows) or not (compute-bound CPUs and unamortized kernels).
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
-
-import numpy as np
-
-from lab.api import available_cores
 
 
 @dataclass(frozen=True)
@@ -52,30 +46,3 @@ class Roofline:
                 # measured bandwidth is below the device's peak.
                 text += " (above the bound: the weights stay in cache or the bandwidth given is below the peak)"
         return text
-
-
-def measure_read_bandwidth(nbytes: int = 256 * 2**20, threads: int | None = None, repeats: int = 3) -> float:
-    """Bytes per second that ``threads`` threads read summing private float64
-    buffers (numpy releases the GIL in reductions). Best of ``repeats``; a
-    lower bound of the device's peak, as any software measure is."""
-    n = threads or available_cores()
-    per = max(1, nbytes // n // 8)
-    bufs = [np.ones(per, dtype=np.float64) for _ in range(n)]
-    best = 0.0
-    for _ in range(repeats):
-        barrier = threading.Barrier(n + 1)
-
-        def work(buf: np.ndarray, barrier: threading.Barrier = barrier) -> None:
-            barrier.wait()
-            buf.sum()
-
-        ts = [threading.Thread(target=work, args=(b,)) for b in bufs]
-        for t in ts:
-            t.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for t in ts:
-            t.join()
-        elapsed = time.perf_counter() - t0
-        best = max(best, per * 8 * n / elapsed)
-    return best

@@ -9,8 +9,11 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from lab.analysis import acceptance as acc
-from lab.analysis import breakeven, equivalence, predict, stats
+from lab.analysis import equivalence, predict, stats
+from lab.analysis.predict import probe_for
 from lab.analysis.roofline import Roofline
+from lab.base import economics as breakeven
+from lab.base.probe import Probe
 
 
 def _median(values: Iterable[Any]) -> float | None:
@@ -74,7 +77,7 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "peak_mem_bytes": max((r["peak_mem_bytes"] or 0 for r in rows), default=0) or None,
             "identical_to_baseline": all(identical) if identical else None,
             "first_divergence_char": min(divergences) if divergences else None,
-            # busy-machine rounds (lab.contention): all of them makes the verdict uncertain
+            # busy-machine rounds (lab.telemetry.contention): all of them makes the verdict uncertain
             "contended_rounds": sum(1 for r in ok if r.get("contended")),
             "contended": bool(ok) and all(r.get("contended") for r in ok),
         }
@@ -94,7 +97,7 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def divergences(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every speculative round whose output left its baseline's (the
     baseline row the result was measured against)."""
-    from lab.results import pick_baseline
+    from lab.rows.build import pick_baseline
 
     out = []
     for r in results:
@@ -182,7 +185,7 @@ def roofline(
         if model_bytes is None and (probe is None or rows[0].get("model") not in (None, probe.model)):
             # No probe of this model: the file on disk, when the run's model
             # reference still resolves here.
-            from lab.probe import model_file_bytes
+            from lab.kit.models import model_file_bytes
 
             arm_size = model_file_bytes(rows[0]["model"]) if rows[0].get("model") else None
         if not arm_size:
@@ -190,3 +193,37 @@ def roofline(
         tps = _median(r["tok_per_s"] for r in rows if r["status"] == "ok")
         out.append((arm, Roofline(int(arm_size), float(bw), source, tps)))
     return out
+
+
+def predicted_for_rows(
+    results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probes: Sequence[Probe] | Probe | None,
+) -> list[dict[str, Any]]:
+    """Predicted next to measured speedup for every speculative arm x prompt
+    of a run, each arm priced by its own stack's probe: ``measured``,
+    ``predicted`` (at the arm's n_max), ``best_n_max`` and
+    ``best_predicted`` at the acceptance measured, and the whole ``curve``.
+    What the report's Prediction section renders; the live view can call it
+    on the rows it holds (steps as saved in steps.jsonl)."""
+    if probes is None:
+        return []
+    pool = [probes] if isinstance(probes, Probe) else [p for p in probes if p is not None]
+    if not pool:
+        return []
+    owner: dict[str, int] = {}
+    for r in results:
+        if r.get("is_baseline") or r["arm"] in owner:
+            continue
+        p, _ = probe_for(r, pool)
+        owner[r["arm"]] = pool.index(p) if p is not None else 0
+    by_probe = [
+        [pred for pred in predictions(results, steps, p) if owner.get(pred["arm"]) == i]
+        if i in owner.values() else []
+        for i, p in enumerate(pool)
+    ]
+    keyed = {(pred["arm"], pred["prompt"]): pred for preds in by_probe for pred in preds}
+    order: list[tuple[str, str]] = []
+    for r in results:
+        key = (r["arm"], r["prompt"])
+        if key in keyed and key not in order:
+            order.append(key)
+    return [keyed[k] for k in order]

@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from lab import figures
-from lab.analysis.breakeven import NEUTRAL_BAND
+from lab.base import metrics
+from lab.base.economics import NEUTRAL_BAND
 
 # Rounds whose tok/s spread (max - min over median) exceeds this are flagged.
 SPREAD_LIMIT = 0.10
@@ -94,7 +94,7 @@ def paired_ratios(
             continue
         base_arm = r.get("baseline_arm")
         base = ok.get((base_arm, p, rnd)) if base_arm else None
-        ratio = figures.speedup(r.get("tok_per_s"), base.get("tok_per_s")) if base is not None else None
+        ratio = metrics.speedup(r.get("tok_per_s"), base.get("tok_per_s")) if base is not None else None
         if ratio is None:
             continue
         out.append((p, rnd, ratio))

@@ -1,4 +1,4 @@
-"""How a profile becomes a :class:`lab.profiles.Profile`, one stage a module.
+"""How a profile becomes a :class:`lab.profile.load.Profile`, one stage a module.
 
 - :mod:`.errors` ProfileError, the key paths and lines it names, and the
   escaping of profile text echoed in a message;
@@ -15,6 +15,6 @@
 - :mod:`.sweeps` one arm per combination of swept values, capped;
 - :mod:`.baselines` which arm each speculative arm is measured against.
 
-:mod:`lab.profiles` runs them in that order and is what the rest of the lab
+:mod:`lab.profile.load` runs them in that order and is what the rest of the lab
 imports.
 """

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from lab.base.profile import Arm
 from lab.profile.errors import Source, clean, shown
-from lab.profile.model import Arm
 from lab.profile.read import closest
 from lab.profile.sweeps import ArmDraft
 
 if TYPE_CHECKING:
-    from lab.plugins import Registry
+    from lab.registry import Registry
 
 
 def infer_baselines(src: Source, drafts: Sequence[ArmDraft], registry: Registry | None) -> tuple[Arm, ...]:

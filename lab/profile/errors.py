@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from lab.textsafe import printable
+from lab.base.textsafe import printable
 
 KeyPath = Sequence["str | int"]
 
@@ -21,7 +21,7 @@ SHOWN_CHARS = 80
 def clean(text: str) -> str:
     """``text`` with every character a terminal could act on written as a
     Python escape (``\\x1b``, ``\\u202e``, ``\\n``): see
-    :func:`lab.textsafe.printable`, which the CLI uses for everything else."""
+    :func:`lab.base.textsafe.printable`, which the CLI uses for everything else."""
     return printable(text)
 
 

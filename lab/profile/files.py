@@ -62,7 +62,7 @@ def read_prompt(src: Source, base: Path, value: str, key: KeyPath, allow_outside
 def check_probe(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bool) -> None:
     """The probe file (or run directory holding probe.json) exists and reads
     as a probe; the report loads it again later."""
-    from lab.probe import PROBE_FILE, Probe, ProbeError
+    from lab.base.probe import PROBE_FILE, Probe, ProbeError
 
     path = resolve(src, base, value, key, allow_outside)
     if path.is_dir():

@@ -9,7 +9,7 @@ import hashlib
 import re
 from typing import Any, Mapping
 
-from lab.profile.limits import MAX_NAME
+from lab.base.limits import MAX_NAME
 
 _ALPHABET = re.compile(r"[A-Za-z0-9_.\-]+")
 RULE = "letters, digits, '_', '.', '-'"

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from lab.base.limits import INT32, option_range, out_of_range
 from lab.profile.errors import KeyPath, Source, shown
-from lab.profile.limits import INT32, option_range, out_of_range
 from lab.profile.read import closest, got, typed
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lab.base.limits import MAX_NAME, MAX_PROMPTS
+from lab.base.profile import Prompt
 from lab.profile import files
 from lab.profile.errors import KeyPath, Source, clean, shown
-from lab.profile.limits import MAX_NAME, MAX_PROMPTS
-from lab.profile.model import Prompt
 from lab.profile.names import name_problem
 from lab.profile.read import typed
 

@@ -1,6 +1,6 @@
 """Sweeps: a list given for n_max or for a non-list option makes one arm per
 value, and several lists their cartesian product. The product is counted
-before anything is built, and capped (:data:`lab.profile.limits.MAX_ARMS`).
+before anything is built, and capped (:data:`lab.base.limits.MAX_ARMS`).
 Generated names go through the same rules as written ones."""
 
 from __future__ import annotations
@@ -10,11 +10,26 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from lab.base.limits import MAX_ARMS
+from lab.base.profile import Arm
 from lab.profile.errors import KeyPath, Source, shown
-from lab.profile.limits import MAX_ARMS
-from lab.profile.model import Arm
 from lab.profile.names import UniqueNames, name_problem, swept_name
-from lab.profile.validate import ArmEntry
+
+
+@dataclass(frozen=True)
+class ArmEntry:
+    """One [[arms]] table, checked; each axis holds its values (one unless swept)."""
+
+    index: int
+    name: str
+    backend: str
+    model: str | None
+    drafter: str | None
+    n_max: tuple[int | None, ...]
+    options: dict[str, list[Any]]
+    drafter_options: dict[str, list[Any]]
+    baseline: str | None
+    stack: str
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from lab.base.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
+from lab.base.profile import Prompt, RunSettings
 from lab.profile import files
 from lab.profile.errors import KeyPath, Source, shown
-from lab.profile.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
-from lab.profile.model import Prompt, RunSettings
 from lab.profile.names import UniqueNames, name_problem
 from lab.profile.options import check_options, check_requires
 from lab.profile.read import no_unknown, table, typed
 from lab.profile.suites import SUITE_KEYS, SUITE_ONLY_KEYS, expand_suite
+from lab.profile.sweeps import ArmDraft, ArmEntry
 
 if TYPE_CHECKING:
-    from lab.plugins import Registry
-    from lab.profile.sweeps import ArmDraft
+    from lab.registry import Registry
 
 TOP_KEYS = ("profile", "run", "prompts", "arms")
 PROFILE_KEYS = ("name", "description")
@@ -49,22 +49,6 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "allow_outside_paths": (bool,),
 }
 _FLOAT_KEYS = ("temperature", "memory_interval_s")
-
-
-@dataclass(frozen=True)
-class ArmEntry:
-    """One [[arms]] table, checked; each axis holds its values (one unless swept)."""
-
-    index: int
-    name: str
-    backend: str
-    model: str | None
-    drafter: str | None
-    n_max: tuple[int | None, ...]
-    options: dict[str, list[Any]]
-    drafter_options: dict[str, list[Any]]
-    baseline: str | None
-    stack: str
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
-from lab.plugins import Registry, load_registry
-from lab.profiles import ProfileError, load_profile
-from lab.report import load_for_report, render
+from lab.profile.load import ProfileError, load_profile
+from lab.registry import Registry, load_registry
+from lab.render.report import load_for_report, render
 from lab.store import load_run, load_steps
 from lab.tui.messages import RunFailed
 from lab.tui.screens.error import ErrorScreen

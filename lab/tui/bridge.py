@@ -22,20 +22,21 @@ from typing import Callable, Mapping
 
 from textual.message import Message
 
-from lab import figures
-from lab.events import (
+from lab.base import metrics
+from lab.base.events import (
     Cell,
     Finished,
     Held,
     MemorySample,
+    RunEvent,
     RunFinished,
     RunStarted,
     Status,
     StatusChanged,
     StepEvent,
     TokenEvent,
+    finished_row,
 )
-from lab.run_events import RunEvent, finished_row
 from lab.runner import RunControl
 from lab.tui.cadence import FULL, Cadence
 from lab.tui.messages import (
@@ -87,7 +88,7 @@ class _Live:
         # at the end of prompt processing, which tok/s leaves out.
         if self.first_t is None or self.last_t is None:
             return None
-        return figures.tok_per_s(self.tokens - self.first_tokens, self.last_t - self.first_t)
+        return metrics.tok_per_s(self.tokens - self.first_tokens, self.last_t - self.first_t)
 
     def snapshot(self) -> ArmMetrics:
         return ArmMetrics(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lab.api import available_cores
+from lab.base.machine import available_cores
 
 FULL_TEXT_HZ = 30.0
 FULL_METRICS_HZ = 4.0

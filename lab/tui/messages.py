@@ -11,16 +11,16 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from lab import figures
-from lab.events import Cell, StatusChanged, StepEvent
-from lab.results import ResultRow
+from lab.base import metrics
+from lab.base.events import Cell, StatusChanged, StepEvent
+from lab.base.row import ResultRow
 
 
 @dataclass(frozen=True)
 class ArmMetrics:
     """Live figures of one arm's current cell, read off event timestamps.
     Acceptance and mean accepted length are the saved row's figures
-    (lab.figures) over the steps so far."""
+    (lab.base.metrics) over the steps so far."""
 
     arm: str
     prompt: str
@@ -38,11 +38,11 @@ class ArmMetrics:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return figures.acceptance_rate(self.accepted, self.drafted)
+        return metrics.acceptance_rate(self.accepted, self.drafted)
 
     @property
     def mean_accepted_len(self) -> float | None:
-        return figures.mean_accepted_len(self.landed, self.steps)
+        return metrics.mean_accepted_len(self.landed, self.steps)
 
 
 @dataclass

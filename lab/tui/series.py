@@ -7,11 +7,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from lab import figures
-from lab.events import StepEvent
+from lab.base import metrics
+from lab.base.events import StepEvent
 
 if TYPE_CHECKING:
-    from lab.profiles import Arm
+    from lab.base.profile import Arm
 
 
 @dataclass
@@ -27,7 +27,7 @@ class ArmSeries:
 
     @classmethod
     def of(cls, arm: Arm) -> ArmSeries:
-        return cls(arm.name, None if arm.is_baseline else figures.max_yield(arm.n_max))
+        return cls(arm.name, None if arm.is_baseline else metrics.max_yield(arm.n_max))
 
     def add_steps(self, steps: Sequence[StepEvent]) -> None:
         for s in steps:
@@ -57,7 +57,7 @@ def series_from_saved(arms: Sequence[Mapping[str, Any]], results: Sequence[Mappi
     steps (baselines) get one tok/s point per finished round."""
     out: dict[str, ArmSeries] = {}
     for a in arms:
-        out[a["name"]] = ArmSeries(a["name"], None if a.get("is_baseline") else figures.max_yield(a.get("n_max")))
+        out[a["name"]] = ArmSeries(a["name"], None if a.get("is_baseline") else metrics.max_yield(a.get("n_max")))
     by_cell: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
     for s in steps:
         by_cell.setdefault((s["arm"], s["prompt"], s["round"]), []).append(s)
@@ -70,7 +70,7 @@ def series_from_saved(arms: Sequence[Mapping[str, Any]], results: Sequence[Mappi
             series.step_s.append(float(s["step_s"]))
             t += float(s["step_s"])
             landed += int(s["landed"])
-            series.add_rate((prompt, rnd), (t, figures.tok_per_s(landed, t) or 0.0))
+            series.add_rate((prompt, rnd), (t, metrics.tok_per_s(landed, t) or 0.0))
     stepped = {k[0] for k in by_cell}
     for r in results:
         known = out.get(r["arm"])

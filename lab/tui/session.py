@@ -11,11 +11,11 @@ from typing import Callable
 
 from textual.message import Message
 
-from lab.api import available_cores
-from lab.plugins import Registry
-from lab.profiles import Profile
-from lab.report import ReportWriter
-from lab.results import ResultRow
+from lab.base.machine import available_cores
+from lab.base.profile import Profile
+from lab.base.row import ResultRow
+from lab.registry import Registry
+from lab.render.report import ReportWriter
 from lab.runner import RunControl, Runner
 from lab.store import RunStore
 from lab.tui.bridge import EventBridge

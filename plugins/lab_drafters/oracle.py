@@ -35,7 +35,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from lab.api import Draft, Drafter, DrafterContext, Option, Rehearsing
-from lab.events import Cell
+from lab.base.events import Cell
 
 
 def expected_acceptance(error_rate: float, k: int) -> float:

@@ -14,8 +14,7 @@ from lab.api import Backend
 from lab.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from lab.doctor import Check
-    from lab.models import RegisterModel
+    from lab.api import Check, RegisterModel
 
 
 @hookimpl

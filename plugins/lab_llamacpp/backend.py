@@ -6,9 +6,6 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-import numpy as np
-
-from lab import models
 from lab.api import (
     Backend,
     BackendContext,
@@ -20,81 +17,18 @@ from lab.api import (
     GenerationRequest,
     Option,
     Probing,
-    available_cores,
 )
-from lab.events import Emit, Status, StatusChanged, arm_cell
-from lab.prompting import RenderedPrompt, render_prompt
-from lab.speculative import LoopStats, TraceStep, generate, softmax
+from lab.base.events import Emit, Status, StatusChanged, arm_cell
+from lab.base.machine import available_cores
+from lab.kit import models
+from lab.kit.prompting import RenderedPrompt, render_prompt
+from lab.kit.speculative import LoopStats, TraceStep, generate
+from lab_llamacpp.target import LlamaTarget, wants_gpu_pick
 
 if TYPE_CHECKING:
     from lab.api import Drafter, DrafterContext
-    from lab.profiles import Arm
+    from lab.base.profile import Arm
     from lab_llamacpp.engine import Context, Model
-
-
-class LlamaTarget:
-    """Adapts a llama.cpp context to lab.speculative.Target."""
-
-    def __init__(self, ctx: Context, temperature: float, ignore_eos: bool) -> None:
-        self.ctx = ctx
-        self.model = ctx.model
-        self.n_ctx = ctx.n_ctx
-        self.n_vocab = ctx.model.n_vocab
-        self.temperature = temperature
-        self.masked = ctx.model.eog_ids if ignore_eos else []
-        self._masked_set = frozenset(self.masked)
-
-    @property
-    def n_past(self) -> int:
-        return self.ctx.n_past
-
-    def reset(self) -> None:
-        self.ctx.reset()
-
-    def decode(self, ids: Sequence[int], all_logits: bool) -> None:
-        self.ctx.decode(ids, "all" if all_logits else "last")
-
-    def submit(self, ids: Sequence[int], all_logits: bool) -> None:
-        self.ctx.decode(ids, "all" if all_logits else "last", wait=False)
-
-    def wait(self) -> None:
-        self.ctx.wait()
-
-    def pick(self, row: int) -> int:
-        if self.temperature <= 0:
-            return self.ctx.argmax(row, self._masked_set)
-        return self.ctx.sample(row)
-
-    def probs(self, row: int) -> np.ndarray:
-        return softmax(self.ctx.logits(row), self.temperature, self.masked)
-
-    def truncate(self, n_keep: int) -> None:
-        self.ctx.truncate(n_keep)
-
-    def piece(self, token: int) -> bytes:
-        return self.model.piece(token)
-
-
-def wants_gpu_pick(setting: str, n_gpu_layers: int, temperature: float, verifies: bool = True) -> bool:
-    """Whether an arm picks greedy tokens with llama.cpp's backend sampler.
-    "auto": where the logits live on a GPU (layers offloaded, a build that
-    offloads), the run is greedy and the context verifies drafts
-    (``verifies``); at a temperature the host's probabilities are needed
-    anyway. A context that decodes one row at a time (a baseline) picks on
-    the host under "auto": in lab runs on the H200 a baseline picking on the
-    device was behind the host's picks in 15 of 20 paired repeats
-    (benchmarks/decode_overhead.py --gpu-pick auto,on), although one decode
-    and pick alone favoured the device (benchmarks/step_costs.py); a
-    verify's rows pay for it in both. "on" also
-    works on the CPU backend, which runs the same sampler graph (how the
-    tests check it)."""
-    if setting == "on":
-        return True
-    if setting != "auto" or temperature > 0 or n_gpu_layers == 0 or not verifies:
-        return False
-    import llama_cpp as ll
-
-    return bool(ll.llama_supports_gpu_offload())
 
 
 class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExplaining):
@@ -186,7 +120,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
 
     def rendered_prompt(self, request: GenerationRequest) -> RenderedPrompt:
         """The cell's prompt as the lab renders it for every stack (see
-        lab.prompting), from the model file this arm loaded."""
+        lab.kit.prompting), from the model file this arm loaded."""
         assert self.model is not None
         return render_prompt(self.model.path, request.prompt, request.system, request.chat_template)
 
@@ -275,7 +209,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         }
 
     def pauses_between_steps(self) -> bool:
-        return True  # lab.speculative.generate: decode is synchronous
+        return True  # lab.kit.speculative.generate: decode is synchronous
 
     def engine_bytes(self) -> int | None:
         if self.model is None:

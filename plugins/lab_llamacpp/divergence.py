@@ -4,7 +4,7 @@ The verify loop and the baseline decode the same tokens up to the first
 differing one; what differs is how: the baseline decodes every position as a
 one-row batch, the loop verifies ``[pending] + draft`` as one batch of w
 rows. llama.cpp's CPU kernels depend on that width (see engine.py), so the
-check replays the cell's own batches (:class:`lab.speculative.TraceStep`) up
+check replays the cell's own batches (:class:`lab.kit.speculative.TraceStep`) up
 to the step that produced the first differing token and computes that
 position twice on the very same KV cache: as row r of the step's w-row
 batch, and as one row alone. Different picks there prove the engine's batch
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from lab.speculative import TraceStep
+from lab.kit.speculative import TraceStep
 
 if TYPE_CHECKING:
-    from lab_llamacpp.backend import LlamaTarget
+    from lab_llamacpp.target import LlamaTarget
 
 BATCH_VARIANCE = "engine batch variance"
 NON_DETERMINISM = "engine non-determinism"

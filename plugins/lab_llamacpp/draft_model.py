@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab import models
-from lab.api import available_cores
-from lab.speculative import TargetDrafter
+from lab.base.machine import available_cores
+from lab.kit import models
+from lab.kit.speculative import TargetDrafter
 
 
 class LlamaDraftModel(TargetDrafter):
@@ -17,7 +17,7 @@ class LlamaDraftModel(TargetDrafter):
 
     def load(self) -> None:
         from lab_llamacpp import engine
-        from lab_llamacpp.backend import LlamaTarget, wants_gpu_pick
+        from lab_llamacpp.target import LlamaTarget, wants_gpu_pick
 
         path = models.resolve(str(self.opts["model"]))
         # The backend fills in its arm's n_gpu_layers and gpu_pick where the

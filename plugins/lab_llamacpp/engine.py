@@ -34,7 +34,7 @@ from typing import Any, Collection, Sequence
 import llama_cpp as ll
 import numpy as np
 
-from lab.api import available_cores
+from lab.base.machine import available_cores
 
 _init_lock = threading.Lock()
 _initialized = False

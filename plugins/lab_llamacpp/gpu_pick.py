@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import llama_cpp as ll
 
-from lab_llamacpp.backend import LlamaTarget
+from lab_llamacpp.target import LlamaTarget
 
 if TYPE_CHECKING:
     from lab_llamacpp.engine import Context

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lab.models import RegisterModel
+    from lab.api import RegisterModel
 
 
 def _smollm2_q4_0(out: Path) -> None:
-    from lab.models import embedded_smollm2
+    from lab.kit.models import embedded_smollm2
     from lab_llamacpp.engine import quantize
 
     quantize(str(embedded_smollm2()), str(out), "Q4_0")

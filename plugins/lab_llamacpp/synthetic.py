@@ -390,7 +390,7 @@ def register_models(register_model: Callable[..., None]) -> None:
 def resolve(ref: str) -> Path:
     """The cached file of a ``synthetic:`` model, written on first use, at
     the path the model registry gives a registered builder."""
-    from lab.models import cache_dir
+    from lab.kit.models import cache_dir
 
     shape_for(ref)
     name = ref[len(PREFIX):]

@@ -13,7 +13,7 @@ import subprocess
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lab.doctor import Check
+    from lab.api import Check
 
 
 def _package_bin_dir() -> str | None:
@@ -59,7 +59,8 @@ def version_line(path: str) -> str:
 def doctor_checks() -> list[Check]:
     """The llama.cpp engine package and the tools this plugin runs
     (llama-bench and llama-batched-bench for probes and benchmarks)."""
-    from lab.doctor import Check, package_check
+    from lab.api import Check
+    from lab.kit.checks import package_check
     from lab_llamacpp.build import build_command
 
     checks = [package_check("llama-cpp-python", "llama_cpp", "bash scripts/setup.sh llamacpp")]

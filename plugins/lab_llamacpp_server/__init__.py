@@ -14,7 +14,7 @@ from lab.api import Backend
 from lab.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from lab.doctor import Check
+    from lab.api import Check
 
 
 @hookimpl
@@ -35,7 +35,7 @@ def lab_register_models(register: Callable[..., None]) -> None:
 
 @hookimpl
 def lab_doctor_checks(register: Callable[[Check], None]) -> None:
-    from lab.doctor import Check
+    from lab.api import Check
     from lab_llamacpp_server.binary import ServerNotFound, server_info
 
     # the lookup order arms use: the binary, its build and the spec types it accepts

@@ -18,10 +18,10 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from lab import models
 from lab.api import Backend, BackendContext, EngineFailure, Generation, GenerationRequest, Option
-from lab.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
-from lab.prompting import OFF, RenderedPrompt, render_prompt
+from lab.base.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
+from lab.kit import models
+from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
 from lab_llamacpp_server import attach, crosscheck, failures
 from lab_llamacpp_server.attach import ATTACH_OPTIONS
 from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, server_info
@@ -36,7 +36,7 @@ from lab_llamacpp_server.steps import LiveSteps
 from lab_llamacpp_server.stream import Chunk, StepTracker, StreamError, consume, generation, parse_sse_lines
 
 if TYPE_CHECKING:
-    from lab.profiles import Arm
+    from lab.base.profile import Arm
 
 STACK = "llamacpp-server"
 # prompt_template of an attached server's rows when its model file is not here
@@ -58,7 +58,7 @@ class LlamaServerBackend(Backend):
     fixed_spec_type: ClassVar[str | None] = None
     # The server is another process, but on the same cores.
     gpu_layers_option = "n_gpu_layers"
-    # what `lab check` refuses or warns about before a run (lab.profiles.check_profile)
+    # what `lab check` refuses or warns about before a run (lab.profile.load.check_profile)
     refuse_options = staticmethod(refuse_options)
     warn_options = staticmethod(warn_options)
 
@@ -293,7 +293,7 @@ class LlamaServerBackend(Backend):
 
     def _prompt(self, request: GenerationRequest) -> list[int]:
         """The prompt's ids. The text is the one the lab renders for every
-        stack (lab.prompting), not the server's own template handling (which
+        stack (lab.kit.prompting), not the server's own template handling (which
         falls back to ChatML silently for a model without a template); the
         server's tokenizer turns it into ids with the in-process stack's
         flags, and /completion takes the ids as they are (it adds no BOS to

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from lab.api import Cancelled, EngineFailure, Generation, GenerationRequest, Option
-from lab.events import Emit, StepEvent, TokenEvent, now
+from lab.base.events import Emit, StepEvent, TokenEvent, now
 from lab_llamacpp_server import crosscheck
 from lab_llamacpp_server.client import ServerClient
 from lab_llamacpp_server.metrics import counter_delta, per_position

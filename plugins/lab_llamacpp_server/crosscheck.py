@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-from lab.events import Clock, StepEvent
+from lab.base.events import Clock, StepEvent
 from lab_llamacpp_server.logparse import ImplStats, RequestSummary
 from lab_llamacpp_server.metrics import counter_delta, per_position
 from lab_llamacpp_server.stream import StepTracker

@@ -1,5 +1,5 @@
 """Tiny models for the llama-server routes, registered through the plugin's
-``lab_register_models`` hook (see lab.models)."""
+``lab_register_models`` hook (see lab.kit.models)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from lab.events import Cell, Clock, Emit, StepClocks, StepEvent
+from lab.base.events import Cell, Clock, Emit, StepClocks, StepEvent
 from lab_llamacpp_server.logparse import AcceptedLine
 from lab_llamacpp_server.stream import Chunk, StepTracker, StreamStep
 

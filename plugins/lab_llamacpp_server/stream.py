@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from lab.api import Cancelled, Generation
-from lab.events import now
+from lab.base.events import now
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Chunk:
     predicted_n: int
     draft_n: int
     draft_n_accepted: int
-    t: float  # client clock on arrival (lab.events.now)
+    t: float  # client clock on arrival (lab.base.events.now)
     server_ms: float | None = None  # the server's generation clock: ms since its first token
     final: bool = False
     timings: dict[str, Any] = field(default_factory=dict)

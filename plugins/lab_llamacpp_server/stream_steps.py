@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from lab.events import Cell, Clock, Emit, StepEvent
+from lab.base.events import Cell, Clock, Emit, StepEvent
 from lab_llamacpp_server.steps import live_clocks
 from lab_llamacpp_server.stream import Chunk, StepTracker, StreamStep
 

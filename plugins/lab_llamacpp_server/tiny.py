@@ -40,7 +40,7 @@ class _Tokenizer:
 def _smollm2_tokenizer() -> _Tokenizer:
     import gguf
 
-    from lab.models import embedded_smollm2
+    from lab.kit.models import embedded_smollm2
 
     reader = gguf.GGUFReader(str(embedded_smollm2()))
     fields: list[tuple[str, Any, Any]] = []

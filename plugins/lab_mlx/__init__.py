@@ -14,8 +14,7 @@ from lab.api import Backend
 from lab.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from lab.doctor import Check
-    from lab.models import RegisterModel
+    from lab.api import Check, RegisterModel
 
 
 @hookimpl
@@ -36,7 +35,7 @@ def lab_register_models(register: RegisterModel) -> None:
 
 @hookimpl
 def lab_doctor_checks(register: Callable[[Check], None]) -> None:
-    from lab.doctor import package_check
+    from lab.kit.checks import package_check
 
     register(package_check("mlx", "mlx", 'pip install -e ".[mlx]"'))
     register(package_check("mlx-lm", "mlx_lm", 'pip install -e ".[mlx]"'))

@@ -1,12 +1,11 @@
 """The ``mlx`` backend: autoregressive baseline and the lab's speculative
-loop (lab.speculative) for any drafter plugin, over an MLX target."""
+loop (lab.kit.speculative) for any drafter plugin, over an MLX target."""
 
 from __future__ import annotations
 
 import platform
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from lab import models
 from lab.api import (
     Backend,
     BackendContext,
@@ -18,13 +17,14 @@ from lab.api import (
     Option,
     Probing,
 )
-from lab.events import Emit, Status, StatusChanged, arm_cell
-from lab.prompting import OFF, RenderedPrompt, render_prompt
-from lab.speculative import LoopStats, generate
+from lab.base.events import Emit, Status, StatusChanged, arm_cell
+from lab.kit import models
+from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
+from lab.kit.speculative import LoopStats, generate
 
 if TYPE_CHECKING:
     from lab.api import Drafter, DrafterContext
-    from lab.profiles import Arm
+    from lab.base.profile import Arm
     from lab_mlx.engine import EngineThread
     from lab_mlx.loader import LoadedModel
     from lab_mlx.target import MlxTarget
@@ -99,7 +99,7 @@ class MlxSession(Backend, Probing):
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         """The ids of the prompt the lab renders for every stack (see
-        lab.prompting), from the model file this arm loaded; ``self.rendered``
+        lab.kit.prompting), from the model file this arm loaded; ``self.rendered``
         keeps its text for the row."""
         assert self.loaded is not None
         # Only a non-default switch goes to the template: most templates

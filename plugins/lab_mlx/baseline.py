@@ -1,5 +1,5 @@
 """The mlx backend's greedy baseline without drafter: the same tokens as
-lab.speculative's baseline, but pipelined the way mlx-lm's generate_step is:
+lab.kit.speculative's baseline, but pipelined the way mlx-lm's generate_step is:
 the next token's forward pass is queued (async_eval) before the current token
 is read back, so building the graph overlaps the engine's compute. Without
 this a Python loop on MLX pays graph building and a sync per token, which
@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from lab.api import Cancelled, Generation, GenerationRequest
-from lab.events import Emit, now
-from lab.speculative import OutputStream, check_room
+from lab.base.events import Emit, now
+from lab.kit.speculative import OutputStream, check_room
 from lab_mlx.target import MlxTarget
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab import models
 from lab.api import BackendContext, Generation, GenerationRequest, Option
-from lab.events import Emit
+from lab.base.events import Emit
+from lab.kit import models
 from lab_mlx.backend import MlxSession
 
 if TYPE_CHECKING:
-    from lab.profiles import Arm
+    from lab.base.profile import Arm
     from lab_mlx.dflash_model import DFlashDraft
     from lab_mlx.target import MlxTarget
 

@@ -1,5 +1,5 @@
 """The DFlash decode loop. Drafting needs the target's hidden states, so this
-is not lab.speculative's drafter loop, but it lands tokens, emits the same
+is not lab.kit.speculative's drafter loop, but it lands tokens, emits the same
 TokenEvent / StepEvent and returns the same Generation, and it accepts with
 the same rules (longest matching prefix when greedy, rejection sampling
 against the draft's probabilities otherwise).
@@ -15,8 +15,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from lab.api import Cancelled, Generation, GenerationRequest
-from lab.events import ALL_MEASURED, STEP_ONLY, Emit, StepEvent, now
-from lab.speculative import LoopStats, OutputStream, accept_greedy, accept_sampled, check_room
+from lab.base.events import ALL_MEASURED, STEP_ONLY, Emit, StepEvent, now
+from lab.kit.speculative import LoopStats, OutputStream, accept_greedy, accept_sampled, check_room
 from lab_mlx.dflash_model import DFlashDraft
 from lab_mlx.target import MlxTarget
 

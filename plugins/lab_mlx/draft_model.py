@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from lab import models
-from lab.speculative import TargetDrafter
+from lab.kit import models
+from lab.kit.speculative import TargetDrafter
 
 if TYPE_CHECKING:
     from lab.api import DrafterContext

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lab.models import RegisterModel
+    from lab.api import RegisterModel
 
 
 def _target(out: Path) -> None:

@@ -1,4 +1,4 @@
-"""An MLX language model adapted to :class:`lab.speculative.Target`.
+"""An MLX language model adapted to :class:`lab.kit.speculative.Target`.
 
 Rollback after a rejected draft trims the KV caches. Targets with recurrent
 layers (Qwen3.5-style GatedDeltaNet, whose state cannot be trimmed) keep the
@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lab.speculative import softmax
+from lab.kit.speculative import softmax
 from lab_mlx.vocab import Vocab
 
 PREFILL_CHUNK = 512

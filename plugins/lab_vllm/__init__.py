@@ -13,7 +13,7 @@ from lab.api import Backend
 from lab.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from lab.doctor import Check
+    from lab.api import Check
 
 
 @hookimpl
@@ -25,7 +25,7 @@ def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
 
 @hookimpl
 def lab_doctor_checks(register: Callable[[Check], None]) -> None:
-    from lab.doctor import Check
+    from lab.api import Check
     from lab_vllm.install import check_install
 
     ok, detail = check_install()

@@ -27,13 +27,13 @@ from lab_llamacpp_server.process import ServerProcess, free_port
 from lab_llamacpp_server.stream import parse_sse_lines
 
 from lab.api import Backend, BackendContext, EngineCrashed, EngineFailure, EngineOOM, Generation, GenerationRequest
-from lab.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
+from lab.base.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
 from lab_vllm import metrics
 from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
 from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, consume
 
 if TYPE_CHECKING:
-    from lab.profiles import Arm
+    from lab.base.profile import Arm
 
 STACK = "vllm"
 _OOM_MARKS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "insufficient memory",

@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lab import models
+from lab.kit import models
 from lab_vllm.hf import convert_in_process
 
 HF_VERSION = "1"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from lab.api import Cancelled
-from lab.events import now
+from lab.base.events import now
 
 
 class VllmStreamError(RuntimeError):

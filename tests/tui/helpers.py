@@ -34,7 +34,7 @@ async def finished_run(profile: Path, runs_dir: Path, timeout: float) -> AsyncIt
     """Open the TUI on ``profile`` with the installed plugins, press s and
     wait for the run to end; yields the pilot, the run screen and every
     TokensLanded batch the app handled. The app quits on leaving."""
-    from lab.plugins import load_registry
+    from lab.registry import load_registry
     from lab.tui.app import LabApp
     from lab.tui.messages import TokensLanded
     from lab.tui.screens.run import RunScreen

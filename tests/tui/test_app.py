@@ -12,21 +12,13 @@ import psutil
 import pytest
 from textual.message import Message
 
-from lab.plugins import LoadError, Registry
-from lab.profiles import parse_profile
-from lab.report import load_for_report, render, summarize
+from lab.profile.load import parse_profile
+from lab.registry import LoadError, Registry
+from lab.render.report import load_for_report, render, summarize
 from lab.runner import Runner
 from lab.store import RunStore, load_run, load_steps
 from lab.tui.app import LabApp
-from lab.tui.messages import (
-    ArmStatusChanged,
-    CellFinished,
-    PauseChanged,
-    RunBegan,
-    RunEnded,
-    RunFailed,
-    TokensLanded,
-)
+from lab.tui.messages import ArmStatusChanged, CellFinished, PauseChanged, RunBegan, RunEnded, RunFailed, TokensLanded
 from lab.tui.screens.error import ErrorScreen
 from lab.tui.screens.export import ExportScreen
 from lab.tui.screens.picker import PickerScreen
@@ -405,9 +397,9 @@ async def test_plugins_with_no_registry_errors_say_none(tmp_path: Path) -> None:
 def test_a_verdict_taken_on_a_busy_machine_carries_the_warning_in_the_table() -> None:
     import dataclasses
 
-    from lab.events import Status
-    from lab.results import ResultRow
-    from lab.verdict import BUSY_WARNING
+    from lab.base.events import Status
+    from lab.base.row import ResultRow
+    from lab.base.verdict import BUSY_WARNING
 
     row = ResultRow(arm="spec", backend="fake", drafter=None, prompt="p", round=1, status=Status.OK, is_baseline=False,
                     baseline_arm="base", tok_per_s=10.0, speedup=1.2, verdict="pays: 1.20x", contended=True,

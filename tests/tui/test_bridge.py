@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from lab.events import (
+from lab.base.events import (
     Cell,
     Finished,
     Held,
@@ -19,7 +19,7 @@ from lab.events import (
     TokenEvent,
     arm_cell,
 )
-from lab.results import ResultRow
+from lab.base.row import ResultRow
 from lab.runner import RunControl
 from lab.tui.bridge import EventBridge
 from lab.tui.cadence import FULL_METRICS_HZ, Cadence

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.api import available_cores
-from lab.events import Status, StatusChanged, arm_cell
-from lab.plugins import Registry
-from lab.profiles import parse_profile
+from lab.base.events import Status, StatusChanged, arm_cell
+from lab.base.machine import available_cores
+from lab.profile.load import parse_profile
+from lab.registry import Registry
 from lab.tui.cadence import FULL_TEXT_HZ, LEAN_TEXT_HZ, cadence_for
 from lab.tui.session import RunSession
 from tests.fakes import fake_registry, profile_toml
@@ -37,7 +37,7 @@ def test_a_forced_rate_wins_and_is_named_when_below_full() -> None:
 
 
 def test_engines_say_how_many_cores_they_keep_busy() -> None:
-    from lab.plugins import load_registry
+    from lab.registry import load_registry
 
     registry = load_registry()
     cores = available_cores()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import figures
-from lab.profiles import parse_profile
-from lab.results import ResultRow
+from lab.base import metrics
+from lab.base.row import ResultRow
+from lab.profile.load import parse_profile
 from lab.runner import RunControl, Runner
 from lab.store import RunStore, load_run
 from lab.tui.bridge import EventBridge
@@ -82,4 +82,4 @@ def test_live_figures_are_the_saved_figures(tmp_path: Path) -> None:
     assert checked == 2 * 2 * 2
     spec = saved[("spec", "prose", 1)]
     # the step the budget cut shows in both: 22 tokens landed by 5 steps
-    assert spec["mean_accepted_len"] == figures.mean_accepted_len(22, 5) != (spec["accepted"] + 5) / 5
+    assert spec["mean_accepted_len"] == metrics.mean_accepted_len(22, 5) != (spec["accepted"] + 5) / 5

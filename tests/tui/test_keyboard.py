@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.profiles import parse_profile
+from lab.profile.load import parse_profile
 from lab.runner import Runner
 from lab.store import RunStore, load_run
 from lab.tui.app import LabApp

@@ -18,7 +18,7 @@ from typing import Any
 from textual.pilot import Pilot
 
 from lab.api import Draft, Drafter, Option
-from lab.events import (
+from lab.base.events import (
     Cell,
     Finished,
     MemorySample,
@@ -29,9 +29,9 @@ from lab.events import (
     TokenEvent,
     arm_cell,
 )
-from lab.plugins import LoadError, Registry
-from lab.profiles import parse_profile
-from lab.results import build_result
+from lab.profile.load import parse_profile
+from lab.registry import LoadError, Registry
+from lab.rows.build import build_result
 from lab.runner import RunControl, Runner
 from lab.store import RunStore
 from lab.tui.app import LabApp

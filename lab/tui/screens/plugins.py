@@ -9,8 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
-from lab.cli import drafter_backends
-from lab.plugins import Registry
+from lab.registry import Registry
 
 
 def _options(cls: type) -> str:
@@ -56,6 +55,6 @@ class PluginsScreen(Screen[None]):
         # capability on its stacks (servers draft with their own types)
         drafters.add_columns("name", "runs on", "from", "options", "description")
         for name, dcls in sorted(reg.drafters.items()):
-            stacks = ", ".join(drafter_backends(reg, dcls)) or "no installed backend"
+            stacks = ", ".join(reg.drafter_backends(dcls)) or "no installed backend"
             drafters.add_row(name, stacks, reg.origins.get(f"drafter:{name}", ""), _options(dcls),
                              dcls.description, key=name)

@@ -21,9 +21,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane, Tabs
 
-from lab.events import Status
-from lab.profiles import Arm, Profile
-from lab.results import ResultRow
+from lab.base.events import Status
+from lab.base.profile import Arm, Profile
+from lab.base.row import ResultRow
 from lab.tui.messages import (
     ArmMetricsUpdated,
     ArmStatusChanged,

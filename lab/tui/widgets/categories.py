@@ -2,7 +2,7 @@
 accepted length and speedup with its paired interval, the same figures as
 the saved report's "Per category" section (:mod:`lab.analysis.categories`).
 
-It takes result rows (live :class:`lab.results.ResultRow` objects or rows
+It takes result rows (live :class:`lab.rows.build.ResultRow` objects or rows
 read from results.json) and recomputes the table from all of them, so it can
 be fed the runner's rows each time a cell finishes. A screen mounts it like
 any DataTable (``yield CategoryTable(id="categories")``) and calls

@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from lab.report import summarize
+from lab.base.verdict import busy_warning
+from lab.render.report import summarize
 from lab.tui.widgets.fmt import DASH, mib, num, pct, speedup
-from lab.verdict import busy_warning
 
 COLUMNS = (
     ("arm", "arm"), ("prompt", "prompt"), ("status", "status"), ("tok_s", "tok/s"),

@@ -9,9 +9,9 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import ProgressBar, Static
 
-from lab.events import Status, StatusChanged
-from lab.profiles import Arm
-from lab.results import ResultRow
+from lab.base.events import Status, StatusChanged
+from lab.base.profile import Arm
+from lab.base.row import ResultRow
 from lab.tui.messages import ArmMetrics
 from lab.tui.widgets.fmt import mib, ms, num, pct
 from lab.tui.widgets.stream_text import StreamText

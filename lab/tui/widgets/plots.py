@@ -8,7 +8,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from lab import figures
+from lab.base import metrics
 from lab.tui.series import ArmSeries
 
 
@@ -43,7 +43,7 @@ class StepCostPlot(PlotextPlot):
         elif base_tok_per_s:
             plt.title("step cost (baseline tokens)")
             xs = list(range(1, len(series.step_s) + 1))
-            plt.plot(xs, [figures.step_cost_tokens(s, base_tok_per_s) or 0.0 for s in series.step_s], marker="braille")
+            plt.plot(xs, [metrics.step_cost_tokens(s, base_tok_per_s) or 0.0 for s in series.step_s], marker="braille")
             if series.max_yield:
                 plt.hline(series.max_yield, "red")
             plt.xlabel("step" + (f" · max yield {series.max_yield}" if series.max_yield else ""))

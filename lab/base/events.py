@@ -1,0 +1,229 @@
+"""The one event model that flows engine -> runner -> (store, TUI, CLI).
+
+Every event names the cell it belongs to (arm, prompt, round) so that a
+consumer can route it without any other state. Events are frozen: a consumer
+may keep them, share them between threads and replay them later.
+
+Engines emit :data:`Event` (tokens, steps, memory, status); the runner adds
+what only it knows (:data:`RunEvent`: the arms' engine reports, log text,
+the probe phase). A run is one stream of RunEvents that every consumer
+subscribes to (:data:`Listener`): the store that saves it, the CLI's
+progress lines, the TUI's bridge. The runner knows none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, Mapping, Union
+
+from lab.base.cells import Cell, Status, arm_cell, now  # noqa: F401 - the events name their cell
+from lab.base.probe import ProbeReported
+from lab.base.row import ResultRow
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """Tokens that landed in the output.
+
+    ``from_draft`` is true when these tokens were drafted and accepted by the
+    target; false for tokens the target produced itself (baseline tokens and the
+    correction/bonus token of every speculative step).
+    """
+
+    cell: Cell
+    text: str
+    ids: tuple[int, ...]
+    from_draft: bool
+    t: float = field(default_factory=now)
+
+
+class Clock(str, Enum):
+    """Where one of a step's seconds came from."""
+
+    MEASURED = "measured"  # the lab's clock around the engine call, after it synchronized
+    SERVER_LOG = "server-log"  # timestamps of the engine's own per-step log lines
+    SERVER_TIMINGS = "server-timings"  # the engine's streamed generation clock
+    CLIENT = "client-clock"  # arrival times of streamed chunks at the lab
+    SERVER_TOTAL_PER_CALL = "server-total/calls"  # derived: an engine total / its calls
+    STEP_MINUS_DRAFT = "step-draft"  # derived: step seconds less draft seconds
+    UNKNOWN = "unknown"
+    NONE = "none"  # not known: the figure is None
+
+
+@dataclass(frozen=True)
+class StepClocks:
+    """Which of a step's draft_s / verify_s / step_s are clocks and which are
+    derived, and from what."""
+
+    draft: Clock = Clock.MEASURED
+    verify: Clock = Clock.MEASURED
+    step: Clock = Clock.MEASURED
+
+    def label(self) -> str:
+        """The form saved in steps.jsonl and results (``measured``):
+        "draft,verify,step" when the lab clocked all three, else
+        "step=...;draft=...;verify=..."."""
+        if self == ALL_MEASURED:
+            return "draft,verify,step"
+        if self == STEP_ONLY:
+            return "step"
+        return f"step={self.step.value};draft={self.draft.value};verify={self.verify.value}"
+
+
+ALL_MEASURED = StepClocks()
+# A fused pass the lab times only as a whole (draft and verify in one call).
+STEP_ONLY = StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=Clock.MEASURED)
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One speculative step: draft a block, verify it in one target pass.
+
+    ``index`` counts the cell's steps from 0 on every backend. ``landed`` is
+    the number of tokens the step added to the output (accepted + 1, less
+    when the token budget ran out). Seconds are measured after the engine
+    synchronized; ``clocks`` says which of draft_s/verify_s/step_s are clocks
+    and which the backend derived.
+    """
+
+    cell: Cell
+    index: int
+    drafted: int
+    accepted: int
+    landed: int
+    draft_s: float | None
+    verify_s: float | None
+    step_s: float
+    clocks: StepClocks = ALL_MEASURED
+    t: float = field(default_factory=now)
+
+    @property
+    def measured(self) -> str:
+        """``clocks`` in its saved form."""
+        return self.clocks.label()
+
+    def record(self) -> dict[str, Any]:
+        """The step as steps.jsonl saves it: its cell, ``STEP_COUNT_KEYS``,
+        ``STEP_SECONDS_KEYS`` and ``measured``."""
+        return {
+            "arm": self.cell.arm, "prompt": self.cell.prompt, "round": self.cell.round,
+            **{k: getattr(self, k) for k in STEP_COUNT_KEYS + STEP_SECONDS_KEYS}, "measured": self.measured,
+        }
+
+
+# A saved step's counts and seconds (StepEvent.record; lab.rows.shape checks them).
+STEP_COUNT_KEYS = ("index", "drafted", "accepted", "landed")
+STEP_SECONDS_KEYS = ("draft_s", "verify_s", "step_s")
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """A live memory reading. ``engine_bytes`` is what the engine reports of its
+    own buffers (weights, KV, compute) where it tells; ``device_bytes`` is
+    accelerator memory where it can be read."""
+
+    arm: str
+    rss_bytes: int
+    engine_bytes: int | None = None
+    device_bytes: int | None = None
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class StatusChanged:
+    """An arm (cell.prompt == "" and cell.round == -1 for the whole arm) or a
+    cell changed status. ``phase`` names what is happening while loading
+    ("loading target", "preparing draft model", ...); ``detail`` carries the
+    error text or the engine's log excerpt for failures."""
+
+    cell: Cell
+    status: Status
+    phase: str = ""
+    detail: str = ""
+    progress: float | None = None
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A cell finished: its full result row (see lab.rows.build.ResultRow)."""
+
+    cell: Cell
+    result: ResultRow
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class Held:
+    """The run is paused and the runner holds ``cell``: ``seconds`` is None
+    when the hold begins and the time held when it ends. ``in_cell``: the
+    hold is between two steps of a generating cell (its time is taken out of
+    the cell's generation time), else before the cell starts."""
+
+    cell: Cell
+    seconds: float | None = None
+    in_cell: bool = False
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """``runs_before``: the runs this process started before this one. An
+    earlier run can leave a GPU slower for the next one's decodes (the
+    report's conditions say so); a ``lab run`` is a process of its own."""
+
+    profile: str
+    run_dir: str
+    arms: tuple[str, ...]
+    prompts: tuple[str, ...]
+    rounds: int
+    runs_before: int = 0
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    run_dir: str
+    cancelled: bool = False
+    t: float = field(default_factory=now)
+
+
+Event = Union[
+    TokenEvent, StepEvent, MemorySample, StatusChanged, Held, Finished, RunStarted, RunFinished
+]
+Emit = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class ArmReported:
+    """An arm's engine report (``Backend.report()``: versions, flags, totals
+    the engine kept), once, as its engine closes."""
+
+    arm: str
+    report: Mapping[str, Any]
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
+class Logged:
+    """Text for the run's lab.log: tracebacks of what failed and notes from
+    backends and drafters (``BackendContext.log``)."""
+
+    text: str
+    t: float = field(default_factory=now)
+
+
+# the probe phase's progress, before any arm (lab.probing.driver)
+RunEvent = Union[Event, ArmReported, Logged, ProbeReported]
+Listener = Callable[[RunEvent], None]
+
+
+def finished_row(event: Finished) -> ResultRow:
+    """The row a Finished event carries. The runner sends a ResultRow; a
+    plain saved-form mapping (a replayed or hand-made event) is read as one."""
+    result: object = event.result
+    if isinstance(result, ResultRow):
+        return result
+    assert isinstance(result, Mapping)
+    return ResultRow.from_json(result)

@@ -1,0 +1,51 @@
+"""Facts about the machine the lab runs on: the cores this process may use,
+the CPU's name, and where the lab keeps what it caches."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on: the affinity set where the system
+    has one (containers and taskset narrow it), else the logical count. The
+    engines' default thread count (llama-bench and llama-server count
+    physical cores instead), and what the TUI weighs its refresh against."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1  # pragma: no cover - macOS
+
+
+def cpu_name() -> str:
+    """The CPU's model name, as the system reports it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """What a saved probe records of the machine that measured it."""
+    return {
+        "platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
+        "cpu": cpu_name(),
+    }
+
+
+def cache_path(part: str) -> Path:
+    """A folder of the lab's cache (created): ``$LAB_CACHE_DIR`` or
+    ``$XDG_CACHE_HOME/speclab`` (``~/.cache/speclab``), then ``part``
+    (``models`` for built models, ``probes`` for what was measured of this
+    machine)."""
+    root = os.environ.get("LAB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "speclab"
+    )
+    path = Path(root) / part
+    path.mkdir(parents=True, exist_ok=True)
+    return path

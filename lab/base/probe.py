@@ -1,0 +1,307 @@
+"""The verify-cost probe's curve and its file: how long one target pass takes to verify w tokens
+of one sequence, relative to one token, T(w) = t(w) / t(1).
+
+Speculative decoding assumes T(w) stays near 1 (weights are read once for
+all rows). The write-ups' proxy is llama-batched-bench's batch-8 over
+batch-1 aggregate throughput, which is 8 / T(8) when T comes from batched
+decoding of 8 sequences (Metal 1.13x, CUDA 3.34x). A backend measures
+seconds per pass (``Probing.measure_verify_cost``, a capability); this module repeats,
+summarizes and saves them as JSON the analysis reads back::
+
+    {"kind": "speclab.probe", "version": 1, "backend": "llamacpp",
+     "model": "embedded:smollm2", "method": "decode", "widths": [1, 2, ...],
+     "seconds": [[s(w) for w in widths] for each repeat], "created": ...,
+     "machine": {...}, "threads": 2, "bandwidth_bytes_s": ..., "model_bytes": ...,
+     "summary": {...derived, for people; ignored when loading}}
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+KIND = "speclab.probe"
+VERSION = 1
+PROBE_FILE = "probe.json"
+DEFAULT_WIDTHS = tuple(range(1, 17))
+# The write-ups' amortization figure: batch-8 over batch-1 throughput.
+RATIO_WIDTH = 8
+
+
+class ProbeError(ValueError):
+    pass
+
+
+class ProbeInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) while measuring: ``probe`` holds the repeats that
+    finished (every width measured in each), None when none had."""
+
+    def __init__(self, probe: Probe | None) -> None:
+        super().__init__()
+        self.probe = probe
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """"1-16", "1,2,4,8" or "1-4,8,16" -> sorted widths, always with 1 (T is
+    relative to it)."""
+    out: set[int] = {1}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise ProbeError(f"bad widths {text!r}: use e.g. 1-16 or 1,2,4,8") from None
+    if min(out) < 1:
+        raise ProbeError(f"bad widths {text!r}: widths start at 1")
+    return tuple(sorted(out))
+
+
+def format_widths(widths: Sequence[int]) -> str:
+    """(1, 2, 3, 4, 8) -> "1-4,8"."""
+    parts: list[str] = []
+    run: list[int] = []
+    for w in sorted(widths):
+        if run and w == run[-1] + 1:
+            run.append(w)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [w]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def offloaded(notes: Mapping[str, Any]) -> bool:
+    """Whether a backend's probe notes say the model had layers on a GPU."""
+    try:
+        return int(notes.get("n_gpu_layers") or 0) != 0
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class Probe:
+    backend: str
+    model: str
+    method: str
+    widths: tuple[int, ...]
+    seconds: tuple[tuple[float, ...], ...]  # per repeat, per width
+    created: str = ""
+    machine: Mapping[str, Any] = field(default_factory=dict)
+    threads: int | None = None
+    bandwidth_bytes_s: float | None = None
+    model_bytes: int | None = None
+    notes: Mapping[str, Any] = field(default_factory=dict)
+    # How a run came by this probe: {"source": "measured" | "cached" | "file",
+    # "seconds": what measuring cost, "key": the cache key, ...}. Empty for
+    # a probe measured by `lab probe`.
+    origin: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the probed model ran with layers offloaded to a GPU (the
+        backend's ``n_gpu_layers`` note), whose memory, not the host's,
+        bounds its decoding."""
+        return offloaded(self.notes)
+
+    def __post_init__(self) -> None:
+        if not self.widths or self.widths[0] != 1:
+            raise ProbeError("a probe needs width 1 first: T(w) is relative to it")
+        if not self.seconds or any(len(rep) != len(self.widths) for rep in self.seconds):
+            raise ProbeError("probe seconds must hold one value per width for every repeat")
+
+    def _ratios(self, w: int) -> list[float]:
+        i = self.widths.index(w)
+        return [rep[i] / rep[0] for rep in self.seconds]
+
+    def t_ratio(self, w: int) -> float | None:
+        """T(w), median over repeats; linear between measured widths, None
+        beyond the widest one (no guessing past what was measured)."""
+        if w in self.widths:
+            return statistics.median(self._ratios(w))
+        lower = [x for x in self.widths if x < w]
+        upper = [x for x in self.widths if x > w]
+        if not lower or not upper:
+            return None
+        a, b = lower[-1], upper[0]
+        ta, tb = statistics.median(self._ratios(a)), statistics.median(self._ratios(b))
+        return ta + (tb - ta) * (w - a) / (b - a)
+
+    def t_range(self, w: int) -> tuple[float, float, float]:
+        """min, median, max of T(w) over repeats."""
+        rs = self._ratios(w)
+        return min(rs), statistics.median(rs), max(rs)
+
+    def batch_ratio(self, w: int = RATIO_WIDTH) -> tuple[float, float, float] | None:
+        """Aggregate throughput at width w over width 1 (w / T(w)): the
+        write-ups' batch-8/batch-1 figure. min, median, max over repeats."""
+        if w not in self.widths:
+            return None
+        rs = sorted(w / r for r in self._ratios(w))
+        return rs[0], statistics.median(rs), rs[-1]
+
+    def pass_seconds(self, w: int) -> float:
+        i = self.widths.index(w)
+        return statistics.median(rep[i] for rep in self.seconds)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "T": {str(w): round(self.t_ratio(w) or 0.0, 4) for w in self.widths},
+            "T_min_max": {str(w): [round(x, 4) for x in self.t_range(w)[::2]] for w in self.widths},
+            "pass_ms": {str(w): round(self.pass_seconds(w) * 1000, 4) for w in self.widths},
+            f"batch{RATIO_WIDTH}_ratio": self.batch_ratio(),
+            "repeats": len(self.seconds),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": KIND, "version": VERSION, "backend": self.backend, "model": self.model,
+            "method": self.method, "widths": list(self.widths), "seconds": [list(r) for r in self.seconds],
+            "created": self.created, "machine": dict(self.machine), "threads": self.threads,
+            "bandwidth_bytes_s": self.bandwidth_bytes_s, "model_bytes": self.model_bytes,
+            "notes": dict(self.notes), "origin": dict(self.origin), "summary": self.summary(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "probe") -> Probe:
+        if data.get("kind") != KIND:
+            raise ProbeError(f"{where}: not a speclab probe (kind {data.get('kind')!r})")
+        if data.get("version") != VERSION:
+            raise ProbeError(f"{where}: probe version {data.get('version')!r}, this lab reads {VERSION}")
+        try:
+            return cls(
+                backend=str(data["backend"]), model=str(data["model"]), method=str(data["method"]),
+                widths=tuple(int(w) for w in data["widths"]),
+                seconds=tuple(tuple(float(s) for s in rep) for rep in data["seconds"]),
+                created=str(data.get("created", "")), machine=dict(data.get("machine") or {}),
+                threads=data.get("threads"), bandwidth_bytes_s=data.get("bandwidth_bytes_s"),
+                model_bytes=data.get("model_bytes"), notes=dict(data.get("notes") or {}),
+                origin=dict(data.get("origin") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProbeError(f"{where}: malformed probe ({exc})") from None
+
+    def origin_line(self) -> str:
+        """How the run came by this probe, for progress and the report:
+        "measured in 4.1 s", "cached (measured 2026-12-01T10:50:00+0000)"."""
+        source = self.origin.get("source")
+        if source == "measured":
+            text = f"measured in {float(self.origin.get('seconds') or 0.0):.1f} s"
+            if self.origin.get("busy"):
+                text += f" on a busy machine ({self.origin['busy']}), so not cached"
+            return text
+        if source == "cached":
+            return f"cached (measured {self.created or 'earlier'})"
+        if source == "file":
+            return f"from {self.origin.get('path')} (measured {self.created or 'earlier'})"
+        return f"measured {self.created}" if self.created else "measured earlier"
+
+    def render(self) -> str:
+        """The curve as text: one line per width with a bar, then the ratio."""
+        lines = [
+            f"verify cost T(w) on {self.backend} / {self.model} by {self.method}, "
+            f"{len(self.seconds)} repeats" + (f", {self.threads} threads" if self.threads else ""),
+            f"{'w':>3}  {'pass ms':>8}  {'T(w)':>6}  {'min-max':>13}  {'w/T(w)':>6}",
+        ]
+        top = max(self.t_ratio(w) or 0.0 for w in self.widths)
+        for w in self.widths:
+            lo, med, hi = self.t_range(w)
+            bar = "#" * max(1, round(30 * med / top)) if top else ""
+            lines.append(
+                f"{w:>3}  {self.pass_seconds(w) * 1000:>8.3f}  {med:>6.2f}  {lo:>6.2f}-{hi:<6.2f}  {w / med:>6.2f}  {bar}"
+            )
+        ratio = self.batch_ratio()
+        if ratio is not None:
+            lo, med, hi = ratio
+            lines.append(
+                f"batch-{RATIO_WIDTH}/batch-1 throughput: {med:.2f}x (min {lo:.2f}, max {hi:.2f}); "
+                f"the write-ups measured 1.13x on Metal, 3.34x on CUDA; {RATIO_WIDTH}x is free verification"
+            )
+        return "\n".join(lines)
+
+
+def save(probe: Probe, path: str | Path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        p = p / PROBE_FILE
+    p.parent.mkdir(parents=True, exist_ok=True)
+    from lab.base.strictjson import dumps
+
+    p.write_text(dumps(probe.to_json(), indent=1) + "\n", encoding="utf-8")
+    return p
+
+
+def load(path: str | Path) -> Probe:
+    """A probe file, or the probe.json inside a run directory."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / PROBE_FILE
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProbeError(f"{p}: no probe file here") from None
+    except json.JSONDecodeError as exc:
+        raise ProbeError(f"{p}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ProbeError(f"{p}: not a speclab probe")
+    return Probe.from_json(data, str(p))
+
+
+def find(run_dir: str | Path) -> Probe | None:
+    """The probe saved in a run directory, if any."""
+    p = Path(run_dir) / PROBE_FILE
+    return load(p) if p.exists() else None
+
+
+@dataclass(frozen=True)
+class ProbeReported:
+    """A run-level event of the probe phase, before any arm runs: one line
+    of progress (``done`` false while measuring) and, when done, the probe
+    itself (None when the stack could not be probed)."""
+
+    stack: str
+    text: str
+    done: bool = True
+    probe: Probe | None = None
+    t: float = field(default_factory=time.perf_counter)
+
+
+def needed_widths(n_maxes: Sequence[int]) -> tuple[int, ...]:
+    """Widths a profile's n_max values need (1 .. max n_max + 1), plus a few
+    beyond so the prediction can say whether a larger n_max would pay."""
+    top = max([*n_maxes, 1]) + 1
+    # two widths past the top: enough for the curve to say whether a larger
+    # n_max would pay (interpolated between them), few enough to stay cheap
+    extra = {top + 2, min(2 * top, top + 16)}
+    return tuple(sorted(set(range(1, top + 1)) | extra))
+
+
+def save_for_run(run_dir: str | Path, got: Sequence[Probe]) -> list[Path]:
+    """A run directory's probes: the first stack's as probe.json (what
+    reports read), any further stack's as probe-2.json, probe-3.json..."""
+    out = []
+    for i, p in enumerate(got):
+        name = PROBE_FILE if i == 0 else f"probe-{i + 1}.json"
+        out.append(save(p, Path(run_dir) / name))
+    return out
+
+
+def find_all(run_dir: str | Path) -> list[Probe]:
+    """Every probe saved in a run directory, probe.json first."""
+    d = Path(run_dir)
+    first = find(d)
+    if first is None:
+        return []
+    rest = sorted(d.glob("probe-*.json"), key=lambda f: int(f.stem.split("-")[1]) if f.stem.split("-")[1].isdigit() else 0)
+    return [first] + [load(f) for f in rest]

@@ -1,0 +1,220 @@
+"""The result row and its schema: one row per arm x prompt x round.
+
+Every key a saved run holds is a field of :class:`ResultRow`, so the keys of
+results.json (``ROW_KEYS``), the contract's keys (``RESULT_KEYS``, the CLI
+contract other tools read), the CSV columns, the GPU and serving groups and
+the types the damaged-save checks hold a row to (:mod:`lab.rows.shape`) are
+all read off the fields here. Not applicable -> None. Building a row from a
+cell's measurements is :mod:`lab.rows.build`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+from lab.base.cells import Cell, Status
+
+# Field metadata naming a group of keys one part of the lab fills.
+GPU = {"group": "gpu"}  # GPU telemetry (lab.telemetry.gpu): null on a run without a GPU
+SERVING = {"group": "serving"}  # server arms beyond one stream (lab.rows.serving)
+
+# The CLI contract's keys, in its order: the first fields of ResultRow.
+RESULT_KEYS = (
+    "arm", "backend", "drafter", "prompt", "round", "status",
+    "n_tokens", "tok_per_s", "baseline_arm", "speedup",
+    "steps", "drafted", "accepted", "acceptance_rate", "mean_accepted_len",
+    "step_s", "draft_s", "verify_s", "step_cost_tokens", "max_yield",
+    "peak_mem_bytes", "identical_to_baseline", "first_divergence_char", "verdict",
+)
+
+
+@dataclass(frozen=True)
+class ResultRow(Mapping[str, Any]):
+    """One arm x prompt x round cell as measured.
+
+    It also reads as its saved form (``row["status"] == "ok"``, every key of
+    ``to_json``), so the analysis, which works on rows read from disk, takes
+    a live row unchanged.
+    """
+
+    arm: str
+    backend: str
+    drafter: str | None
+    prompt: str
+    round: int
+    status: Status
+    n_tokens: int | None = None
+    tok_per_s: float | None = None
+    baseline_arm: str | None = None
+    speedup: float | None = None
+    steps: int | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+    acceptance_rate: float | None = None
+    mean_accepted_len: float | None = None
+    step_s: float | None = None
+    draft_s: float | None = None
+    verify_s: float | None = None
+    step_cost_tokens: float | None = None
+    max_yield: int | None = None
+    peak_mem_bytes: int | None = None
+    identical_to_baseline: bool | None = None
+    first_divergence_char: int | None = None
+    verdict: str = ""
+    is_baseline: bool = False
+    group: str = ""
+    stack: str = ""
+    model: str | None = None
+    n_max: int | None = None
+    sweep: Mapping[str, Any] = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    prompt_s: float | None = None
+    gen_s: float | None = None
+    engine_bytes: int | None = None
+    detail: str = ""
+    measured: str | None = None
+    text: str | None = None
+    # runs of [characters, 1 if they came from accepted drafts else 0]
+    text_origin: tuple[tuple[int, int], ...] | None = None
+    engine_report: Mapping[str, Any] = field(default_factory=dict)
+    plain_tokens: int | None = None
+    # GPU telemetry (lab.telemetry.gpu.RunTelemetry): the card; peak device memory of
+    # the arm's processes (this one and its server) and of the whole card
+    # since the arm began loading; the generation phase's joules, per
+    # generated token, its mean power, and the joules spent while steps
+    # drafted and verified. None without a GPU.
+    gpu_name: str | None = field(default=None, metadata=GPU)
+    gpu_peak_mem_bytes: int | None = field(default=None, metadata=GPU)
+    gpu_card_peak_bytes: int | None = field(default=None, metadata=GPU)
+    gpu_energy_j: float | None = field(default=None, metadata=GPU)
+    energy_per_token_j: float | None = field(default=None, metadata=GPU)
+    gpu_mean_power_w: float | None = field(default=None, metadata=GPU)
+    draft_energy_j: float | None = field(default=None, metadata=GPU)
+    verify_energy_j: float | None = field(default=None, metadata=GPU)
+    # the prompt's suite category; None for a prompt written out in the profile
+    category: str | None = None
+    # the shape of latency (lab.telemetry.latency): seconds to the first
+    # token, and percentiles of the gaps between tokens, a token inside a
+    # burst of accepted drafts counting as a gap of 0
+    ttft_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    itl_p99_s: float | None = None
+    # why a greedy speculative output left its baseline: what the backend's
+    # check established (engine_report["divergence"]) or "not established";
+    # None when it did not leave it
+    divergence_cause: str | None = None
+    # sha256 of the exact prompt text sent (lab.kit.prompting) and which template made it
+    prompt_sha256: str | None = None
+    prompt_template: str | None = None
+    # taken on a busy machine (this cell or its baseline's; lab.telemetry.contention),
+    # other processes' mean busy cores during this cell, and what was seen
+    contended: bool | None = None
+    contention: float | None = None
+    contention_note: str = ""
+    concurrency: int | None = field(default=None, metadata=SERVING)
+    aggregate_tok_per_s: float | None = field(default=None, metadata=SERVING)
+    aggregate_speedup: float | None = field(default=None, metadata=SERVING)
+    stream_tok_per_s_p50: float | None = field(default=None, metadata=SERVING)
+    stream_tok_per_s_min: float | None = field(default=None, metadata=SERVING)
+    concurrent_ttft_p50_s: float | None = field(default=None, metadata=SERVING)
+    concurrent_ttft_p95_s: float | None = field(default=None, metadata=SERVING)
+    concurrent_itl_p50_s: float | None = field(default=None, metadata=SERVING)
+    concurrent_itl_p95_s: float | None = field(default=None, metadata=SERVING)
+    concurrent_itl_p99_s: float | None = field(default=None, metadata=SERVING)
+    aggregate_acceptance_rate: float | None = field(default=None, metadata=SERVING)
+    server_url: str | None = field(default=None, metadata=SERVING)
+    # keys a saved row has beyond these (a later version's), kept so that
+    # reading and saving a row again loses nothing
+    unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.arm, self.prompt, self.round)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+    # -- the saved form --------------------------------------------------------
+    def _saved(self, key: str) -> Any:
+        value = getattr(self, key)
+        if key == "status":
+            return self.status.value
+        if key == "text_origin":
+            return None if value is None else [list(r) for r in value]
+        if key in ("sweep", "engine_report"):
+            return dict(value)
+        return value
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as results.json holds it: the contract's keys, then the
+        extras, in that order."""
+        out = {k: self._saved(k) for k in ROW_KEYS}
+        out.update(self.unknown)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ResultRow:
+        """A saved row; keys it lacks (saved before they existed) take their
+        defaults, keys unknown here are kept."""
+        known = {k: data[k] for k in ROW_KEYS if k in data}
+        known["status"] = Status(str(known["status"]))
+        origin = known.get("text_origin")
+        if origin is not None:
+            known["text_origin"] = tuple((int(n), int(d)) for n, d in origin)
+        for key in ("sweep", "engine_report"):
+            if key in known:
+                known[key] = dict(known[key] or {})
+        for key in ("verdict", "detail", "group", "stack", "contention_note"):
+            if key in known and known[key] is None:
+                known[key] = ""
+        unknown = {k: v for k, v in data.items() if k not in ROW_KEYS}
+        return cls(**known, unknown=unknown)
+
+    # -- Mapping: the saved form, key by key -----------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        if key in _ROW_KEY_SET:
+            return self._saved(key)
+        return self.unknown[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from ROW_KEYS
+        yield from self.unknown
+
+    def __len__(self) -> int:
+        return len(ROW_KEYS) + len(self.unknown)
+
+
+# Every saved key, in the order results.json holds them: the contract's,
+# then the extras the reports and analysis use.
+ROW_KEYS = tuple(f.name for f in fields(ResultRow) if f.name != "unknown")
+EXTRA_KEYS = ROW_KEYS[len(RESULT_KEYS):]
+GPU_KEYS = tuple(f.name for f in fields(ResultRow) if f.metadata == GPU)
+SERVING_KEYS = tuple(f.name for f in fields(ResultRow) if f.metadata == SERVING)
+LATENCY_KEYS = ("ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s")
+# Columns of the CSV export: the contract's keys, the figures a spreadsheet
+# needs beside them, the ones the report computes (DERIVED_CSV_KEYS), latency
+# and GPU figures.
+DERIVED_CSV_KEYS = ("break_even_len", "needed_acceptance", "verdict_kind")
+CSV_KEYS = RESULT_KEYS + (
+    "prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail",
+) + DERIVED_CSV_KEYS + ("category",) + LATENCY_KEYS + ("divergence_cause",) + GPU_KEYS
+
+
+def field_kinds() -> dict[str, str]:
+    """Each saved key's kind, read off the field's type: ``count`` (an int
+    or null), ``number`` (a float or null), ``text`` / ``text?`` (a string,
+    or a string or null), ``flag`` / ``flag?``, ``table``, or ``other``
+    (status, round and text_origin, which the checks treat apart)."""
+    kinds = {
+        "int | None": "count", "float | None": "number", "str | None": "text?", "str": "text",
+        "bool | None": "flag?", "bool": "flag", "Mapping[str, Any]": "table",
+    }
+    return {f.name: kinds.get(str(f.type), "other") for f in fields(ResultRow) if f.name != "unknown"}
+
+
+_ROW_KEY_SET = frozenset(ROW_KEYS)
+RowT = TypeVar("RowT", bound=Mapping[str, Any])

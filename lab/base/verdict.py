@@ -1,0 +1,49 @@
+"""The one-line verdict of a result row.
+
+A speculative step pays when the tokens it lands (mean accepted length L)
+exceed what it costs in baseline-token equivalents (C = step seconds /
+baseline seconds per token). It can never pay when C >= the most a step can
+land (max yield = n_max + 1): the write-ups' "structural dead end". The
+arithmetic lives in :mod:`lab.base.economics`; verdict lines start with
+one of: pays, break-even, loses, structural loss, failed, baseline, uncertain.
+
+"uncertain" replaces pays, break-even, loses and structural loss on a row
+taken on a busy machine (``contended``, see :mod:`lab.telemetry.contention`): its own
+cell or its baseline's ran while other processes held the cores, so the
+speedup is the neighbours' as much as the drafter's. A summary over rounds
+is uncertain only when every ok round was busy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from lab.base.economics import NEUTRAL_BAND, classify
+
+__all__ = ["BUSY_WARNING", "NEUTRAL_BAND", "busy_warning", "verdict", "verdict_kind"]
+
+BUSY_WARNING = "⚠ busy machine"
+
+
+def verdict(row: Mapping[str, Any]) -> str:
+    return classify(row).line
+
+
+def verdict_kind(row: Mapping[str, Any]) -> str:
+    """The verdict's kind alone (pays, break-even, loses, structural loss,
+    failed, baseline, no steps, no baseline), for colouring and diffs."""
+    return classify(row).kind
+
+
+def busy_warning(row: Mapping[str, Any]) -> str:
+    """The mark a report sets beside a verdict taken on a busy machine ("" if
+    none): all rounds busy, or how many of them were."""
+    busy = row.get("contended_rounds")
+    rounds = row.get("rounds")
+    if busy is None:
+        return BUSY_WARNING if row.get("contended") else ""
+    if not busy:
+        return ""
+    if rounds and busy < rounds:
+        return f"{BUSY_WARNING} ({busy} of {rounds} rounds)"
+    return BUSY_WARNING

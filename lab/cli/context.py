@@ -1,0 +1,80 @@
+"""What every command shares: the one plugin registry of the invocation
+(loaded the first time a command asks, never twice), the exit statuses of a
+run stopped from outside, and SIGTERM turned into Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from lab.base.textsafe import printable
+from lab.registry import Registry, load_registry
+
+# Exit statuses of a run stopped from outside: the shell's 128 + signal.
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+DEFAULT_PROFILE = "profiles/demo.toml"
+
+
+class Context:
+    """One invocation of ``lab``: commands take the registry from here, so
+    it is built once (and only by the commands that need plugins)."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self._registry = registry
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = load_registry()
+        return self._registry
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill` and service managers send), raised in
+    the main thread so that a run ends exactly as Ctrl-C ends it: the
+    running cell cancelled, the rest cancelled, engines and servers
+    stopped, results.json and report.md written."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[list[int]]:
+    """While inside, SIGTERM raises :class:`Terminated`; the list it yields
+    holds the signal once one came. A second SIGTERM during the clean-up
+    the first one started is ignored, so the clean-up finishes (SIGKILL
+    remains the way to cut it short)."""
+    got: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if got:
+            return
+        got.append(signum)
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield got
+        return
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def default_profile() -> Path:
+    """profiles/demo.toml in the working directory, else the one beside the
+    package (an editable or source checkout)."""
+    here = Path(DEFAULT_PROFILE)
+    if here.exists():
+        return here
+    return Path(__file__).resolve().parents[2] / DEFAULT_PROFILE
+
+
+def load_errors_line(registry: Registry) -> str:
+    """Plugins that failed to load, in one line."""
+    names = ", ".join(printable(e.entry_point) for e in registry.errors)
+    return f"plugins not loaded: {names} (`lab plugins` says why)"
+

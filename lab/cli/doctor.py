@@ -1,0 +1,51 @@
+"""``lab doctor``: which engines, tools and models this machine has, and
+the install line that fixes each missing one.
+
+The core checks what the lab itself needs; each plugin reports its own
+engines and tools through the ``lab_doctor_checks`` hook."""
+
+from __future__ import annotations
+
+import argparse
+
+from lab.api import Check
+from lab.cli.context import Context
+from lab.kit import models
+from lab.kit.checks import package_check
+from lab.registry import Registry, load_registry
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run_checks(registry: Registry | None = None) -> list[Check]:
+    """Every check, the core's first, then each plugin's in load order."""
+    reg = registry if registry is not None else load_registry()
+    checks = [
+        package_check("pluggy", "pluggy", "pip install -e .", required=True),
+        package_check("textual", "textual", "pip install -e .", required=True),
+    ]
+    checks.extend(reg.doctor_checks())
+    try:
+        path = models.embedded_smollm2()
+        checks.append(Check("embedded:smollm2", True, str(path)))
+    except models.ModelNotFound as exc:
+        checks.append(Check("embedded:smollm2", False, str(exc), exc.fix))
+    checks.append(Check("plugins", not reg.errors, f"{len(reg.backends)} backends, {len(reg.drafters)} drafters, "
+                        f"{len(reg.models)} models"
+                        + (f"; load errors: {', '.join(e.entry_point for e in reg.errors)}" if reg.errors else ""),
+                        "see `lab plugins`"))
+    return checks
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    ok = True
+    for check in run_checks(ctx.registry):
+        mark = "ok " if check.ok else "-- "
+        print(f"{mark} {check.name}: {check.detail}")
+        if not check.ok:
+            ok = False if check.required else ok
+            if check.fix:
+                print(f"      fix: {check.fix}")
+    return 0 if ok else 1

@@ -1,0 +1,86 @@
+"""``lab probe``: measure a backend's verify cost T(w), print the curve,
+save it as JSON (what a run's predictions are priced with)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from lab.analysis.roofline import Roofline
+from lab.api import EngineFailure
+from lab.base import probe
+from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Context, sigterm_as_interrupt
+from lab.probing import driver
+from lab.probing.target import resolve
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", help="backend (default: the --arm's, else llamacpp)")
+    p.add_argument("--model", help="model (default: the --arm's, else embedded:smollm2)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a backend option, as a profile arm's options take it (repeatable), e.g. n_gpu_layers=999")
+    p.add_argument("--n-gpu-layers", type=int, metavar="N", help="short for --option n_gpu_layers=N")
+    p.add_argument("--profile", metavar="FILE", help="take backend, model, options and threads from an arm of this profile")
+    p.add_argument("--arm", metavar="NAME", help="the --profile arm (default: its first speculative arm)")
+    p.add_argument("--widths", default="1-16", help="widths to verify, e.g. 1-16 or 1,2,4,8 (1 is always added)")
+    p.add_argument("--method", help="how to measure (llamacpp: decode, decode-interleaved, batched-bench); "
+                   "default: the backend's first")
+    p.add_argument("--repeats", type=int, default=3, help="measurements for min/median/max (default 3)")
+    p.add_argument("--threads", type=int, default=0, help="engine threads (default: the backend's)")
+    p.add_argument("--out", help="save the probe as JSON here (a file, or a run directory: RUN/probe.json)")
+    p.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth measurement")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"  {msg}", file=sys.stderr, flush=True)
+
+    term: list[int] = []
+    try:
+        widths = probe.parse_widths(args.widths)
+        registry = ctx.registry
+        # The backend's options (GPU layers...) as the run will load it.
+        options = list(args.option or []) + ([f"n_gpu_layers={args.n_gpu_layers}"] if args.n_gpu_layers is not None else [])
+        target = resolve(registry, args.backend, args.model, options, args.profile, args.arm, args.threads)
+        say(f"target: {target.backend} / {target.model} from {target.source}, options {dict(target.options)}")
+        with sigterm_as_interrupt() as term:
+            result = driver.measure(
+                target.backend, target.model, widths, method=args.method, repeats=args.repeats,
+                threads=target.threads, registry=registry, options=target.options, bandwidth=not args.no_bandwidth,
+                progress=say,
+            )
+    except KeyboardInterrupt as exc:
+        return _interrupted(args, exc, bool(term))
+    except (probe.ProbeError, ValueError, KeyError, OSError, RuntimeError, NotImplementedError, EngineFailure) as exc:
+        print(f"lab: probe failed: {exc}", file=sys.stderr)
+        return 2
+    print(result.render())
+    if result.bandwidth_bytes_s and result.model_bytes and not result.on_gpu:
+        print(Roofline(result.model_bytes, result.bandwidth_bytes_s, "measured read bandwidth").line())
+    if args.out:
+        try:
+            print(f"saved: {probe.save(result, args.out)}")
+        except OSError as exc:
+            print(f"lab: probe not saved to {args.out} ({exc.strerror or exc}); the curve is printed above",
+                  file=sys.stderr)
+            return 2
+    return 0
+
+
+def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt, terminated: bool) -> int:
+    """Ctrl-C or SIGTERM stopped `lab probe`: show and save the repeats that
+    finished (each holds every width), and say how much that is."""
+    code = EXIT_SIGTERM if terminated else EXIT_SIGINT
+    kept = exc.probe if isinstance(exc, probe.ProbeInterrupted) else None
+    if kept is None:
+        print("\nlab: probe stopped before its first repeat finished; nothing measured to keep", file=sys.stderr)
+        return code
+    print(kept.render())
+    out = args.out or f"probe-{kept.backend}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    print(f"\nlab: probe stopped {kept.notes.get('interrupted', '')}; kept {len(kept.seconds)} repeat(s) of "
+          f"widths {probe.format_widths(kept.widths)}", file=sys.stderr)
+    print(f"saved: {probe.save(kept, out)}")
+    return code

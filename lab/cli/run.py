@@ -1,0 +1,71 @@
+"""``lab run PROFILE``: the profile checked, every arm run headless, a run
+directory saved as it goes, the comparison printed at the end."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lab.base.events import Listener
+from lab.base.textsafe import PrintableStream, printable
+from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Context, load_errors_line, sigterm_as_interrupt
+from lab.cli.progress import Progress, table
+from lab.profile.load import ProfileError, check_profile, option_warnings
+from lab.render.report import ReportWriter
+from lab.runner import Runner
+from lab.store import RunStore, StoreError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("profile")
+    p.add_argument("--out", help="parent directory of the run directory (default: runs/)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    registry = ctx.registry
+    if registry.errors:
+        print(f"lab: {load_errors_line(registry)}", file=sys.stderr)
+    try:
+        # everything knowable without a model is refused before anything starts
+        profile = check_profile(args.profile, registry)
+    except ProfileError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 2
+    for line in option_warnings(profile, registry):
+        print(f"lab: warning: {printable(line)}", file=sys.stderr)
+    try:
+        store = RunStore(profile, args.out, on_moved=_say_moved)
+    except StoreError as exc:
+        print(f"lab: {printable(exc)}", file=sys.stderr)
+        return 2
+    report = ReportWriter(store)
+    listeners: list[Listener] = [report]
+    if not args.quiet:
+        listeners.append(Progress(PrintableStream(sys.stderr)))  # type: ignore[arg-type]
+    runner = Runner(profile, registry, store, listeners)
+    term: list[int] = []
+    try:
+        with sigterm_as_interrupt() as term:
+            results = runner.run()
+    except KeyboardInterrupt:
+        how = "terminated (SIGTERM)" if term else "interrupted"
+        print(f"\nlab: {how}; what was measured is in {printable(store.path)}, the rest is cancelled",
+              file=sys.stderr)
+        return EXIT_SIGTERM if term else EXIT_SIGINT
+    print(printable(table(results), keep="\n"))
+    if report.error:
+        print(f"lab: {printable(report.error)}", file=sys.stderr)
+    if store.memory_only:
+        print(f"\nlab: {printable(store.path)} holds the run only up to where writing failed (see above); "
+              "the table above has every row", file=sys.stderr)
+        return 1
+    print(f"\nsaved: {printable(store.path)}")
+    return 0
+
+
+def _say_moved(failed: Path, now: Path | None, reason: str) -> None:
+    """The store's word when the run directory stopped taking writes."""
+    where = f"the run goes on in {now}" if now is not None else "no fallback directory either; rows kept in memory"
+    print(f"lab: cannot write {printable(failed)} ({printable(reason)}); {printable(where)}", file=sys.stderr, flush=True)

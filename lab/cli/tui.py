@@ -1,0 +1,41 @@
+"""``lab [PROFILE.toml]``: the TUI, opened on a profile (default:
+profiles/demo.toml)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from lab.cli.context import Context, default_profile
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lab", description="Open the lab's TUI on a profile (default: profiles/demo.toml). "
+        "Commands: run, report, plugins, doctor, probe (lab COMMAND -h).")
+    p.add_argument("profile", nargs="?")
+    p.add_argument(
+        "--refresh-hz", type=float, metavar="HZ",
+        help="how often lanes repaint while a run streams (default: 30, or 5 when the engine's threads "
+        "take every core, so the view does not slow the engine it measures)")
+    return p
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    if args.profile and not os.path.exists(args.profile):
+        print(f"lab: no such profile or command: {args.profile}", file=sys.stderr)
+        return 2
+    if args.profile and os.path.isdir(args.profile):
+        print(f"lab: {args.profile}: is a directory, not a profile file (lab [PROFILE.toml])", file=sys.stderr)
+        return 2
+    if args.refresh_hz is not None and not 0 < args.refresh_hz <= 120:
+        print("lab: --refresh-hz must be above 0 and at most 120", file=sys.stderr)
+        return 2
+    try:
+        # Textual loads only when the TUI opens, never for a headless command.
+        from lab.tui.app import run_app
+    except ImportError as exc:
+        print(f"lab: the TUI is not available ({exc}); use `lab run PROFILE`", file=sys.stderr)
+        return 2
+    return run_app(args.profile or str(default_profile()), args.refresh_hz)

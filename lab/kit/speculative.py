@@ -1,0 +1,495 @@
+"""The lab's own decode loops, shared by every backend that runs drafter
+plugins (llama.cpp in process, MLX).
+
+A backend adapts its engine to :class:`Target`; the loops here do the rest:
+prompt processing, baseline decoding, and speculative steps (draft k tokens,
+verify ``[last] + draft`` in one target pass with logits for every row,
+accept the longest matching prefix for greedy decoding or rejection-sample
+against the draft's probabilities, roll the target back, emit events).
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest, Rehearsing
+from lab.base.events import Cell, Emit, Event, StepEvent, TokenEvent, now
+
+
+class Target(Protocol):
+    """What the loops need from a target engine. Every method returns only
+    after the engine finished the work (synchronized), so clocks are honest;
+    a target that is also :class:`Overlapping` offers one exception."""
+
+    @property
+    def n_past(self) -> int:
+        """Tokens of context the engine holds."""
+
+    n_ctx: int
+    n_vocab: int
+
+    def reset(self) -> None:
+        """Forget all context (KV cache and any recurrent state)."""
+
+    def decode(self, ids: Sequence[int], all_logits: bool) -> None:
+        """Append ids at n_past; keep logits for the last row or every row."""
+
+    def pick(self, row: int) -> int:
+        """Sample a token from a row's logits with the configured sampling
+        (greedy, or temperature with the engine's seeded draw)."""
+
+    def probs(self, row: int) -> np.ndarray:
+        """The sampling distribution of a row (temperature applied, EOG
+        masked when ignoring EOS)."""
+
+    def truncate(self, n_keep: int) -> None:
+        """Drop context at positions >= n_keep."""
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for."""
+
+
+@runtime_checkable
+class Overlapping(Protocol):
+    """A target whose decode may run while the loop does other work.
+
+    The loops then send the events of what landed (token text, steps, and
+    whatever the listeners do with them: the store, the TUI) while the
+    engine runs the next decode: on a GPU that host work leaves the critical
+    path. ``pick`` and ``probs`` wait for the decode."""
+
+    def submit(self, ids: Sequence[int], all_logits: bool) -> None:
+        """Queue the decode of ids at n_past (logits for the last row or
+        every row) and return, possibly before the engine has finished it."""
+
+    def wait(self) -> None:
+        """Return once the engine has finished every decode queued."""
+
+
+@dataclass
+class LoopStats:
+    """Totals a loop keeps beside the events, for cross-checks and the
+    overhead benchmark; a backend may keep one across all of an arm's cells
+    (step events count per cell)."""
+
+    steps: int = 0
+    plain_tokens: int = 0
+    empty_drafts: int = 0
+    empty_draft_s: float = 0.0
+    engine_s: float = 0.0
+    draft_s: float = 0.0
+    loop_s: float = 0.0
+    extras: dict[str, float] = field(default_factory=dict)
+
+    def overhead_s(self) -> float:
+        """Time in the loop spent neither in the engine nor in the drafter."""
+        return self.loop_s - self.engine_s - self.draft_s - self.empty_draft_s
+
+    def mark(self) -> LoopStats:
+        """The totals now, for :meth:`cell_report` at the end of a cell."""
+        return replace(self, extras=dict(self.extras))
+
+    def cell_report(self, start: LoopStats) -> dict[str, Any]:
+        """One cell's share of totals that may run across an arm's cells:
+        what the loop adds to a row's ``engine_report``."""
+        return {
+            "plain_tokens": self.plain_tokens - start.plain_tokens,
+            "empty_drafts": self.empty_drafts - start.empty_drafts,
+            "empty_draft_s": self.empty_draft_s - start.empty_draft_s,
+            "loop_overhead_s": self.overhead_s() - start.overhead_s(),
+            # the steps loop_overhead_s was spent over
+            "loop_steps": self.steps - start.steps,
+        }
+
+
+class OutputStream:
+    """Collects output ids, decodes text incrementally, emits token events.
+
+    ``defer``: events wait in order until :meth:`flush` (the loop flushes
+    while the engine decodes). A deferred landing keeps only its ids and the
+    time it landed: its text and event are made at the flush, off the path
+    from one pick to the next decode, and stamped with that time, so the
+    clocks of first token and inter-token latency do not move."""
+
+    def __init__(self, target: Target, req: GenerationRequest, emit: Emit, defer: bool = False) -> None:
+        self.target = target
+        self.req = req
+        self.emit = emit
+        self.defer = defer
+        self.ids: list[int] = []
+        self.parts: list[str] = []
+        # events, and landings as (ids, from_draft, when) until the flush
+        self._queued: list[Event | tuple[tuple[int, ...], bool, float]] = []
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def land(self, ids: Sequence[int], from_draft: bool) -> None:
+        if not ids:
+            return
+        self.ids.extend(ids)
+        if self.defer:
+            self._queued.append((tuple(ids), from_draft, now()))
+        else:
+            self.emit(self._token_event(tuple(ids), from_draft, now()))
+
+    def _token_event(self, ids: tuple[int, ...], from_draft: bool, t: float) -> TokenEvent:
+        text = self._utf8.decode(b"".join(self.target.piece(tok) for tok in ids))
+        self.parts.append(text)
+        return TokenEvent(self.req.cell, text, ids, from_draft, t)
+
+    def send(self, event: Event) -> None:
+        if self.defer:
+            self._queued.append(event)
+        else:
+            self.emit(event)
+
+    def flush(self) -> None:
+        queued, self._queued = self._queued, []
+        for item in queued:
+            self.emit(self._token_event(*item) if isinstance(item, tuple) else item)
+
+    def text(self) -> str:
+        """The output's text; a deferred stream has flushed first (the loops
+        flush before they return)."""
+        assert not any(isinstance(item, tuple) for item in self._queued), "text() before the last flush"
+        return "".join(self.parts) + self._utf8.decode(b"", final=True)
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One target decode of the generation phase as the loop laid it out,
+    so a check can replay the cell's exact batches: ``tokens`` decoded at
+    position ``base`` (one row for a plain decode, ``[pending] + draft`` for
+    a verify with logits on every row), ``accepted`` drafted tokens kept
+    (None for a plain decode), landing output ids from ``out_index`` on."""
+
+    out_index: int
+    base: int
+    tokens: tuple[int, ...]
+    accepted: int | None
+
+    @property
+    def verify(self) -> bool:
+        return self.accepted is not None
+
+    @property
+    def landed(self) -> int:
+        return 1 if self.accepted is None else self.accepted + 1
+
+
+# A wait for the engine that takes longer than this found it still busy: the
+# events flushed before it ran while the engine worked (an idle
+# llama_synchronize returns in a few microseconds).
+BUSY_WAIT_S = 50e-6
+
+
+@dataclass(frozen=True)
+class EnginePass:
+    """What :func:`engine_pass` saw besides the decode: ``own_s``, seconds
+    of the call that were the loop's (the flush, when the engine finished
+    before it); ``held_s``, seconds ``cancelled`` kept the loop (a pause),
+    out of every clock; ``stop``, what ``cancelled`` said."""
+
+    own_s: float = 0.0
+    held_s: float = 0.0
+    stop: bool = False
+
+
+_NOTHING_ELSE = EnginePass()
+
+
+def engine_pass(target: Target, overlap: Overlapping | None, out: OutputStream, ids: Sequence[int],
+                all_logits: bool, cancelled: Callable[[], bool]) -> EnginePass:
+    """Decode ids. On an Overlapping target, while the engine runs, send the
+    events that landed and then ask ``cancelled`` (which may hold the loop
+    while the run is paused: everything that landed has gone out by then).
+    Other targets decode here and are asked at the top of each iteration."""
+    if overlap is None:
+        target.decode(ids, all_logits=all_logits)
+        return _NOTHING_ELSE
+    overlap.submit(ids, all_logits)
+    t_q = now()
+    try:
+        out.flush()
+        t_f = now()
+        stop = cancelled()
+        t_x = now()
+    finally:
+        t_w = now()
+        overlap.wait()  # nothing is left in flight, even when a listener raised
+    if now() - t_w > BUSY_WAIT_S:  # the engine outlasted both: they cost no time
+        return EnginePass(stop=True) if stop else _NOTHING_ELSE
+    return EnginePass(own_s=t_f - t_q, held_s=t_x - t_f, stop=stop)
+
+
+def check_room(target: Target, need: int) -> None:
+    if target.n_past + need > target.n_ctx:
+        raise RuntimeError(
+            f"context full: {target.n_past} + {need} tokens exceeds n_ctx {target.n_ctx}; raise [run] n_ctx"
+        )
+
+
+def generate(
+    target: Target,
+    prompt_ids: Sequence[int],
+    req: GenerationRequest,
+    emit: Emit,
+    cancelled: Callable[[], bool],
+    drafter: Drafter | None = None,
+    stats: LoopStats | None = None,
+    trace: list[TraceStep] | None = None,
+) -> Generation:
+    """Run one cell: baseline when ``drafter`` is None, else speculative with
+    up to ``req.n_max`` drafted tokens per step.
+
+    A :class:`~lab.api.Rehearsing` drafter on a greedy cell first gets its
+    untimed, silent passes (see :func:`rehearse`); they count in no clock
+    and no event, only in ``engine_report`` (``rehearsals``,
+    ``rehearsal_s``). ``trace``, when given, receives the timed pass's
+    decodes."""
+    report: dict[str, Any] = {}
+    if isinstance(drafter, Rehearsing) and req.temperature <= 0:
+        report.update(rehearse(target, prompt_ids, req, cancelled, drafter))
+    gen = _run(target, prompt_ids, req, emit, cancelled, drafter, stats, trace)
+    gen.engine_report.update(report)
+    return gen
+
+
+def rehearse(
+    target: Target, prompt_ids: Sequence[int], req: GenerationRequest, cancelled: Callable[[], bool],
+    drafter: Rehearsing,
+) -> dict[str, Any]:
+    """Untimed passes of the loop for a drafter that learns from its output.
+
+    Each pass reaches at least one token further in agreement with the
+    drafter's transcript than the last: a verify row's logits depend only on
+    the tokens before it and the batch's width, and both repeat up to the
+    first token where the pass left the transcript, so replaying the pass's
+    own output keeps everything before that token and lands it. The passes
+    end at a fixed point (output equals transcript) or after
+    ``max_rehearsals``."""
+    assert isinstance(drafter, Drafter)
+    t0 = now()
+    passes = 0
+    for _ in range(max(0, drafter.max_rehearsals)):
+        if not drafter.wants_rehearsal(prompt_ids, req.cell):
+            break
+        gen = _run(target, prompt_ids, req, _silent, cancelled, drafter, LoopStats(), None)
+        passes += 1
+        drafter.rehearsed(gen.ids)
+    return {"rehearsals": passes, "rehearsal_s": now() - t0}
+
+
+def _silent(event: Event) -> None:
+    return None
+
+
+def _run(
+    target: Target,
+    prompt_ids: Sequence[int],
+    req: GenerationRequest,
+    emit: Emit,
+    cancelled: Callable[[], bool],
+    drafter: Drafter | None,
+    stats: LoopStats | None,
+    trace: list[TraceStep] | None,
+) -> Generation:
+    stats = stats if stats is not None else LoopStats()
+    start = stats.mark()
+    overlap = target if isinstance(target, Overlapping) else None
+    out = OutputStream(target, req, emit, defer=overlap is not None)
+    rng = np.random.default_rng(req.seed)
+
+    t0 = now()
+    target.reset()
+    check_room(target, len(prompt_ids) + 1)
+    if drafter is not None:
+        drafter.begin(prompt_ids, req.cell)
+    target.decode(prompt_ids, all_logits=False)
+    pending = target.pick(-1)
+    t_prompt = now()
+    out.land([pending], from_draft=False)
+    context = list(prompt_ids) + [pending]
+
+    n_max = req.n_max or 0
+    step = 0  # this cell's steps; stats.steps counts the arm's
+    while len(out.ids) < req.max_tokens:
+        if overlap is None and cancelled():
+            raise Cancelled()
+        t_a = now()
+        remaining = req.max_tokens - len(out.ids)
+        k = min(n_max, remaining - 1, target.n_ctx - target.n_past - 1) if drafter is not None else 0
+        drafted: tuple[int, ...] = ()
+        draft_probs = None
+        if k > 0:
+            assert drafter is not None
+            d = drafter.draft(context, k)
+            drafted = tuple(int(t) for t in d.tokens[:k])
+            draft_probs = d.probs
+        t_b = now()
+        if not drafted:
+            if drafter is not None and k > 0:
+                stats.empty_drafts += 1
+                stats.empty_draft_s += t_b - t_a
+            check_room(target, 1)
+            if trace is not None:
+                trace.append(TraceStep(len(out.ids), target.n_past, (pending,), None))
+            ep = engine_pass(target, overlap, out, [pending], False, cancelled)
+            if ep.stop:
+                raise Cancelled()
+            stats.engine_s += now() - t_b - ep.own_s - ep.held_s
+            pending = target.pick(-1)
+            stats.plain_tokens += 1
+            out.land([pending], from_draft=False)
+            context.append(pending)
+            stats.loop_s += now() - t_a - ep.held_s
+            continue
+
+        base = target.n_past
+        out_index = len(out.ids)
+        ep = engine_pass(target, overlap, out, [pending, *drafted], True, cancelled)
+        if ep.stop:
+            raise Cancelled()
+        t_c = now()
+        not_step = ep.own_s + ep.held_s
+        if req.temperature <= 0:
+            accepted, correction = accept_greedy(target, drafted)
+        else:
+            accepted, correction = accept_sampled(target, drafted, draft_probs, rng)
+        target.truncate(base + 1 + accepted)
+        t_d = now()
+        if trace is not None:
+            trace.append(TraceStep(out_index, base, (pending, *drafted), accepted))
+
+        landed = list(drafted[:accepted]) + [correction]
+        out.land(landed[:-1], from_draft=True)
+        out.land(landed[-1:], from_draft=False)
+        context.extend(landed)
+        pending = correction
+        stats.steps += 1
+        stats.engine_s += t_c - t_b - not_step
+        stats.draft_s += t_b - t_a
+        out.send(
+            StepEvent(
+                req.cell, step, drafted=len(drafted), accepted=accepted, landed=len(landed),
+                draft_s=t_b - t_a, verify_s=t_d - t_b - not_step, step_s=t_d - t_a - not_step,
+            )
+        )
+        step += 1
+        stats.loop_s += now() - t_a - ep.held_s
+    out.flush()
+    t_end = now()
+    return Generation(
+        text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),
+        prompt_s=t_prompt - t0, gen_s=t_end - t_prompt,
+        engine_report=stats.cell_report(start),
+    )
+
+
+def accept_greedy(target: Target, drafted: Sequence[int]) -> tuple[int, int]:
+    for i, tok in enumerate(drafted):
+        y = target.pick(i)
+        if y != tok:
+            return i, y
+    return len(drafted), target.pick(len(drafted))
+
+
+def accept_sampled(
+    target: Target, drafted: Sequence[int], draft_probs: Sequence[np.ndarray] | None, rng: np.random.Generator
+) -> tuple[int, int]:
+    """Speculative sampling: accept token x with probability min(1, p(x)/q(x));
+    on rejection draw from max(p - q, 0) renormalised. A drafter without
+    probabilities proposes with certainty (q one-hot), so acceptance is p(x)
+    and the residual is p with x removed. The output distribution equals the
+    target's either way."""
+    for i, tok in enumerate(drafted):
+        p = target.probs(i)
+        if draft_probs is not None:
+            q = np.asarray(draft_probs[i], dtype=np.float64)
+            qx = float(q[tok])
+        else:
+            q = None
+            qx = 1.0
+        px = float(p[tok])
+        if qx > 0 and rng.random() < min(1.0, px / qx):
+            continue
+        if q is None:
+            residual = p.astype(np.float64).copy()
+            residual[tok] = 0.0
+        else:
+            residual = np.maximum(p.astype(np.float64) - q, 0.0)
+        total = residual.sum()
+        if total <= 0:
+            return i, int(rng.choice(len(p), p=p / p.sum()))
+        return i, int(rng.choice(len(residual), p=residual / total))
+    p = target.probs(len(drafted)).astype(np.float64)
+    return len(drafted), int(rng.choice(len(p), p=p / p.sum()))
+
+
+def softmax(logits: np.ndarray, temperature: float, masked: Sequence[int] = ()) -> np.ndarray:
+    x = logits.astype(np.float64) / max(temperature, 1e-6)
+    if len(masked):
+        x[list(masked)] = -np.inf
+    x -= x.max()
+    e = np.exp(x)
+    return e / e.sum()
+
+
+class TargetDrafter(Drafter):
+    """A draft model driven through the :class:`Target` protocol, so one
+    implementation serves every engine: it keeps its own context in step with
+    the lab's (rolling back what the target rejected) and drafts k tokens one
+    at a time, greedily or by sampling with the run's temperature.
+
+    Subclasses load their engine in ``load`` and set ``self.target`` with its
+    sampling temperature set to the run's."""
+
+    target: Target | None = None
+
+    def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
+        super().__init__(options, ctx)
+        self._seen: list[int] = []  # tokens whose state the draft context holds
+        self.rng = np.random.default_rng(ctx.seed + 1)
+
+    def begin(self, prompt_ids: Sequence[int], cell: Cell) -> None:
+        # Process the prompt now so it counts as prompt time, not draft time.
+        assert self.target is not None
+        self.target.reset()
+        self._seen = []
+        self._sync(list(prompt_ids))
+
+    def _sync(self, context: list[int]) -> None:
+        """Make the draft context hold exactly ``context[:-1]`` and decode the
+        last token. Rejected draft tokens are dropped."""
+        assert self.target is not None
+        common = 0
+        limit = min(len(self._seen), len(context) - 1)
+        while common < limit and self._seen[common] == context[common]:
+            common += 1
+        if common < self.target.n_past:
+            self.target.truncate(common)
+        self._seen = self._seen[:common]
+        todo = context[common:]
+        self.target.decode(todo, all_logits=False)
+        self._seen.extend(todo)
+
+    def draft(self, context: Sequence[int], k: int) -> Draft:
+        assert self.target is not None
+        self._sync(list(context))
+        sampled = self.ctx.temperature > 0
+        tokens: list[int] = []
+        probs: list[np.ndarray] = []
+        for i in range(k):
+            if sampled:
+                p = self.target.probs(-1)
+                tokens.append(int(self.rng.choice(len(p), p=p)))
+                probs.append(p)
+            else:
+                tokens.append(self.target.pick(-1))
+            if i + 1 < k:
+                self.target.decode(tokens[-1:], all_logits=False)
+                self._seen.append(tokens[-1])
+        return Draft(tuple(tokens), probs if sampled else None)

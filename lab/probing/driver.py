@@ -1,0 +1,294 @@
+"""Measuring and obtaining verify-cost probes (:class:`lab.base.probe.Probe`):
+``lab probe``'s measurement through a backend's ``Probing`` capability, and
+the probe a run takes before its arms, planned per stack and cached per
+machine."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from lab.base.machine import machine_info
+from lab.base.probe import (
+    DEFAULT_WIDTHS,
+    KIND,
+    VERSION,
+    Probe,
+    ProbeError,
+    ProbeInterrupted,
+    format_widths,
+    load,
+    needed_widths,
+    offloaded,
+    save,
+)
+from lab.kit.models import model_file_bytes
+
+if TYPE_CHECKING:
+    from lab.registry import Registry
+
+
+def measure(
+    backend: str,
+    model: str,
+    widths: Sequence[int] = DEFAULT_WIDTHS,
+    method: str | None = None,
+    repeats: int = 3,
+    threads: int = 0,
+    registry: Registry | None = None,
+    options: Mapping[str, Any] | None = None,
+    bandwidth: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Probe:
+    """Load ``backend`` on ``model`` the way a baseline arm would and measure
+    T(w) ``repeats`` times. The hook the analysis and a runner can call."""
+    from lab.api import BackendContext, Probing
+    from lab.base.events import Event
+    from lab.base.profile import Arm, RunSettings
+    from lab.registry import load_registry
+
+    say = progress or (lambda _msg: None)
+    widths = tuple(sorted(set(widths) | {1}))
+    if repeats < 1:
+        raise ProbeError("repeats must be at least 1")
+    reg = registry or load_registry()
+    cls = reg.backend(backend)
+    if not issubclass(cls, Probing) or not cls.probe_methods:
+        raise ProbeError(f"backend {backend} cannot measure verify cost")
+    methods = cls.probe_methods
+    method = method or methods[0]
+    if method not in methods:
+        raise ProbeError(f"backend {backend} measures by {', '.join(methods)}, not {method!r}")
+    run = RunSettings(threads=threads, n_ctx=max(1024, 4 * max(widths) + 512))
+    arm = Arm(
+        name="probe", backend=backend, model=model, drafter=None, n_max=None, options=dict(options or {}),
+        drafter_options={}, baseline=None, is_baseline=True, stack=cls.stack, group="probe",
+    )
+    instance = cls(arm, BackendContext(run=run, run_dir="", log=lambda _t: None))
+
+    def emit(_event: Event) -> None:
+        return None
+
+    seconds: list[tuple[float, ...]] = []
+    notes: dict[str, Any] = {}
+    model_bytes: int | None = None
+    interrupted = False
+    try:
+        if instance.probe_needs_load(method):
+            say(f"loading {model} on {backend}")
+            instance.load(emit)
+        for i in range(repeats):
+            say(f"repeat {i + 1}/{repeats}: widths {format_widths(widths)} by {method}")
+            got = instance.measure_verify_cost(widths, method)
+            if len(got) != len(widths):
+                raise ProbeError(f"{backend} returned {len(got)} timings for {len(widths)} widths")
+            seconds.append(tuple(float(s) for s in got))
+            notes = instance.probe_notes()
+        model_bytes = model_file_bytes(model)
+    except KeyboardInterrupt:
+        # what finished is kept: the caller saves it and says how much it is
+        interrupted = True
+    finally:
+        instance.close()
+
+    def build(bw: float | None, size: int | None, more: Mapping[str, Any]) -> Probe:
+        return Probe(
+            backend=backend, model=model, method=method, widths=widths, seconds=tuple(seconds),
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
+            threads=int(notes.get("threads") or threads) or None,
+            bandwidth_bytes_s=bw, model_bytes=size, notes={**notes, **more},
+        )
+
+    if interrupted:
+        kept = build(None, model_file_bytes(model), {"interrupted": f"after {len(seconds)} of {repeats} repeats"})
+        raise ProbeInterrupted(kept if seconds else None) from None
+    bw = None
+    if bandwidth and offloaded(notes):
+        say("memory read bandwidth not measured: the model ran on a GPU, whose bandwidth the host's would not bound")
+    elif bandwidth:
+        from lab.telemetry.bandwidth import measure_read_bandwidth
+
+        say("measuring memory read bandwidth")
+        try:
+            bw = measure_read_bandwidth(threads=threads or None)
+        except KeyboardInterrupt:
+            raise ProbeInterrupted(build(None, model_bytes, {"interrupted": "during the bandwidth measurement"})) from None
+    return Probe(
+        backend=backend, model=model, method=method, widths=widths, seconds=tuple(seconds),
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
+        threads=int(notes.get("threads") or threads) or None,
+        bandwidth_bytes_s=bw, model_bytes=model_bytes, notes=notes,
+    )
+
+
+# -- the probe a run takes before its arms ------------------------------------------
+
+# One repeat: a default probe must cost seconds on two cores, and each
+# width's figure is already the median of several interleaved passes
+# (lab probe --repeats gives the spread over repeats).
+DEFAULT_REPEATS = 1
+# 2: a llama.cpp probe on a GPU prices T(1) as the baseline decodes it.
+CACHE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """One stack to probe: what decides how fast a verify pass runs. Two
+    arms with equal specs share a probe."""
+
+    backend: str
+    model: str
+    threads: int
+    options: Mapping[str, Any]
+    widths: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} / {self.model}"
+
+    def identity(self) -> dict[str, Any]:
+        """What the cache keys on: the engine, the model (its reference and
+        its file, so a rebuilt model is probed again), threads, the arm's
+        backend options (GPU layers, batch-invariant decoding and the like)
+        and the machine (CPU model, cores, GPUs)."""
+        from lab.telemetry.bandwidth import machine_identity
+
+        return {
+            "kind": KIND, "version": VERSION, "cache_version": CACHE_VERSION,
+            "backend": self.backend, "model": self.model, "model_file": _model_file_identity(self.model),
+            "threads": self.threads, "options": {k: self.options[k] for k in sorted(self.options)},
+            "machine": machine_identity(),
+        }
+
+    def key(self) -> str:
+        import hashlib
+
+        text = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _model_file_identity(model: str) -> list[Any] | None:
+    from lab.kit import models
+
+    try:
+        path = models.resolve(model)
+        st = path.stat()
+    except Exception:  # noqa: BLE001 - a model that does not resolve keys on its reference alone
+        return None
+    return [path.name, st.st_size, st.st_mtime_ns]
+
+
+def plan(arms: Sequence[Any], threads: int, registry: Registry) -> tuple[list[ProbeSpec], list[str]]:
+    """The stacks to probe for a run: one per distinct target stack that
+    speculates, widths for every n_max it runs. Also a line per stack that
+    cannot be probed (its backend has no Probing capability)."""
+    from lab.api import Probing
+
+    specs: dict[tuple[str, str, str], ProbeSpec] = {}
+    skipped: list[str] = []
+    for arm in arms:
+        if arm.is_baseline:
+            continue
+        try:
+            cls = registry.backend(arm.backend)
+        except Exception:  # noqa: BLE001 - the arm reports its own load failure later
+            continue
+        if not issubclass(cls, Probing) or not cls.probe_methods:
+            line = f"{arm.backend}: cannot measure verify cost, so no prediction for {arm.name}"
+            if line not in skipped:
+                skipped.append(line)
+            continue
+        opts = dict(arm.options)
+        model = arm.model or ""
+        ident = (arm.backend, model, json.dumps(opts, sort_keys=True, default=str))
+        n_max = int(arm.n_max or 1)
+        old = specs.get(ident)
+        wanted = set(needed_widths([n_max]))
+        if old is not None:
+            wanted |= set(old.widths)
+        specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)))
+    return list(specs.values()), skipped
+
+
+def cache_path(spec: ProbeSpec, root: Path | None = None) -> Path:
+    from lab.telemetry.bandwidth import cache_root
+
+    return (root or cache_root()) / f"probe-{spec.key()}.json"
+
+
+def cached(spec: ProbeSpec, root: Path | None = None) -> Probe | None:
+    """The cached probe of this stack on this machine when it covers the
+    widths asked for; None otherwise (a miss, or a torn file)."""
+    path = cache_path(spec, root)
+    if not path.exists():
+        return None
+    try:
+        p = load(path)
+    except ProbeError:
+        return None
+    if not set(spec.widths) <= set(p.widths):
+        return None
+    return p
+
+
+def obtain(
+    spec: ProbeSpec,
+    registry: Registry | None = None,
+    repeats: int = DEFAULT_REPEATS,
+    root: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Probe:
+    """The probe of one stack: from the cache, else measured now (T(w) and
+    the machine's bandwidth) and cached. ``origin`` says which and what
+    measuring cost."""
+    from lab.telemetry.bandwidth import machine_bandwidth
+
+    found = cached(spec, root)
+    if found is not None:
+        bw = machine_bandwidth(threads=spec.threads or None, root=root)
+        import dataclasses
+
+        return dataclasses.replace(
+            found, bandwidth_bytes_s=found.bandwidth_bytes_s or bw.bytes_s,
+            origin={**found.origin, "source": "cached", "key": spec.key()},
+        )
+    from lab.registry import load_registry
+    from lab.telemetry.bandwidth import forget_bandwidth
+    from lab.telemetry.contention import ContentionWatcher
+
+    reg = registry or load_registry()
+    engine_cores = reg.backend(spec.backend).busy_cores(spec.options, spec.threads)
+    t0 = time.perf_counter()
+    # A curve measured while other processes held the cores is noise: it
+    # serves this run (flagged) but is not kept for the next one.
+    with ContentionWatcher("probe", engine_cores) as watcher:
+        mark = watcher.mark()
+        p = measure(
+            spec.backend, spec.model, widths=spec.widths, repeats=repeats, threads=spec.threads,
+            registry=reg, options=spec.options, bandwidth=False, progress=progress,
+        )
+        t_curve = time.perf_counter() - t0
+        bw = machine_bandwidth(threads=spec.threads or None, root=root)
+        busy = watcher.reading(mark)
+    spent = time.perf_counter() - t0
+    import dataclasses
+
+    origin: dict[str, Any] = {
+        "source": "measured", "seconds": spent, "curve_s": t_curve,
+        "bandwidth": {"bytes_s": bw.bytes_s, "method": bw.method, "cached": bw.cached, "measured": bw.measured},
+        "key": spec.key(), "identity": spec.identity(),
+    }
+    if busy.contended:
+        origin["busy"] = busy.note()
+    p = dataclasses.replace(p, bandwidth_bytes_s=bw.bytes_s, origin=origin)
+    if busy.contended:
+        if not bw.cached:
+            forget_bandwidth(threads=spec.threads or None, root=root)
+    else:
+        save(p, cache_path(spec, root))
+    return p
+
+

@@ -1,0 +1,221 @@
+"""Finding, loading and listing plugins.
+
+Entry points are loaded one at a time; a plugin that fails to import or to
+register becomes a listed load error instead of taking the lab down. Set
+``LAB_PLUGINS_STRICT=1`` to make load errors fatal while writing a plugin, and
+``LAB_BLOCK_PLUGINS=name,name`` to skip entry points by name.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Callable, Iterable
+
+import pluggy
+
+from lab import hookspecs
+from lab.api import Backend, Builder, Check, Drafter, Drafting, ModelBuilder
+from lab.kit import models as model_refs
+
+# lab.kit.models is where model-only plugins register (a module with a
+# lab_register_models hook, like any other plugin).
+GROUPS = ("lab.backends", "lab.drafters", "lab.kit.models")
+
+
+class PluginLoadError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class LoadError:
+    entry_point: str
+    group: str
+    error: str
+    traceback: str = ""
+
+
+@dataclass
+class Registry:
+    """Backends, drafters and model builders by name, plus what failed to
+    load. The facade app code calls instead of the hooks."""
+
+    backends: dict[str, type[Backend]] = field(default_factory=dict)
+    drafters: dict[str, type[Drafter]] = field(default_factory=dict)
+    models: dict[str, ModelBuilder] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    errors: list[LoadError] = field(default_factory=list)
+    _pm: pluggy.PluginManager | None = field(default=None, repr=False, compare=False)
+
+    def backend(self, name: str) -> type[Backend]:
+        try:
+            return self.backends[name]
+        except KeyError:
+            raise KeyError(self._unknown("backend", name, self.backends)) from None
+
+    def drafter(self, name: str) -> type[Drafter]:
+        try:
+            return self.drafters[name]
+        except KeyError:
+            raise KeyError(self._unknown("drafter", name, self.drafters)) from None
+
+    def drafter_backends(self, dcls: type[Drafter]) -> list[str]:
+        """The installed backends that run the drafter ``dcls``: those with the
+        Drafting capability (the lab's own verify loop) on a stack the drafter
+        drafts for. Servers draft with their own speculative types and run no
+        drafter plugin."""
+        stacks = dcls.stacks
+        return sorted(name for name, cls in self.backends.items()
+                      if cls.accepts_drafters and (stacks is None or cls.stack in stacks))
+
+    def doctor_checks(self) -> list[Check]:
+        """Every loaded plugin's ``lab_doctor_checks``, in load order; a hook
+        that raises becomes a failed check named after its plugin."""
+        checks: list[Check] = []
+        if self._pm is None:
+            return checks
+        for impl in self._pm.hook.lab_doctor_checks.get_hookimpls():
+            try:
+                impl.function(register=checks.append)
+            except Exception as exc:  # noqa: BLE001 - a plugin's failure is data
+                checks.append(Check(impl.plugin_name, False, f"its checks failed: {type(exc).__name__}: {exc}"))
+        return checks
+
+    def _unknown(self, kind: str, name: str, known: Iterable[str]) -> str:
+        msg = f"unknown {kind} {name!r}; installed: {', '.join(sorted(known)) or 'none'}"
+        failed = [e.entry_point for e in self.errors]
+        if failed:
+            msg += f" (failed to load: {', '.join(failed)}; see `lab plugins`)"
+        return msg
+
+
+def _strict() -> bool:
+    return os.environ.get("LAB_PLUGINS_STRICT", "") not in ("", "0")
+
+
+def _blocked() -> set[str]:
+    raw = os.environ.get("LAB_BLOCK_PLUGINS", "")
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
+    """Load every entry point in GROUPS, then ``extra_plugins`` (objects with
+    hookimpls, used by tests), and collect what they register."""
+    pm = pluggy.PluginManager("lab")
+    pm.add_hookspecs(hookspecs)
+    registry = Registry(_pm=pm)
+    blocked = _blocked()
+
+    def fail(ep_name: str, group: str, exc: BaseException) -> None:
+        err = LoadError(ep_name, group, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        if _strict():
+            raise PluginLoadError(f"plugin {ep_name!r} ({group}) failed: {err.error}") from exc
+        registry.errors.append(err)
+
+    def register_all(plugin: object, label: str, group: str) -> None:
+        def add_backend(cls: type[Backend]) -> None:
+            _check(cls, Backend, registry.backends, label, registry.origins)
+            if cls.accepts_drafters != issubclass(cls, Drafting):
+                raise TypeError(f"{label} registered {cls.__name__}: accepts_drafters must be true exactly "
+                                "for a Drafting backend")
+            registry.backends[cls.name] = cls
+            registry.origins[f"backend:{cls.name}"] = label
+
+        def add_drafter(cls: type[Drafter]) -> None:
+            _check(cls, Drafter, registry.drafters, label, registry.origins)
+            registry.drafters[cls.name] = cls
+            registry.origins[f"drafter:{cls.name}"] = label
+
+        def add_model(ref: str, builder: Builder, filename: str, version: str = "1") -> None:
+            known = registry.models.get(ref)
+            if known is not None and known.builder is not builder:
+                owner = registry.origins.get(f"model:{ref}", "another plugin")
+                raise ValueError(f"model {ref!r} is already registered by {owner}")
+            registry.models[ref] = ModelBuilder(ref, builder, filename, str(version))
+            registry.origins[f"model:{ref}"] = label
+
+        # Call this plugin's own hookimpls only, so that an error is charged
+        # to the plugin that raised it.
+        try:
+            name = pm.register(plugin, name=label)
+        except ValueError as exc:  # the same module or name under another entry point
+            fail(label, group, exc)
+            return
+        if not pm.get_hookcallers(plugin):
+            pm.unregister(plugin)
+            fail(label, group, TypeError(
+                "implements no lab hook (lab_register_backends, lab_register_drafters, lab_register_models, "
+                "lab_doctor_checks; see lab.hookspecs)"))
+            return
+        hooks: tuple[tuple[Any, Callable[..., None]], ...] = (
+            (pm.hook.lab_register_backends, add_backend),
+            (pm.hook.lab_register_drafters, add_drafter),
+            (pm.hook.lab_register_models, add_model),
+        )
+        # A plugin registers whole or not at all: what it added before its
+        # error (a name clash included) is taken back, so a plugin that
+        # fails is not half there.
+        before = (dict(registry.backends), dict(registry.drafters), dict(registry.models), dict(registry.origins))
+        try:
+            for hook, register in hooks:
+                for impl in hook.get_hookimpls():
+                    if impl.plugin_name == name:
+                        impl.function(register=register)
+        except Exception as exc:  # noqa: BLE001 - a plugin's failure is data
+            registry.backends, registry.drafters, registry.models, registry.origins = before
+            pm.unregister(plugin)
+            fail(label, group, exc)
+
+    seen: set[str] = set()
+    # The lab's own plugins register first, whatever the names of other
+    # entry points: a plugin that registers a name a built-in has is then
+    # the one refused, and the built-ins stay whole.
+    ordered = [(group, ep) for builtin in (True, False) for group in GROUPS
+               for ep in _entry_points(group) if _is_builtin(ep) == builtin]
+    for group, ep in ordered:
+        if ep.name in blocked or ep.value in seen:
+            continue
+        seen.add(ep.value)
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # noqa: BLE001
+            fail(ep.name, group, exc)
+            continue
+        label = ep.name if pm.get_plugin(ep.name) is None else f"{ep.name} ({group})"
+        register_all(plugin, label, group)
+    for i, plugin in enumerate(extra_plugins):
+        label = getattr(plugin, "__name__", f"extra-{i}")
+        if pm.is_registered(plugin) or pm.get_plugin(label) is not None:
+            continue
+        register_all(plugin, label, "extra")
+    # Model references resolve through what this registry loaded.
+    model_refs.install(registry.models)
+    return registry
+
+
+def _entry_points(group: str) -> list[EntryPoint]:
+    return sorted(entry_points(group=group), key=lambda ep: ep.name)
+
+
+# The distribution that ships the lab and its built-in plugins.
+LAB_DISTRIBUTION = "speclab"
+
+
+def _is_builtin(ep: EntryPoint) -> bool:
+    dist = getattr(ep, "dist", None)
+    name = getattr(dist, "name", None) or ""
+    return name.lower().replace("_", "-") == LAB_DISTRIBUTION
+
+
+def _check(cls: type, base: type, known: dict[str, type], label: str, origins: dict[str, str] | None = None) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{label} registered {cls!r}, which is not a {base.__name__}")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{label} registered {cls.__name__} without a name")
+    if name in known and known[name] is not cls:
+        kind = base.__name__.lower()
+        owner = (origins or {}).get(f"{kind}:{name}", "another plugin")
+        raise ValueError(f"{kind} name {name!r} is already registered by {owner}")

@@ -1,0 +1,509 @@
+"""Reports of a saved run: Markdown shaped like the write-ups' tables (ready
+to paste), CSV of every row, JSON as saved plus the analysis.
+
+``data`` is what :func:`lab.store.load_run` returns; :func:`load_for_report`
+adds the run's steps (per-position acceptance) and a probe (the prediction
+and the roofline) when there are any. Without them those sections say what
+is missing instead of guessing. A report is always rendered from a saved
+run directory, whoever asks for it: :class:`ReportWriter` as a run ends
+(``lab run``, the TUI subscribe it), ``lab report`` on demand.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from lab.analysis import categories, conditions, divergence, lossless_section
+from lab.analysis import run as analysis
+from lab.base import economics as breakeven
+from lab.base.events import RunEvent, RunFinished
+from lab.base.row import CSV_KEYS
+from lab.base.verdict import BUSY_WARNING, busy_warning
+from lab.render import gpu as gpu_report
+from lab.rows import serving
+from lab.rows.shape import unreadable_lines
+from lab.telemetry import latency
+
+
+def _fmt(value: Any, spec: str = ".2f", none: str = "—") -> str:
+    if value is None:
+        return none
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return str(value)
+
+
+def _pct(value: float | None, spec: str = ".1f") -> str:
+    return "—" if value is None else f"{value * 100:{spec}}%"
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1000:.2f}"
+
+
+def _mib(value: Any) -> str:
+    return "—" if not value else f"{value / 2**20:.0f} MiB"
+
+
+def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per arm x prompt over its rounds (see lab.analysis.run)."""
+    return analysis.summarize(results)
+
+
+def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dict[str, Any]:
+    """A run directory's results with its steps and probe attached: the
+    probe named here, else probe.json in the run directory, else the one the
+    profile names, else none."""
+    from lab.base import probe as probes
+    from lab.store import load_run, load_steps
+
+    data = load_run(run_dir)
+    p = Path(run_dir)
+    data["lossless"] = lossless_section.load(p)
+    unreadable: list[str] = list(data.get("unreadable") or [])
+    if p.is_dir():
+        # Steps of a cell that has no ok row (cancelled, skipped, killed
+        # mid-cell) were never part of a result: the report leaves them out.
+        ok_cells = {(r.get("arm"), r.get("prompt"), r.get("round")) for r in data["results"] if r.get("status") == "ok"}
+        data["steps"] = [s for s in load_steps(p, unreadable) if (s.get("arm"), s.get("prompt"), s.get("round")) in ok_cells]
+    named_by_run = False
+    if probe is None:
+        # A profile may name a probe (``probe = "..."`` under [run]), relative
+        # to the profile's own directory.
+        named = (data["profile"].get("run") or {}).get("probe") or data["profile"].get("probe")
+        # true / false switch the run's own probe on and off: not a file
+        if isinstance(named, str) and named and p.is_dir() and not (p / probes.PROBE_FILE).exists():
+            where = Path(str(data["profile"].get("path") or ".")).parent
+            probe = where / str(named)
+            named_by_run = True
+    if probe is not None and named_by_run:
+        # the saved run names it: a probe gone since costs the prediction only
+        try:
+            data["probe"] = probes.load(probe)
+        except (OSError, ValueError, RecursionError) as exc:
+            unreadable.append(f"probe {probe} named by the run not used ({exc})")
+            data["probe"] = None
+    elif probe is not None:
+        data["probe"] = probes.load(probe)
+    elif p.is_dir():
+        # a run probes every stack that speculates: probe.json, probe-2.json...
+        try:
+            data["probes"] = probes.find_all(p)
+        except (OSError, ValueError, RecursionError) as exc:
+            # a damaged probe costs the prediction, not the report
+            unreadable.append(f"{p}: probe not used ({exc})")
+            data["probes"] = []
+        data["probe"] = data["probes"][0] if data["probes"] else None
+    if unreadable:
+        data["unreadable"] = unreadable
+    return data
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Render a run directory's report.md from what it saved, with its steps
+    and any probe attached (so the per-position acceptance and the
+    prediction are in it too)."""
+    path = Path(run_dir) / "report.md"
+    path.write_text(render_markdown(load_for_report(run_dir)), encoding="utf-8")
+    return path
+
+
+class ReportWriter:
+    """A listener of a run: when it ends, its run directory gets report.md.
+    Subscribe it after the store, which has then closed the run's files.
+
+    Given the store, it writes where the store is now (a store that lost its
+    directory moves the run, possibly while saving the end itself); a report
+    that cannot be written leaves its reason in ``error`` for the caller to
+    show, instead of a traceback in the middle of a run's output."""
+
+    def __init__(self, store: Any = None) -> None:
+        self.store = store
+        self.error: str | None = None
+
+    def __call__(self, event: RunEvent) -> None:
+        if not isinstance(event, RunFinished):
+            return
+        run_dir = str(self.store.path) if self.store is not None else event.run_dir
+        if not run_dir or getattr(self.store, "memory_only", False):
+            return
+        try:
+            write_report(run_dir)
+        except OSError as exc:
+            self.error = f"report.md not written in {run_dir}: {exc.strerror or exc}"
+
+
+def _probe(data: Mapping[str, Any]) -> Any:
+    from lab.base import probe as probes
+
+    value = data.get("probe")
+    if value is None or isinstance(value, probes.Probe):
+        return value
+    return probes.Probe.from_json(value)
+
+
+# -- Markdown -------------------------------------------------------------------
+
+def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Arms down, prompts across, every round's tok/s and the change against
+    the baseline: the write-ups' results table."""
+    prompts: list[str] = []
+    arms: list[str] = []
+    for r in results:
+        if r["prompt"] not in prompts:
+            prompts.append(r["prompt"])
+        if r["arm"] not in arms:
+            arms.append(r["arm"])
+    by = {(s["arm"], s["prompt"]): s for s in summaries}
+    head = "| arm | " + " | ".join(prompts) + f" | acceptance ({' / '.join(prompts)}) | verdict |"
+    lines = [head, "|" + "---|" * (len(prompts) + 3)]
+    for arm in arms:
+        cells = []
+        kinds = []
+        for prompt in prompts:
+            s = by.get((arm, prompt))
+            rounds = sorted((r for r in results if r["arm"] == arm and r["prompt"] == prompt and int(r["round"]) >= 1),
+                            key=lambda r: r["round"])
+            if s is None or not rounds:
+                cells.append("—")
+                continue
+            if s["rounds"] == 0:
+                cells.append(s["status"])
+            else:
+                tps = " / ".join(f"{r['tok_per_s']:.2f}" if r["status"] == "ok" and r["tok_per_s"] else r["status"] for r in rounds)
+                if s["speedup"] is not None:
+                    tps += f" ({(s['speedup'] - 1) * 100:+.0f}%)"
+                cells.append(tps)
+            kinds.append((prompt, s["verdict_kind"]))
+        accept = " / ".join(_pct(by[(arm, p)]["acceptance_rate"]) if (arm, p) in by else "—" for p in prompts)
+        first = next((by[(arm, p)] for p in prompts if (arm, p) in by), None)
+        if first is not None and first["is_baseline"]:
+            accept, verdict = "—", "baseline"
+        elif len({k for _, k in kinds}) == 1:
+            verdict = kinds[0][1]
+        else:
+            verdict = "; ".join(f"{p}: {k}" for p, k in kinds)
+        if any(busy_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
+            verdict += f" {BUSY_WARNING}"
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {accept} | {verdict} |")
+    return lines
+
+
+def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| arm | prompt | tok/s (min–max) | speedup [95% CI] | acceptance | mean len | draft ms | verify ms | "
+        "step cost / max yield | break-even len | peak mem | identical | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        tps = _fmt(s["tok_per_s"], ".1f")
+        if s["tok_per_s_min"] is not None and s["rounds"] > 1:
+            tps += f" ({s['tok_per_s_min']:.1f}–{s['tok_per_s_max']:.1f})"
+            if s["spread_too_wide"]:
+                tps += " ⚠"
+        speed = "—" if s["speedup"] is None else f"{s['speedup']:.2f}x"
+        if s["speedup_ci"]:
+            speed += f" [{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}]"
+        cost = "—" if s["step_cost_tokens"] is None else f"{s['step_cost_tokens']:.2f} / {_fmt(s['max_yield'], 'd')}"
+        ident = _fmt(s["identical_to_baseline"])
+        if s["first_divergence_char"] is not None:
+            ident += f" (char {s['first_divergence_char']})"
+        lines.append(
+            f"| {s['arm']} | {s['prompt']} | {tps if s['rounds'] else s['status']} | {speed} | "
+            f"{_pct(s['acceptance_rate'])} | {_fmt(s['mean_accepted_len'])} | {_ms(s['draft_s'])} | "
+            f"{_ms(s['verify_s'])} | {cost} | {_fmt(s['break_even_len'])} | {_mib(s['peak_mem_bytes'])} | "
+            f"{ident} | {' '.join(x for x in (s['verdict'], busy_warning(s)) if x)} |"
+        )
+    return lines
+
+
+def _economics_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The write-ups' hand arithmetic, one line per speculative arm x prompt."""
+    lines = []
+    for s in summaries:
+        econ = breakeven.economics(s)
+        if s["is_baseline"] or econ is None:
+            continue
+        split = ""
+        if s["draft_s"] is not None and s["verify_s"] is not None:
+            split = f" (draft {s['draft_s'] * 1000:.2f} + verify {s['verify_s'] * 1000:.2f})"
+        need = econ.needed_acceptance
+        need_txt = "" if need is None else (
+            f", which needs {need * 100:.0f}% acceptance" if need <= 1 else ", more than any acceptance can give"
+        )
+        lines.append(
+            f"- **{s['arm']} / {s['prompt']}**: a step takes {econ.step_s * 1000:.2f} ms{split} while a baseline token "
+            f"takes {econ.baseline_token_s * 1000:.2f} ms, so a step costs {econ.cost_tokens:.2f} tokens and can land "
+            f"at most {_fmt(econ.max_yield, 'd')}; it landed {_fmt(econ.mean_accepted_len)}. Break-even is "
+            f"{econ.break_even_len:.2f} tokens per step{need_txt}. → {s['verdict_kind']}"
+        )
+    return lines
+
+
+def _position_lines(data: Mapping[str, Any]) -> list[str]:
+    steps = data.get("steps")
+    if steps is None:
+        return ["Per-position acceptance needs the run's steps.jsonl: render with `lab report RUN_DIR`."]
+    pos = analysis.positions(steps)
+    if not pos:
+        return ["No speculative steps were saved."]
+    width = max(len(p.reached) for p in pos.values())
+    head = "| arm | prompt | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " |"
+    lines = [head, "|---|---|" + "---|" * width]
+    for (arm, prompt), p in pos.items():
+        cells = []
+        for i in range(width):
+            if i < len(p.reached) and p.reached[i]:
+                cells.append(f"{p.accepted[i] / p.reached[i] * 100:.0f}% of {p.reached[i]}")
+            else:
+                cells.append("—")
+        lines.append(f"| {arm} | {prompt} | " + " | ".join(cells) + " |")
+    lines += ["", "Position i: drafts accepted at i over steps that reached i (every earlier position accepted)."]
+    return lines
+
+
+def _probes(data: Mapping[str, Any], probe: Any) -> list[Any]:
+    from lab.base import probe as probes
+
+    many = [v if isinstance(v, probes.Probe) else probes.Probe.from_json(v) for v in data.get("probes") or ()]
+    return many or ([probe] if probe is not None else [])
+
+
+def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
+    if probe is None:
+        off = (data["profile"].get("run") or {}).get("probe") is False
+        if off:
+            return ["No prediction: this profile turned the probe off (`[run] probe = false`)."]
+        return [
+            "No verify-cost probe for this run, so no prediction. Measure one with "
+            "`lab probe --backend BACKEND --model MODEL --out RUN_DIR/probe.json`, or name one with "
+            "`lab report RUN_DIR --probe FILE`."
+        ]
+    steps = data.get("steps")
+    if steps is None:
+        return ["The prediction needs the run's steps.jsonl (acceptance per position): render with `lab report RUN_DIR`."]
+    from lab.analysis.run import predicted_for_rows
+
+    pool = _probes(data, probe)
+    preds = predicted_for_rows(data["results"], steps, pool)
+    lines = []
+    for pr in pool:
+        ratio = pr.batch_ratio()
+        n = len(pr.seconds)
+        lines.append(
+            f"- probe: {pr.origin_line()}; it ran before the arms, apart from their timing. "
+            f"{pr.backend} / {pr.model} by {pr.method}, {n} repeat{'s' if n != 1 else ''}"
+            + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
+            + "; T(w) " + ", ".join(f"{w}: {pr.t_ratio(w):.2f}" for w in pr.widths if w in (1, 2, 4, 5, 8, 16)) + "."
+        )
+    lines.append("")
+    if not preds:
+        return lines + ["No speculative arm with steps to predict."]
+    lines += [
+        "| arm | prompt | n_max | measured | predicted | best n_max | predicted there | curve (n_max: speedup) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in preds:
+        curve = ", ".join(
+            f"{c['n_max']}: {c['speedup']:.2f}" + ("*" if c["extrapolated"] else "")
+            for c in p["curve"] if c["n_max"] <= 8 or c["n_max"] == p["best_n_max"]
+        )
+        other = "" if p["probe_matches"] else " †"
+        lines.append(
+            f"| {p['arm']}{other} | {p['prompt']} | {_fmt(p['n_max'], 'd')} | "
+            f"{_fmt(p['measured'])}{'x' if p['measured'] is not None else ''} | "
+            f"{_fmt(p['predicted'])}{'x' if p['predicted'] is not None else ''} | {_fmt(p['best_n_max'], 'd')} | "
+            f"{_fmt(p['best_predicted'])}x | {curve} |"
+        )
+    lines += [
+        "",
+        "Predicted: expected tokens per step from the acceptance per position over a step's cost, "
+        "T(n_max + 1) plus the drafter's measured seconds per drafted token and the loop's own measured "
+        "seconds per step (where the backend reports them), in baseline tokens. "
+        "\\* marks n_max beyond the positions measured (the last position's acceptance carried on)."
+        + (" † the probe measured another backend or model than this arm runs." if any(not p["probe_matches"] for p in preds) else ""),
+    ]
+    return lines
+
+
+def _stats_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for s in summaries:
+        if s["is_baseline"]:
+            if s["spread_too_wide"]:
+                lines.append(f"- {s['arm']} / {s['prompt']}: baseline rounds spread {s['tok_per_s_spread'] * 100:.0f}% ⚠")
+            continue
+        if s["call"] is None or s["rounds"] == 0:
+            continue
+        ci = f" [{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}]" if s["speedup_ci"] else ""
+        gm = f"{s['speedup_geomean']:.2f}x" if s["speedup_geomean"] is not None else "—"
+        spread = ""
+        if s["tok_per_s_spread"] is not None and s["rounds"] > 1:
+            spread = f"; rounds spread {s['tok_per_s_spread'] * 100:.0f}%" + (" ⚠" if s["spread_too_wide"] else "")
+        lines.append(f"- {s['arm']} / {s['prompt']}: {gm}{ci} over {s['rounds']} paired rounds: {s['call']}{spread}")
+    lines += [
+        "",
+        "Speedups pair each round with its baseline's same prompt and round (warmup excluded); the interval is a "
+        "95% percentile bootstrap of their geometric mean. ⚠: tok/s spread over rounds above 10%.",
+    ]
+    return lines
+
+
+def _divergence_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    divs = analysis.divergences(results)
+    if not divs:
+        checked = any(r.get("identical_to_baseline") is not None for r in results)
+        return ["Every speculative output is identical to its baseline." if checked else "No outputs to compare."]
+    return divergence.markdown_lines(divs, results)
+
+
+def render_markdown(data: Mapping[str, Any]) -> str:
+    profile = data["profile"]
+    run = profile.get("run", {})
+    results = data["results"]
+    summaries = summarize(results)
+    probe = _probe(data)
+    lines = [f"# {profile['name']}", ""] + unreadable_lines(data)
+    if profile.get("description"):
+        lines += [profile["description"], ""]
+    lines += [
+        f"Greedy: {'yes' if not run.get('temperature') else 'no (T=' + str(run.get('temperature')) + ')'}, "
+        f"{run.get('max_tokens')} tokens, {run.get('rounds')} rounds after {run.get('warmup')} warmup. "
+        f"Started {data.get('started')}" + (" (cancelled)" if data.get("cancelled") else "") + ".",
+        "",
+    ]
+    lines += _writeup_table(results, summaries)
+    lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
+    lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
+    lines += ["", "## Detail", ""] + _detail_table(summaries)
+    econ = _economics_lines(summaries)
+    if econ:
+        lines += ["", "## Why: the step arithmetic", ""] + econ
+    lines += ["", "## Acceptance per draft position", ""] + _position_lines(data)
+    lines += ["", "## Prediction", ""] + _prediction_lines(data, probe)
+    lines += ["", "## Statistics", ""] + _stats_lines(summaries)
+    if categories.has_categories(results):
+        lines += ["", "## Per category", ""] + categories.markdown_lines(results, profile.get("prompts") or ())
+    lines += ["", "## Latency", ""] + latency.markdown_lines(results)
+    lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
+    lines += lossless_section.markdown_lines(data.get("lossless"))
+    for title, section in (("Concurrency", serving.concurrency_lines(results)),
+                           ("Servers the lab attached to", serving.attached_lines(results)),
+                           ("GPU: memory and energy", gpu_report.markdown_lines(results))):
+        lines += ["", f"## {title}", "", *section] if section else []
+    roofs = analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
+    lines += ["", "## Roofline", ""]
+    if roofs:
+        lines += [f"- {arm}: {r.line()}" for arm, r in roofs]
+    elif probe is not None and probe.on_gpu:
+        lines.append(
+            "The model ran on a GPU: its memory bandwidth, which the lab does not measure, bounds plain decoding. "
+            "Give it with `lab report RUN_DIR --bandwidth GBPS`."
+        )
+    else:
+        lines.append(
+            "No memory bandwidth known: `lab probe` measures it (saved with the probe), "
+            "or give one with `lab report RUN_DIR --bandwidth GBPS`."
+        )
+    # Cells someone stopped (cancelled, skipped) were not measured; they are
+    # not failures and get a section of their own.
+    stopped = ("cancelled", "skipped")
+    for title, rows in (
+        ("Failures", [r for r in results if r["status"] not in ("ok", *stopped) and r.get("detail")]),
+        ("Not measured", [r for r in results if r["status"] in stopped]),
+    ):
+        if not rows:
+            continue
+        lines += ["", f"## {title}", ""]
+        seen: set[tuple[str, str]] = set()
+        for r in rows:
+            key = (r["arm"], r["status"])
+            if key in seen:
+                continue
+            seen.add(key)
+            count = sum(1 for x in rows if (x["arm"], x["status"]) == key)
+            first_line = (str(r.get("detail") or "").splitlines() or [""])[0]
+            cells = f" ({count} cells)" if count > 1 else ""
+            lines.append(f"- **{r['arm']}** {r['status']}{cells}: {first_line}".rstrip(": "))
+    lines += [
+        "",
+        "Speedup is against each arm's own stack baseline, same prompt and round. Step cost is a step's "
+        "seconds over the baseline's seconds per token; a step can land at most max yield = n_max + 1 tokens.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- CSV and JSON -----------------------------------------------------------------
+
+# The CSV columns are the row schema's (lab.base.row.CSV_KEYS).
+
+
+
+def render_csv(data: Mapping[str, Any]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(CSV_KEYS), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in data["results"]:
+        row = {k: r.get(k) for k in CSV_KEYS}
+        econ = breakeven.economics(r)
+        row["break_even_len"] = econ.break_even_len if econ else None
+        row["needed_acceptance"] = econ.needed_acceptance if econ else None
+        row["verdict_kind"] = breakeven.classify(r).kind
+        if row.get("detail"):
+            row["detail"] = str(row["detail"]).splitlines()[0]
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    results = data["results"]
+    probe = _probe(data)
+    steps = data.get("steps")
+    out: dict[str, Any] = {
+        "summaries": summarize(results),
+        "divergences": analysis.divergences(results),
+        "categories": [c.to_json() for c in categories.category_table(results)],
+        "positions": None,
+        "predictions": None,
+        "probe": probe.to_json() if probe is not None else None,
+        "roofline": [
+            {"arm": arm, "model_bytes": r.model_bytes, "bandwidth_bytes_s": r.bandwidth_bytes_s,
+             "bound_tok_per_s": r.bound_tok_per_s, "fraction": r.fraction}
+            for arm, r in analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
+        ],
+    }
+    if steps is not None:
+        out["positions"] = [
+            {"arm": a, "prompt": p, "reached": list(v.reached), "accepted": list(v.accepted), "rates": list(v.rates)}
+            for (a, p), v in analysis.positions(steps).items()
+        ]
+        if probe is not None:
+            from lab.analysis.run import predicted_for_rows
+
+            out["predictions"] = predicted_for_rows(results, steps, _probes(data, probe))
+    out["latency"] = latency.summary(results)
+    return out
+
+
+def render_json(data: Mapping[str, Any]) -> str:
+    saved = {k: v for k, v in data.items() if k not in ("steps", "probe", "probes")}
+    from lab.base.strictjson import dumps
+
+    # strict JSON, as the run's own files: a non-finite figure is null
+    return dumps({**saved, "analysis": analysis_json(data)}, indent=1) + "\n"
+
+
+def render(data: Mapping[str, Any], fmt: str) -> str:
+    if fmt == "md":
+        return render_markdown(data)
+    if fmt == "csv":
+        return render_csv(data)
+    if fmt == "json":
+        return render_json(data)
+    raise ValueError(f"unknown report format {fmt!r}; use md, csv or json")

@@ -1,0 +1,219 @@
+"""Building a result row (:class:`lab.base.row.ResultRow`) from one cell's
+steps and generation, and finding a cell's baseline row.
+
+A row is built once, by the runner; its figures come from
+:mod:`lab.base.metrics`, the same functions the live view uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from lab.base import metrics
+from lab.base.cells import Status
+from lab.base.events import StepEvent
+from lab.base.row import GPU_KEYS, ResultRow, RowT
+from lab.base.verdict import verdict
+from lab.rows import serving
+
+if TYPE_CHECKING:
+    from lab.base.profile import Arm
+    from lab.telemetry.contention import Contention
+
+
+def add_origin(runs: list[list[int]], chars: int, from_draft: bool) -> None:
+    """Extend ``text_origin``: runs of [characters, 1 if they came from
+    accepted drafts else 0] that cover the text in order, so a saved run can
+    show which tokens the drafter landed."""
+    if chars <= 0:
+        return
+    flag = int(from_draft)
+    if runs and runs[-1][1] == flag:
+        runs[-1][0] += chars
+    else:
+        runs.append([chars, flag])
+
+
+def first_divergence(a: Sequence[object], b: Sequence[object]) -> int | None:
+    """Index of the first differing item of two texts or token lists; None
+    when equal, the shorter length when one is a prefix of the other."""
+    if a == b:
+        return None
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _split_mean(per_step: Sequence[float], engine_report: Mapping[str, Any] | None, key: str) -> float | None:
+    """Mean draft or verify seconds per step: from the steps where they carry
+    it, else from the engine's per-request figure (a server tells its draft
+    time only after the request, so its live steps carry none)."""
+    if per_step:
+        return metrics.mean(per_step)
+    value = (engine_report or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def build_result(
+    *,
+    arm: Arm,
+    prompt: str,
+    round: int,
+    status: Status | str,
+    steps: Sequence[StepEvent] = (),
+    n_tokens: int | None = None,
+    gen_s: float | None = None,
+    prompt_tokens: int | None = None,
+    prompt_s: float | None = None,
+    text: str | None = None,
+    baseline: Mapping[str, Any] | None = None,
+    peak_mem_bytes: int | None = None,
+    engine_bytes: int | None = None,
+    detail: str = "",
+    engine_report: Mapping[str, Any] | None = None,
+    text_origin: Sequence[Sequence[int]] | None = None,
+    gpu_keys: Mapping[str, Any] | None = None,
+    category: str | None = None,
+    latency: Mapping[str, float | None] | None = None,
+    contention: Contention | None = None,
+) -> ResultRow:
+    """Assemble one row. ``baseline`` is the baseline's row for the same
+    prompt and round (or the nearest round), used for speedup, step cost and
+    greedy equivalence."""
+    status = Status(status)
+    ok = status == Status.OK
+    speculative = not arm.is_baseline
+    counted = speculative and ok
+    tok_per_s = metrics.tok_per_s(n_tokens, gen_s) if ok else None
+    landed = sum(s.landed for s in steps)
+    n_steps = len(steps) if counted else None
+    drafted = sum(s.drafted for s in steps) if counted else None
+    accepted = sum(s.accepted for s in steps) if counted else None
+    step_s = metrics.mean([s.step_s for s in steps])
+    draft_vals = [s.draft_s for s in steps if s.draft_s is not None]
+    verify_vals = [s.verify_s for s in steps if s.verify_s is not None]
+    base_tps = baseline.get("tok_per_s") if baseline else None
+    identical = None
+    divergence = None
+    if ok and speculative and baseline and baseline.get("text") is not None and text is not None:
+        divergence = first_divergence(text, baseline["text"])
+        identical = divergence is None
+    origin = None
+    # only when the runs add up to the text (a stream that lost a partial
+    # character at the end would shift every mark after it)
+    if counted and text is not None and text_origin is not None and sum(n for n, _ in text_origin) == len(text):
+        origin = tuple((int(n), int(d)) for n, d in text_origin)
+    row = ResultRow(
+        arm=arm.name,
+        backend=arm.backend,
+        drafter=arm.drafter,
+        prompt=prompt,
+        round=round,
+        status=status,
+        n_tokens=n_tokens if ok else None,
+        tok_per_s=tok_per_s,
+        baseline_arm=arm.baseline,
+        speedup=metrics.speedup(tok_per_s, base_tps),
+        steps=n_steps,
+        drafted=drafted,
+        accepted=accepted,
+        acceptance_rate=metrics.acceptance_rate(accepted, drafted),
+        mean_accepted_len=metrics.mean_accepted_len(landed, n_steps),
+        step_s=step_s if ok else None,
+        draft_s=_split_mean(draft_vals, engine_report, "draft_s_mean") if ok else None,
+        verify_s=_split_mean(verify_vals, engine_report, "verify_s_mean") if ok else None,
+        step_cost_tokens=metrics.step_cost_tokens(step_s, base_tps) if ok else None,
+        max_yield=metrics.max_yield(arm.n_max) if speculative else None,
+        peak_mem_bytes=peak_mem_bytes,
+        identical_to_baseline=identical,
+        first_divergence_char=divergence,
+        is_baseline=arm.is_baseline,
+        group=arm.group,
+        stack=arm.stack,
+        model=arm.model,
+        n_max=arm.n_max,
+        sweep=dict(arm.sweep),
+        prompt_tokens=prompt_tokens,
+        prompt_s=prompt_s,
+        gen_s=gen_s if ok else None,
+        engine_bytes=engine_bytes,
+        detail=detail,
+        measured=steps[0].measured if steps else None,
+        text=text,
+        text_origin=origin,
+        engine_report=dict(engine_report or {}),
+        plain_tokens=(n_tokens - landed) if counted and n_tokens is not None else None,
+        **_gpu_fields(gpu_keys),
+        category=category,
+        divergence_cause=divergence_cause(identical, engine_report),
+        itl_p50_s=_latency(latency, "itl_p50_s", ok),
+        itl_p95_s=_latency(latency, "itl_p95_s", ok),
+        itl_p99_s=_latency(latency, "itl_p99_s", ok),
+        ttft_s=_ttft_without_rehearsal(latency, engine_report) if ok else None,
+        **_prompt_keys(engine_report),
+        **_contention_keys(contention, baseline),
+    )
+    if ok:
+        row = dataclasses.replace(row, **serving.row_fields(engine_report, baseline))
+    return dataclasses.replace(row, verdict=verdict(row))
+
+
+def _prompt_keys(engine_report: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The prompt's hash and template as the backend reported sending them."""
+    report = engine_report or {}
+    return {"prompt_sha256": report.get("prompt_sha256"), "prompt_template": report.get("prompt_template")}
+
+
+def _contention_keys(reading: Contention | None, baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Busy-machine keys: a row is contended when its own cell or its
+    baseline's cell ran on a busy machine (either makes the speedup wrong)."""
+    own = reading is not None and reading.contended
+    base_busy = bool(baseline is not None and baseline.get("contended") and not baseline.get("baseline_arm"))
+    notes = [reading.note()] if reading is not None else []
+    if base_busy and baseline is not None:
+        notes.append(f"its baseline's cell ran on a busy machine ({baseline.get('contention_note') or 'see its row'})")
+    return {
+        "contended": None if reading is None and not base_busy else bool(own or base_busy),
+        "contention": round(reading.others_cores, 3) if reading is not None else None,
+        "contention_note": "; ".join(notes),
+    }
+
+
+def _latency(shape: Mapping[str, float | None] | None, key: str, ok: bool) -> float | None:
+    return shape.get(key) if ok and shape else None
+
+
+def _ttft_without_rehearsal(latency: Mapping[str, float | None] | None, engine_report: Mapping[str, Any] | None) -> float | None:
+    """A rehearsing drafter's untimed passes (lab.kit.speculative.rehearse) run
+    between the request and the first token: they are no part of its wait."""
+    ttft = (latency or {}).get("ttft_s")
+    rehearsal = float((engine_report or {}).get("rehearsal_s") or 0.0)
+    return ttft if ttft is None else max(0.0, ttft - rehearsal)
+
+
+def divergence_cause(identical: bool | None, engine_report: Mapping[str, Any] | None) -> str | None:
+    """What the row's divergence is put down to (see lab.api.DivergenceExplaining)."""
+    if identical is not False:
+        return None
+    evidence = (engine_report or {}).get("divergence")
+    cause = evidence.get("cause") if isinstance(evidence, Mapping) else None
+    return str(cause) if cause else "not established"
+
+
+def _gpu_fields(keys: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The row's GPU keys (lab.base.row.GPU_KEYS), None for each one not given."""
+    return {k: (keys or {}).get(k) for k in GPU_KEYS}
+
+
+def pick_baseline(rows: Iterable[RowT], arm: str, prompt: str, round: int) -> RowT | None:
+    """The baseline row for a cell: same prompt and round when it succeeded,
+    else the median-speed ok round of that prompt."""
+    same = [r for r in rows if r["arm"] == arm and r["prompt"] == prompt and r["status"] == "ok"]
+    for r in same:
+        if r["round"] == round:
+            return r
+    if not same:
+        return None
+    same.sort(key=lambda r: r["tok_per_s"] or 0)
+    return same[len(same) // 2]

@@ -1,0 +1,241 @@
+"""Was the machine busy while a cell ran? The noise guard.
+
+Two runs started at once on one machine each see their cores taken by the
+other: a baseline measured that way is slow, and the speculative arm beside
+it "pays" when it does not. So while an arm runs, a watcher on its own
+thread reads the machine's CPU time and takes out this process tree's
+(the lab, its threads, a server it started): what is left is other
+processes' work, in busy cores. A cell whose others used more cores than
+the arm's engine leaves spare (cores minus the engine's busy cores) by more
+than :data:`BUSY_CORES` is marked contended. Where the system tells, CPU
+thermal throttling during the cell marks it too, and the lowest CPU clock
+and the time this tree's threads spent waiting for a core are noted.
+
+Only deltas of cumulative counters are used, so a cell's figure does not
+depend on how often the watcher reads; reading often keeps the share of
+processes that start or end inside a cell small.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from lab.base.periodic import PeriodicSampler
+
+# Other processes' busy cores beyond the engine's spare ones that mark a
+# cell contended. A 2-core machine with an idle background measures about
+# 0.0-0.1 here (system daemons); one busy neighbour process is about 1.
+BUSY_CORES = 0.5
+INTERVAL_S = 0.25
+# The kernel counts CPU time in ticks (10 ms): over a few milliseconds a
+# reading is noise. A cell shorter than this is read over the last
+# MIN_WINDOW_S seconds of the arm instead, and a window still shorter than
+# MIN_JUDGED_S (a cell right after the arm started) is not judged.
+MIN_WINDOW_S = 1.0
+MIN_JUDGED_S = 0.2
+
+
+@dataclass(frozen=True)
+class Contention:
+    """One cell's reading."""
+
+    others_cores: float  # other processes' mean busy cores over the cell
+    spare_cores: float  # cores the arm's engine leaves free
+    seconds: float
+    waiting_cores: float | None = None  # this tree's threads waiting for a core (mean), where readable
+    min_freq_ratio: float | None = None  # lowest CPU clock over its maximum, where readable
+    throttled: bool = False  # thermal throttling events during the cell, where readable
+    own_cores: float = 0.0  # this process tree's mean busy cores (the lab, its engine, its server)
+
+    @property
+    def contended(self) -> bool:
+        if self.seconds < MIN_JUDGED_S:
+            return self.throttled
+        return self.throttled or self.others_cores > self.spare_cores + BUSY_CORES
+
+    def note(self) -> str:
+        """One line saying what the machine did during the cell."""
+        parts = [f"other processes used {self.others_cores:.2f} cores ({self.spare_cores:.0f} spare)"]
+        if self.waiting_cores is not None:
+            parts.append(f"the lab's threads waited {self.waiting_cores:.2f} s per second for a core")
+        if self.min_freq_ratio is not None and self.min_freq_ratio < 0.95:
+            parts.append(f"CPU clock down to {self.min_freq_ratio * 100:.0f}% of its maximum")
+        if self.throttled:
+            parts.append("thermal throttling")
+        return "; ".join(parts)
+
+
+def _own_tree_cpu(extra: list[int]) -> dict[int, float]:
+    """CPU seconds of this process (with its reaped children), its live
+    descendants and ``extra`` pids, by pid."""
+    import psutil
+
+    me = psutil.Process()
+    out: dict[int, float] = {}
+    t = me.cpu_times()
+    # children_* holds descendants already waited for, so their time stays ours
+    out[me.pid] = t.user + t.system + t.children_user + t.children_system
+    procs = me.children(recursive=True)
+    seen = {p.pid for p in procs} | {me.pid}
+    for pid in extra:
+        if pid not in seen:
+            try:
+                procs.append(psutil.Process(pid))
+                seen.add(pid)
+            except psutil.Error:
+                continue
+    for p in procs:
+        try:
+            c = p.cpu_times()
+            out[p.pid] = c.user + c.system
+        except psutil.Error:
+            continue
+    return out
+
+
+def _run_queue_wait_s(pids: list[int]) -> float | None:
+    """Seconds the threads of ``pids`` spent runnable but not running, from
+    /proc/<pid>/task/*/schedstat; None where the kernel keeps no such count."""
+    waited = ran = 0
+    for pid in pids:
+        for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+            try:
+                with open(path) as f:
+                    fields = f.read().split()
+                ran += int(fields[0])
+                waited += int(fields[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    # all zeros: the kernel keeps no scheduler statistics
+    return waited / 1e9 if ran > 0 else None
+
+
+def _throttle_count() -> int | None:
+    total = 0
+    found = False
+    for path in glob.glob("/sys/devices/system/cpu/cpu*/thermal_throttle/*_throttle_count"):
+        try:
+            with open(path) as f:
+                total += int(f.read().strip() or 0)
+            found = True
+        except (OSError, ValueError):
+            continue
+    return total if found else None
+
+
+def _freq_ratio() -> float | None:
+    import psutil
+
+    try:
+        f = psutil.cpu_freq()
+    except (OSError, NotImplementedError, AttributeError):
+        return None
+    if f is None or not f.max or not f.current:
+        return None
+    return float(min(1.0, f.current / f.max))
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Cumulative counters at a moment; two marks make a window."""
+
+    t: float
+    others_s: float
+    own_s: float
+    wait_s: float | None
+    throttles: int | None
+    sample_count: int
+
+
+class ContentionWatcher(PeriodicSampler):
+    """Reads the machine every ``interval`` seconds while an arm runs.
+
+    ``own_pids`` names processes of the arm that are not descendants of this
+    one (none today: a server the lab starts is its child), ``engine_cores``
+    the cores the arm's engine keeps busy. ``mark()`` and ``reading(mark)``
+    bracket a cell."""
+
+    def __init__(
+        self, arm: str, engine_cores: int, own_pids: Callable[[], list[int]] = list,
+        interval: float = INTERVAL_S, cores: int | None = None,
+    ) -> None:
+        super().__init__(interval, f"contention-{arm}")
+        self.own_pids = own_pids
+        self.cores = cores or os.cpu_count() or 1
+        self.spare = float(max(0, self.cores - engine_cores))
+        self._lock = threading.Lock()
+        self._last_t: float | None = None
+        self._last_busy = 0.0
+        self._last_own: dict[int, float] = {}
+        self._others_s = 0.0
+        self._own_s = 0.0
+        self._count = 0
+        self._freqs: list[tuple[float, float]] = []
+        # (time, cumulative others' seconds, cumulative own seconds) of recent readings
+        self._history: deque[tuple[float, float, float]] = deque(maxlen=64)
+
+    def sample(self) -> float:
+        """Take one reading; returns other processes' busy cores since the last."""
+        import psutil
+
+        with self._lock:
+            t = time.monotonic()
+            ct = psutil.cpu_times()
+            busy = sum(ct) - ct.idle - getattr(ct, "iowait", 0.0)
+            # guest time is also counted inside user on Linux
+            busy -= getattr(ct, "guest", 0.0) + getattr(ct, "guest_nice", 0.0)
+            own = _own_tree_cpu(self.own_pids())
+            ratio = _freq_ratio()
+            if ratio is not None:
+                self._freqs.append((t, ratio))
+            others = 0.0
+            if self._last_t is not None and t > self._last_t:
+                # a process that started since the last reading counts from zero
+                own_delta = sum(v - self._last_own.get(pid, 0.0) for pid, v in own.items())
+                own_delta = max(0.0, own_delta)
+                delta = max(0.0, (busy - self._last_busy) - own_delta)
+                self._others_s += delta
+                self._own_s += own_delta
+                others = delta / (t - self._last_t)
+            self._last_t, self._last_busy, self._last_own = t, busy, own
+            self._count += 1
+            self._history.append((t, self._others_s, self._own_s))
+            return others
+
+    def mark(self) -> Mark:
+        self.sample()
+        with self._lock:
+            assert self._last_t is not None
+            return Mark(self._last_t, self._others_s, self._own_s, self._wait(), _throttle_count(), self._count)
+
+    def _wait(self) -> float | None:
+        return _run_queue_wait_s([os.getpid(), *self._last_own.keys()])
+
+    def reading(self, since: Mark) -> Contention:
+        """What the machine did between ``since`` and now."""
+        end = self.mark()
+        start_t, start_others, start_own = since.t, since.others_s, since.own_s
+        if end.t - start_t < MIN_WINDOW_S:
+            with self._lock:
+                earlier = [h for h in self._history if h[0] <= end.t - MIN_WINDOW_S] or list(self._history)[:1]
+            if earlier and earlier[-1][0] < start_t:
+                start_t, start_others, start_own = earlier[-1]
+        seconds = max(1e-9, end.t - start_t)
+        waiting = None
+        if end.wait_s is not None and since.wait_s is not None:
+            waiting = max(0.0, end.wait_s - since.wait_s) / max(1e-9, end.t - since.t)
+        with self._lock:
+            ratios = [r for t, r in self._freqs if since.t <= t <= end.t]
+        throttled = end.throttles is not None and since.throttles is not None and end.throttles > since.throttles
+        return Contention(
+            others_cores=min(float(self.cores), (end.others_s - start_others) / seconds), spare_cores=self.spare,
+            seconds=seconds,
+            waiting_cores=waiting, min_freq_ratio=min(ratios) if ratios else None, throttled=throttled,
+            own_cores=(end.own_s - start_own) / seconds,
+        )

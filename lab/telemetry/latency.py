@@ -1,0 +1,165 @@
+"""The shape of latency: what a chat user sees of a cell.
+
+Tok/s averages a cell away. A user sees the wait for the first token (time
+to first token, prompt processing included) and then the gaps between
+tokens. Speculation makes tokens arrive in bursts: a step that lands four
+tokens shows them at once, so one token waits a whole step and the next
+three wait nothing. Every token here is its own arrival, a token landing in
+a burst with a gap of zero, so the inter-token percentiles show that: a
+speculative arm can have a lower median gap than its baseline and a higher
+p99.
+
+Arrivals are (time, tokens) pairs from the cell's token events; times are
+the events' clock (:func:`lab.base.events.now`), with any pause already taken
+out by the runner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from lab.base.row import LATENCY_KEYS
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0-100) of ``values``, linear between the two
+    nearest ranks (the usual definition, numpy's default); None when empty."""
+    if not values:
+        return None
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is outside 0-100")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def gaps(arrivals: Iterable[tuple[float, int]]) -> list[float]:
+    """Inter-token gaps: an arrival of n tokens at t gives t - (previous
+    arrival) for its first token and 0 for each of the other n - 1. The
+    first token has no gap (it is the time to first token)."""
+    out: list[float] = []
+    last: float | None = None
+    for t, n in arrivals:
+        if n <= 0:
+            continue
+        if last is not None:
+            out.append(max(0.0, t - last))
+        # the rest of a burst (or of the first arrival, whose own wait is
+        # the TTFT) came with the token before them
+        out.extend([0.0] * (n - 1))
+        last = t
+    return out
+
+
+@dataclass(frozen=True)
+class LatencyShape:
+    ttft_s: float | None
+    itl_p50_s: float | None
+    itl_p95_s: float | None
+    itl_p99_s: float | None
+    tokens: int
+    # share of tokens that arrived with no gap (inside a burst)
+    burst_share: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in LATENCY_KEYS}
+
+
+def shape(start: float, arrivals: Sequence[tuple[float, int]]) -> LatencyShape:
+    """Latency of one cell that started (the request went in) at ``start``
+    and whose tokens arrived as ``arrivals``."""
+    arrivals = [(t, n) for t, n in arrivals if n > 0]
+    if not arrivals:
+        return LatencyShape(None, None, None, None, 0, None)
+    g = gaps(arrivals)
+    zero = sum(1 for x in g if x == 0.0)
+    return LatencyShape(
+        ttft_s=max(0.0, arrivals[0][0] - start),
+        itl_p50_s=percentile(g, 50), itl_p95_s=percentile(g, 95), itl_p99_s=percentile(g, 99),
+        tokens=sum(n for _, n in arrivals),
+        burst_share=zero / len(g) if g else None,
+    )
+
+
+class ArrivalClock:
+    """Collects one cell's token arrivals as they are emitted. Held time
+    (a pause between steps) is taken out of every later arrival, as the
+    cell's generation clock leaves it out."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.held_s = 0.0
+        self.arrivals: list[tuple[float, int]] = []
+
+    def token(self, t: float, n: int) -> None:
+        self.arrivals.append((t - self.held_s, n))
+
+    def held(self, seconds: float) -> None:
+        self.held_s += seconds
+
+    def shape(self) -> LatencyShape:
+        return shape(self.start, self.arrivals)
+
+
+# -- what reports show -----------------------------------------------------------
+
+def _median(values: Iterable[Any]) -> float | None:
+    xs = sorted(float(v) for v in values if v is not None)
+    if not xs:
+        return None
+    return percentile(xs, 50)
+
+
+def summary(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per arm x prompt: the median over ok rounds of each latency
+    figure (warmup excluded)."""
+    order: list[tuple[str, str]] = []
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in results:
+        if int(r.get("round", 1)) < 1 or r.get("status") != "ok":
+            continue
+        key = (r["arm"], r["prompt"])
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append(r)
+    out = []
+    for arm, prompt in order:
+        rows = groups[(arm, prompt)]
+        s: dict[str, Any] = {"arm": arm, "prompt": prompt, "rounds": len(rows)}
+        for k in LATENCY_KEYS:
+            s[k] = _median(r.get(k) for r in rows)
+        if any(s[k] is not None for k in LATENCY_KEYS):
+            out.append(s)
+    return out
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1000:.1f}"
+
+
+def markdown_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's Latency section."""
+    rows = summary(results)
+    if not rows:
+        return ["No token arrival times were recorded (runs saved before the lab kept them)."]
+    lines = [
+        "| arm | prompt | TTFT ms | ITL p50 ms | ITL p95 ms | ITL p99 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in rows:
+        lines.append(
+            f"| {s['arm']} | {s['prompt']} | {_ms(s['ttft_s'])} | {_ms(s['itl_p50_s'])} | "
+            f"{_ms(s['itl_p95_s'])} | {_ms(s['itl_p99_s'])} |"
+        )
+    lines += [
+        "",
+        "TTFT: from the request to the first token, prompt processing included. ITL: the gap before each "
+        "later token; a token landing in a burst of accepted drafts arrives with no gap, so a speculative "
+        "arm's low median and high tail show its burstiness. Medians over rounds.",
+    ]
+    return lines
