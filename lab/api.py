@@ -233,6 +233,26 @@ class Backend(ResourceHints, ABC):
         self.ctx = ctx
 
     @classmethod
+    def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
+        """Whether an arm with these options must name ``model``: ``lab check``
+        refuses one that does not. A backend that attaches to a running
+        server by URL needs none then (the server brings its own)."""
+        return False
+
+    @classmethod
+    def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
+        """``(option, why)`` for a combination the options' types cannot
+        refuse (a server bound beyond loopback without the profile allowing
+        it); ``lab check`` refuses the arm with it. None: nothing refused."""
+        return None
+
+    @classmethod
+    def warn_options(cls, arm_options: Mapping[str, Any]) -> list[str]:
+        """What a user should hear before the run about options that are
+        allowed but worth a word; printed by ``lab run`` and ``lab check``."""
+        return []
+
+    @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         """Whether an arm with these options drafts; baselines do not."""
         return drafter is not None
@@ -489,3 +509,21 @@ class Drafter(ABC):
 
     def memory_bytes(self) -> int | None:
         return None
+
+
+# Everything the core reads from a plugin class, per contract class, and
+# what kind of thing it must be. The registry holds every registered class
+# to it at load (lab.registry), the one place a plugin class is inspected;
+# everywhere else the core reads these as plain attributes. Each is
+# declared above with its default, except the names a plugin must give.
+CAPABILITIES: dict[type, dict[str, type | tuple[type, ...]]] = {
+    Backend: {
+        "name": str, "stack": str, "description": str, "options": tuple, "accepts_drafters": bool,
+        "gpu_layers_option": (str, type(None)), "needs_model": Callable, "refuse_options": Callable,
+        "warn_options": Callable, "is_speculative": Callable, "busy_cores": Callable,
+    },
+    Drafter: {
+        "name": str, "description": str, "options": tuple, "stacks": (frozenset, type(None)),
+        "needs_baseline": bool,
+    },
+}

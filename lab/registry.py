@@ -17,12 +17,12 @@ from typing import Any, Callable, Iterable
 import pluggy
 
 from lab import hookspecs
-from lab.api import Backend, Builder, Check, Drafter, Drafting, ModelBuilder
+from lab.api import CAPABILITIES, Backend, Builder, Check, Drafter, Drafting, ModelBuilder, Option
 from lab.kit import models as model_refs
 
-# lab.kit.models is where model-only plugins register (a module with a
+# lab.models is where model-only plugins register (a module with a
 # lab_register_models hook, like any other plugin).
-GROUPS = ("lab.backends", "lab.drafters", "lab.kit.models")
+GROUPS = ("lab.backends", "lab.drafters", "lab.models")
 
 
 class PluginLoadError(RuntimeError):
@@ -219,3 +219,23 @@ def _check(cls: type, base: type, known: dict[str, type], label: str, origins: d
         kind = base.__name__.lower()
         owner = (origins or {}).get(f"{kind}:{name}", "another plugin")
         raise ValueError(f"{kind} name {name!r} is already registered by {owner}")
+    held_to_contract(cls, base, label)
+
+
+def held_to_contract(cls: type, base: type, label: str) -> None:
+    """The one place the lab inspects a plugin class: every capability the
+    core reads (``lab.api.CAPABILITIES``) has the kind the contract
+    declares, and every option is an ``Option``, so that the core reads
+    them as plain attributes and a plugin's mistake is a load error that
+    names it, not a traceback in the middle of a run."""
+    for attr, kind in CAPABILITIES[base].items():
+        value = getattr(cls, attr, None)
+        ok = callable(value) if kind is Callable else isinstance(value, kind)
+        if not ok:
+            want = "a method" if kind is Callable else " or ".join(
+                "None" if k is type(None) else k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise TypeError(f"{label} registered {cls.__name__}: {attr} must be {want} (see lab.api.{base.__name__}), "
+                            f"got {type(value).__name__}")
+    for opt in cls.options:  # type: ignore[attr-defined]
+        if not isinstance(opt, Option):
+            raise TypeError(f"{label} registered {cls.__name__}: its options must be lab.api.Option, got {opt!r}")

@@ -12,12 +12,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pytest
 
+from lab.cli.lossless import add_arguments, main
 from lab.lossless import (
     DrafterSpec,
     LosslessReport,
-    add_arguments,
     holm,
-    main,
     min_detectable_tv,
     permutation_test,
     permutations_needed,

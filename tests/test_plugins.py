@@ -153,7 +153,7 @@ def test_models_register_through_the_hook_with_the_same_isolation(plugin_path: P
     _install_fake_dist(
         plugin_path, "lab_models_third",
         """
-        [lab.kit.models]
+        [lab.models]
         made = lab_models_plugin
         legacy = lab_legacy_models:register
         raising = lab_raising_models
@@ -181,14 +181,14 @@ def test_models_register_through_the_hook_with_the_same_isolation(plugin_path: P
     # a bare function is not a plugin: it is listed, not silently ignored
     assert "tiny:legacy-made" not in reg.models
     assert "implements no lab hook" in failed["legacy"].error
-    assert "model plugin bug" in failed["raising"].error and failed["raising"].group == "lab.kit.models"
+    assert "model plugin bug" in failed["raising"].error and failed["raising"].group == "lab.models"
     # The built-in plugins' models load beside them.
     assert "embedded:smollm2-q4_0" in reg.models
 
 
 def test_a_model_ref_registered_twice_is_a_load_error(plugin_path: Path) -> None:
     _install_fake_dist(
-        plugin_path, "lab_models_dup", "[lab.kit.models]\nmade1 = lab_models_a\nmade2 = lab_models_b\n",
+        plugin_path, "lab_models_dup", "[lab.models]\nmade1 = lab_models_a\nmade2 = lab_models_b\n",
         {"lab_models_a": MODELS_PLUGIN, "lab_models_b": MODELS_PLUGIN},
     )
     reg = load_registry()
@@ -198,24 +198,24 @@ def test_a_model_ref_registered_twice_is_a_load_error(plugin_path: Path) -> None
 def test_resolve_builds_a_hook_registered_model(plugin_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from lab.kit import models
 
-    _install_fake_dist(plugin_path, "lab_models_resolve", "[lab.kit.models]\nmade = lab_models_plugin3\n",
+    _install_fake_dist(plugin_path, "lab_models_resolve", "[lab.models]\nmade = lab_models_plugin3\n",
                        {"lab_models_plugin3": MODELS_PLUGIN})
     monkeypatch.setenv("LAB_CACHE_DIR", str(plugin_path / "cache"))
     monkeypatch.setattr(models, "_BUILDERS", {})
-    monkeypatch.setattr(models, "_builtin_done", False)
+    load_registry()
     path = models.resolve("tiny:plugin-made")
     assert path.read_text() == "a model" and path.name.endswith("plugin-made.bin")
     assert "tiny:plugin-made" in models.known_models()
 
 
 def test_lab_plugins_lists_model_load_errors(plugin_path: Path) -> None:
-    _install_fake_dist(plugin_path, "lab_broken3", "[lab.kit.models]\nbroken3 = lab_broken3_mod\n", {"lab_broken3_mod": "1/0\n"})
+    _install_fake_dist(plugin_path, "lab_broken3", "[lab.models]\nbroken3 = lab_broken3_mod\n", {"lab_broken3_mod": "1/0\n"})
     out = subprocess.run(
         [sys.executable, "-c", "import sys; from lab.cli import main; sys.exit(main(['plugins']))"],
         capture_output=True, text=True, env={**__import__('os').environ, "PYTHONPATH": str(plugin_path)},
     )
     assert out.returncode == 0, out.stderr
-    assert "broken3 (lab.kit.models)" in out.stdout and "ZeroDivisionError" in out.stdout
+    assert "broken3 (lab.models)" in out.stdout and "ZeroDivisionError" in out.stdout
 
 
 def test_doctor_checks_come_from_plugins(plugin_path: Path) -> None:
@@ -275,7 +275,7 @@ def test_accepts_drafters_must_match_the_drafting_capability(plugin_path: Path) 
 def test_a_plugin_may_register_its_own_model_namespace(plugin_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from lab.kit import models
 
-    _install_fake_dist(plugin_path, "lab_models_ns", "[lab.kit.models]\nacme = lab_models_acme\n", {"lab_models_acme": '''
+    _install_fake_dist(plugin_path, "lab_models_ns", "[lab.models]\nacme = lab_models_acme\n", {"lab_models_acme": '''
         from lab.hookspecs import hookimpl
 
         @hookimpl
@@ -284,7 +284,7 @@ def test_a_plugin_may_register_its_own_model_namespace(plugin_path: Path, monkey
     '''})
     monkeypatch.setenv("LAB_CACHE_DIR", str(plugin_path / "cache"))
     monkeypatch.setattr(models, "_BUILDERS", {})
-    monkeypatch.setattr(models, "_builtin_done", False)
+    load_registry()
     assert models.resolve("acme:rocket").read_text() == "boom"
     with pytest.raises(models.ModelNotFound, match="no such built-in model"):
         models.resolve("acme:missile")

@@ -354,7 +354,7 @@ def generate() -> list[Case]:
     add("arms", "draft-model with empty model", GOOD + arm("t", drafter="draft-model", n_max=3, drafter_options={"model": ""}),
         "arms[1].drafter_options.model")
     for bname, bcls in sorted(registry.backends.items()):
-        if getattr(bcls, "needs_model", False):
+        if bcls.needs_model({}):
             add("arms", f"{bname} without model", GOOD + arm("t", bname, model=None), "arms[1].model")
     add("arms", "prompts missing", HEAD + BASE_ARM, "prompts")
     from lab.base.limits import MAX_PROMPTS

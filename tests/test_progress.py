@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab.base.events import Cell, Status, StatusChanged, arm_cell
-from lab.cli import Progress
+from lab.cli.progress import Progress
 
 DOUBLED = re.compile(r"\b(\w+) \1\b", re.IGNORECASE)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -69,19 +69,28 @@ MAX_NAME = 100
 MAX_DESCRIPTION = 2000
 
 
-def option_range(option: Any) -> Range | None:
+class Bounded(Protocol):
+    """What the bounds read of a plugin's option (``lab.api.Option``, which
+    sits above this module)."""
+
+    type: type
+    min: float | None
+    max: float | None
+
+
+def option_range(option: Bounded) -> Range | None:
     """The range a plugin declares on an Option (``min`` / ``max``), if any."""
-    low, high = getattr(option, "min", None), getattr(option, "max", None)
+    low, high = option.min, option.max
     if low is None and high is None:
         return None
     return Range(low, high)
 
 
-def range_note(option: Any) -> str:
+def range_note(option: Bounded) -> str:
     """The bound a profile check holds an option to, for listings such as
     ``lab plugins``: `` [1..4_096]``, or empty when nothing beyond its type."""
     rng = option_range(option)
-    if rng is None and getattr(option, "type", None) is int:
+    if rng is None and option.type is int:
         rng = INT32
     return f" [{rng.describe()}]" if rng is not None else ""
 

@@ -32,7 +32,7 @@ def infer_baselines(src: Source, drafts: Sequence[ArmDraft], registry: Registry 
         if base is None and speculative[d.name]:
             base = next((b.name for b in bases if b.stack == d.stack and b.model == d.model and _same_setting(b, d)), None)
         if base is None and d.drafter is not None and registry is not None:
-            if getattr(registry.drafter(d.drafter), "needs_baseline", False):
+            if registry.drafter(d.drafter).needs_baseline:
                 raise src.error(
                     ["arms", d.index, "drafter"],
                     f"drafter {d.drafter} replays its stack's baseline: add a baseline arm with the same backend "

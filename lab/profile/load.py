@@ -71,12 +71,12 @@ def check_profile(path: str | Path, registry: Registry) -> Profile:
             _check_model(src, arm.model, [*key, "model"])
         for table, values, declared in _model_options(arm, registry):
             for name, value in values.items():
-                if isinstance(value, str) and getattr(declared.get(name), "model_ref", False):
+                option = declared.get(name)
+                if isinstance(value, str) and option is not None and option.model_ref:
                     _check_model(src, value, [*key, table, name])
         # A backend may refuse a combination its options' types cannot say
         # (llama-server bound beyond loopback without the profile allowing it).
-        refuse = getattr(registry.backend(arm.backend), "refuse_options", None)
-        refused = refuse(arm.options) if refuse is not None else None
+        refused = registry.backend(arm.backend).refuse_options(arm.options)
         if refused:
             raise src.error([*key, "options", refused[0]], refused[1])
     return profile
@@ -87,8 +87,7 @@ def option_warnings(profile: Profile, registry: Registry) -> list[str]:
     one line per arm and warning, for the CLI to print before a run."""
     out = []
     for arm in profile.arms:
-        warn = getattr(registry.backend(arm.backend), "warn_options", None)
-        for line in warn(arm.options) if warn is not None else ():
+        for line in registry.backend(arm.backend).warn_options(arm.options):
             out.append(f"arm {arm.name}: {line}")
     return out
 

@@ -62,7 +62,7 @@ def check_value(src: Source, opt: Option, value: Any, key: KeyPath) -> None:
         if why:
             raise src.error(key, why)
     elif opt.type is list:
-        item_type = getattr(opt, "item_type", None)
+        item_type = opt.item_type
         allowed: tuple[type, ...] = (item_type,) if isinstance(item_type, type) else _SCALARS
         for i, item in enumerate(value):
             ok = isinstance(item, allowed) and not (isinstance(item, bool) and bool not in allowed)
@@ -85,7 +85,7 @@ def _check_text(src: Source, opt: Option, value: str, key: KeyPath) -> None:
 def check_requires(src: Source, options: Mapping[str, Any], declared: Sequence[Option], key: KeyPath, owner: str) -> None:
     """Options one value of another needs (after sweeps: the value may be swept)."""
     for opt in declared:
-        needs = getattr(opt, "requires", None)
+        needs = opt.requires
         if not needs:
             continue
         value = options.get(opt.name, opt.default)

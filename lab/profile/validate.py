@@ -205,7 +205,7 @@ def _misplaced_options(src: Source, t: Mapping[str, Any], key: KeyPath, registry
             ("backend", "options", registry.backends, backend),
             ("drafter", "drafter_options", registry.drafters, drafter),
         ):
-            having = sorted(n for n, cls in plugins.items() if k in {o.name for o in getattr(cls, "options", ())})
+            having = sorted(n for n, cls in plugins.items() if k in {o.name for o in cls.options})
             if not having:
                 continue
             where = f"{table_name} = {{ {k} = ... }}"
@@ -258,12 +258,8 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> A
         except KeyError as exc:
             raise src.error([*key, "backend"], str(exc.args[0])) from None
         stack = bcls.stack
-        # a backend says whether its arms need a model (a bool, or a function of
-        # the arm's options: a server the arm attaches to by URL brings its own)
-        need_model = getattr(bcls, "needs_model", False)
-        if callable(need_model):
-            need_model = need_model(options)
-        if model is None and need_model:
+        # an arm attached to a running server by URL brings its own model
+        if model is None and bcls.needs_model(options):
             raise src.error([*key, "model"], f"backend {backend!r} runs a target model: add model = \"...\"")
         opt_axes = check_options(src, options, bcls.options, [*key, "options"], f"backend {backend!r}")
         if drafter is not None:

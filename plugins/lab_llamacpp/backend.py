@@ -36,7 +36,6 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
     stack = "llamacpp"
     description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
     accepts_drafters = True
-    needs_model = True  # lab check refuses an arm without one
     gpu_layers_option = "n_gpu_layers"
     options = (
         Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)", min=-1),
@@ -53,6 +52,10 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
                choices=("auto", "on", "off")),
     )
 
+    @classmethod
+    def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
+        return True  # lab check refuses an arm without one
+
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.model: Model | None = None
@@ -62,6 +65,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         self.gpu_pick = False
         self.gpu_pick_verifies = False
         self.gpu_pick_one_row = False
+        # how the last verify-cost measurement was taken (probe_notes)
+        self._probe_notes: dict[str, Any] = {}
         # (prompt, output, baseline, batches) -> the divergence evidence found
         self._explained: dict[tuple[Any, ...], dict[str, Any] | None] = {}
 
@@ -289,4 +294,4 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         raise ValueError(f"unknown probe method {method!r}; use {', '.join(self.probe_methods)}")
 
     def probe_notes(self) -> dict[str, Any]:
-        return dict(getattr(self, "_probe_notes", {}))
+        return dict(self._probe_notes)

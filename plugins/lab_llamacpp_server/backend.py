@@ -58,9 +58,14 @@ class LlamaServerBackend(Backend):
     fixed_spec_type: ClassVar[str | None] = None
     # The server is another process, but on the same cores.
     gpu_layers_option = "n_gpu_layers"
-    # what `lab check` refuses or warns about before a run (lab.profile.load.check_profile)
-    refuse_options = staticmethod(refuse_options)
-    warn_options = staticmethod(warn_options)
+
+    @classmethod
+    def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
+        return refuse_options(arm_options)
+
+    @classmethod
+    def warn_options(cls, arm_options: Mapping[str, Any]) -> list[str]:
+        return warn_options(arm_options)
 
     @classmethod
     def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:

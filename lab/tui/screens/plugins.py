@@ -9,12 +9,12 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
+from lab.api import Backend, Drafter
 from lab.registry import Registry
 
 
-def _options(cls: type) -> str:
-    opts = getattr(cls, "options", ())
-    return ", ".join(o.name for o in opts) or "—"
+def _options(cls: type[Backend] | type[Drafter]) -> str:
+    return ", ".join(o.name for o in cls.options) or "—"
 
 
 class PluginsScreen(Screen[None]):

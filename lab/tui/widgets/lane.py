@@ -202,8 +202,8 @@ class ArmLane(Vertical):
             ]
         # latency of the finished cell, where the row carries it (rows of
         # runs saved before it was measured do not)
-        ttft = getattr(r, "ttft_s", None) if r is not None and r.ok else None
-        itl = getattr(r, "itl_p50_s", None) if r is not None and r.ok else None
+        ttft = r.ttft_s if r is not None and r.ok else None
+        itl = r.itl_p50_s if r is not None and r.ok else None
         latency = f"\nttft {ms(ttft * 1000 if ttft is not None else None)} · itl p50 " \
                   f"{ms(itl * 1000 if itl is not None else None)}"
         return Content.assemble("tok/s ", (num(tps), "bold"), *lines, f"mem {mib(mem)} · peak {mib(peak)}", latency)
