@@ -31,6 +31,7 @@ from lab.base.events import ArmReported, Finished, Logged, RunEvent, RunFinished
 from lab.base.profile import Profile
 from lab.base.row import ResultRow
 from lab.base.strictjson import dumps
+from lab.rows.shape import check_run, check_step
 
 SCHEMA_VERSION = 1
 # The profile's part of a run directory's name: file systems refuse names
@@ -45,9 +46,11 @@ class StoreError(OSError):
     path and the reason, for the user."""
 
 
-def _slug(name: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:MAX_NAME_CHARS].rstrip("-.")
-    return slug or "profile"
+def _slug(name: str, limit: int, empty: str) -> str:
+    """``name`` reduced to letters, digits and ``_.-``, at most ``limit``
+    characters, never empty and never a path that climbs."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:limit].rstrip("-.")
+    return slug or empty
 
 
 def _reason(exc: OSError) -> str:
@@ -130,7 +133,7 @@ class RunStore:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.profile = profile
         self.on_moved = on_moved
-        self.path = create_run_dir(root, f"{stamp}-{_slug(profile.name)}")
+        self.path = create_run_dir(root, f"{stamp}-{_slug(profile.name, MAX_NAME_CHARS, 'profile')}")
         # where the run was meant to be, when it had to move
         self.moved_from: Path | None = None
         # True once no directory takes the run's files any more
@@ -240,8 +243,7 @@ class RunStore:
         """A file for ``name`` inside the run directory: whatever made the
         name (an arm, a sweep value), it is reduced to letters, digits and
         ``_.-``, bounded, and cannot climb out."""
-        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:MAX_FILE_CHARS].rstrip("-.")
-        return self.path / (stem or "log")
+        return self.path / _slug(name, MAX_FILE_CHARS, "log")
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, StepEvent):
@@ -340,21 +342,14 @@ def load_run(path: str | Path) -> dict[str, Any]:
     shape the lab saves (:mod:`lab.rows.shape`): what does not fit it is left
     out, and each thing left out is a line of ``data["unreadable"]`` (the
     key is there only when something was)."""
-    from lab.rows.shape import check_run
-
     p = Path(path)
     if p.is_dir():
         p = p / "results.json"
-    nonfinite: list[str] = []
-
-    def constant(name: str) -> None:
-        # NaN and Infinity are not JSON; runs saved before strict JSON have them
-        nonfinite.append(name)
-        return None
-
+    # NaN and Infinity are not JSON; runs saved before strict JSON have them
+    nonfinite: list[str | int] = []
     try:
         text = p.read_text(encoding="utf-8")
-        data = json.loads(text, parse_constant=constant)
+        data = json.loads(text, parse_constant=_NonFinite(nonfinite))
     except FileNotFoundError:
         raise FileNotFoundError(f"{p}: no results.json here; is this a run directory?") from None
     except IsADirectoryError:
@@ -368,7 +363,8 @@ def load_run(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{p}: JSON nested too deep to be a results file") from None
     data, problems = check_run(data, str(p))
     if nonfinite:
-        problems.add(str(p), f"{len(nonfinite)} non-finite numbers ({', '.join(sorted(set(nonfinite)))}) read as null")
+        problems.add(str(p), f"{len(nonfinite)} non-finite numbers ({', '.join(sorted(set(map(str, nonfinite))))}) "
+                     "read as null")
     if problems:
         data["unreadable"] = list(problems)
     return data
@@ -376,20 +372,19 @@ def load_run(path: str | Path) -> dict[str, Any]:
 
 class _NonFinite:
     """A json ``parse_constant`` that reads NaN and Infinity as null and
-    notes the line they were on."""
+    notes each in ``seen``: the line it was on when given one, else the
+    constant's name."""
 
-    def __init__(self, seen: list[int], lineno: int) -> None:
+    def __init__(self, seen: list[str | int], lineno: int | None = None) -> None:
         self.seen, self.lineno = seen, lineno
 
-    def __call__(self, _name: str) -> None:
-        self.seen.append(self.lineno)
+    def __call__(self, name: str) -> None:
+        self.seen.append(name if self.lineno is None else self.lineno)
 
 
 def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
     """steps.jsonl's records; a line that is not a step (torn by a kill, or
     damaged) is skipped and, with ``problems``, named there."""
-    from lab.rows.shape import check_step
-
     p = Path(path)
     if p.is_dir():
         p = p / "steps.jsonl"
@@ -397,7 +392,7 @@ def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict
     if not p.is_file():
         return out
     bad: list[str] = []
-    nonfinite: list[int] = []
+    nonfinite: list[str | int] = []
     try:
         text = p.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from lab.analysis.compare import compare, render_compare
+from lab.analysis.run import summarize
 from lab.base import economics as breakeven
 from lab.base import probe as probes
 from lab.cli import main
 from lab.profile.load import parse_profile
-from lab.render.report import load_for_report, render, summarize
+from lab.render.report import load_for_report, render
 from lab.runner import Runner
 from lab.store import RunStore
 from tests.fakes import fake_registry, profile_toml

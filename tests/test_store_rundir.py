@@ -215,11 +215,9 @@ def test_cli_says_where_the_run_went(registry: Any, tmp_path: Path, monkeypatch:
     """`lab run` end to end in process (the fake backend): the directory is
     replaced by a file after the first row; exit 0, the fallback is named,
     the table is printed, no traceback."""
-    import lab.registry
     import lab.runner
     from lab.cli import main
 
-    monkeypatch.setattr(lab.registry, "load_registry", lambda *a, **k: registry)
     (tmp_path / "p.toml").write_text(profile_toml(THREE_ARMS, prompts=("prose", "code")))
     real_emit = lab.runner.Runner.emit
     done = [0]
@@ -234,7 +232,7 @@ def test_cli_says_where_the_run_went(registry: Any, tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(lab.runner.Runner, "emit", emit)
     monkeypatch.chdir(tmp_path)
-    code = main(["run", "p.toml", "--out", "runs", "--quiet"])
+    code = main(["run", "p.toml", "--out", "runs", "--quiet"], registry=registry)
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "Traceback" not in err
@@ -274,16 +272,14 @@ FULL_DISK = """
 import resource, signal, sys
 sys.path.insert(0, sys.argv[2])
 from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml
-import lab.registry
 registry = fake_registry()
-lab.registry.load_registry = lambda *a, **k: registry
 open("p.toml", "w").write(profile_toml(BASE_AND_SPEC, rounds=2, prompts=("prose", "code")))
 # every file this process writes stops growing here: the kernel answers EFBIG
 # as a full disk answers ENOSPC, for the run directory and any fallback alike
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
 from lab.cli import main
-sys.exit(main(["run", "p.toml", "--out", "runs", "--quiet"]))
+sys.exit(main(["run", "p.toml", "--out", "runs", "--quiet"], registry=registry))
 """
 
 

@@ -19,13 +19,13 @@ import io
 from typing import Any, Mapping
 
 from lab.analysis.run import summarize
+from lab.base.cells import STOPPED_STATUSES
 from lab.base.economics import NEUTRAL_BAND
 
 MEMORY_CHANGE = 0.10
 # The smallest tok/s move called real: one round has no spread of its own,
 # and runs on a shared machine wander by a few percent.
 TOKS_NOISE = 0.05
-STOPPED = ("cancelled", "skipped")
 # Arm keys whose difference makes two arms of the same name different arms.
 ARM_KEYS = ("backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline")
 
@@ -81,7 +81,7 @@ def compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any]) -> list[dict[s
 
 def _stopped(s: Mapping[str, Any]) -> bool:
     """No round of the cell was measured: every one was cancelled or skipped."""
-    return not s.get("rounds") and all(part in STOPPED for part in str(s.get("status") or "").split("/"))
+    return not s.get("rounds") and all(part in STOPPED_STATUSES for part in str(s.get("status") or "").split("/"))
 
 
 def _toks_moved(sa: Mapping[str, Any], sb: Mapping[str, Any]) -> tuple[float, float] | None:

@@ -28,18 +28,12 @@ class Status(str, Enum):
     def is_final(self) -> bool:
         return self in FINAL_STATUSES
 
-    @property
-    def is_failure(self) -> bool:
-        """The engine failed (oom, error, crashed); cancelled and skipped
-        cells were stopped on purpose and are not failures."""
-        return self in FAILURE_STATUSES
-
 
 FINAL_STATUSES = frozenset(
     {Status.OK, Status.OOM, Status.ERROR, Status.CRASHED, Status.CANCELLED, Status.SKIPPED})
-FAILURE_STATUSES = frozenset({Status.OOM, Status.ERROR, Status.CRASHED})
-# Cells nobody measured because someone stopped them.
-STOPPED_STATUSES = frozenset({Status.CANCELLED, Status.SKIPPED})
+# Cells nobody measured because someone stopped them (not failures), by
+# the status a results.json row carries.
+STOPPED_STATUSES = frozenset({Status.CANCELLED.value, Status.SKIPPED.value})
 
 
 def now() -> float:

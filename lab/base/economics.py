@@ -73,14 +73,6 @@ class StepEconomics:
             return None
         return max(0.0, (self.cost_tokens - 1.0) / d)
 
-    @property
-    def step_speedup(self) -> float | None:
-        """Speedup of the steps alone (landed per step over cost), leaving out
-        tokens produced without a draft and loop overhead between steps."""
-        if self.mean_accepted_len is None:
-            return None
-        return self.mean_accepted_len / self.cost_tokens
-
 
 def from_totals(
     gen_s: float, n_tokens: int, accepted: int, baseline_tok_per_s: float, n_max: int,

@@ -1,6 +1,5 @@
-"""Every figure the lab shows, defined once (DESIGN.md, "Metrics and their
-definitions"). The live view (bridge, lanes, plots), the saved result row
-and the analysis call these, so a figure read during a run is the figure
+"""Every figure the lab shows, defined once. The live view (bridge, lanes,
+plots), the saved result row and the analysis call these, so a figure read during a run is the figure
 the run saves. Not applicable -> None.
 """
 

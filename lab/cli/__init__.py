@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from lab.base.textsafe import printable
 from lab.cli import tui
 from lab.cli.context import Context
-from lab.registry import PluginLoadError
+from lab.registry import PluginLoadError, Registry
 
 # The commands, in the order `lab -h` lists them: name -> (module under
 # lab.cli, what `lab -h` says of it without importing it).
@@ -69,9 +69,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, registry: Registry | None = None) -> int:
+    """Run one command; ``registry`` stands in for the installed plugins
+    (tests, programs that embed the lab), else they load when asked."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    ctx = Context()
+    ctx = Context(registry)
     if not args_list or args_list[0] not in (*COMMANDS, "-h", "--help"):
         tui_args = tui.parser().parse_args(args_list)
         return _plugin_errors_end_in_a_message(lambda: tui.run(tui_args, ctx))

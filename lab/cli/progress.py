@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Sequence, TextIO
 
+from lab.analysis.run import summarize
 from lab.base.events import Finished, RunEvent, RunStarted, Status, StatusChanged, finished_row
 from lab.base.probe import ProbeReported
 from lab.base.row import ResultRow
 from lab.base.verdict import busy_warning
-from lab.render.report import summarize
 
 
 class Progress:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from lab.base import machine
 from lab.base.machine import machine_info
 from lab.base.probe import (
     DEFAULT_WIDTHS,
@@ -214,9 +215,8 @@ def plan(arms: Sequence[Any], threads: int, registry: Registry) -> tuple[list[Pr
 
 
 def cache_path(spec: ProbeSpec, root: Path | None = None) -> Path:
-    from lab.telemetry.bandwidth import cache_root
 
-    return (root or cache_root()) / f"probe-{spec.key()}.json"
+    return (root or machine.cache_path("probes")) / f"probe-{spec.key()}.json"
 
 
 def cached(spec: ProbeSpec, root: Path | None = None) -> Probe | None:

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 from lab.analysis import categories, conditions, divergence, lossless_section
 from lab.analysis import run as analysis
 from lab.base import economics as breakeven
+from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
 from lab.base.row import CSV_KEYS
 from lab.base.verdict import BUSY_WARNING, busy_warning
@@ -48,11 +49,6 @@ def _ms(value: float | None) -> str:
 
 def _mib(value: Any) -> str:
     return "—" if not value else f"{value / 2**20:.0f} MiB"
-
-
-def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per arm x prompt over its rounds (see lab.analysis.run)."""
-    return analysis.summarize(results)
 
 
 def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dict[str, Any]:
@@ -287,10 +283,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
     steps = data.get("steps")
     if steps is None:
         return ["The prediction needs the run's steps.jsonl (acceptance per position): render with `lab report RUN_DIR`."]
-    from lab.analysis.run import predicted_for_rows
-
     pool = _probes(data, probe)
-    preds = predicted_for_rows(data["results"], steps, pool)
+    preds = analysis.predicted_for_rows(data["results"], steps, pool)
     lines = []
     for pr in pool:
         ratio = pr.batch_ratio()
@@ -366,7 +360,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     profile = data["profile"]
     run = profile.get("run", {})
     results = data["results"]
-    summaries = summarize(results)
+    summaries = analysis.summarize(results)
     probe = _probe(data)
     lines = [f"# {profile['name']}", ""] + unreadable_lines(data)
     if profile.get("description"):
@@ -412,10 +406,10 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         )
     # Cells someone stopped (cancelled, skipped) were not measured; they are
     # not failures and get a section of their own.
-    stopped = ("cancelled", "skipped")
     for title, rows in (
-        ("Failures", [r for r in results if r["status"] not in ("ok", *stopped) and r.get("detail")]),
-        ("Not measured", [r for r in results if r["status"] in stopped]),
+        ("Failures", [r for r in results if r["status"] != "ok" and r["status"] not in STOPPED_STATUSES
+                      and r.get("detail")]),
+        ("Not measured", [r for r in results if r["status"] in STOPPED_STATUSES]),
     ):
         if not rows:
             continue
@@ -466,7 +460,7 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
     probe = _probe(data)
     steps = data.get("steps")
     out: dict[str, Any] = {
-        "summaries": summarize(results),
+        "summaries": analysis.summarize(results),
         "divergences": analysis.divergences(results),
         "categories": [c.to_json() for c in categories.category_table(results)],
         "positions": None,

@@ -30,11 +30,6 @@ BENCH_BYTES = 128 * 2**20
 BENCH_REPEATS = 3
 
 
-def cache_root() -> Path:
-    """Where the lab keeps what it measured about this machine (created)."""
-    return cache_path("probes")
-
-
 def _gpu_names() -> list[str]:
     """Names of the GPUs the engines could use; empty without a driver. A
     GPU changes every speed the lab measures, so it is part of the
@@ -146,7 +141,7 @@ def _measure(threads: int | None) -> tuple[float, str]:
 
 def _cache_file(threads: int | None, root: Path | None) -> Path:
     identity = machine_identity()
-    return (root or cache_root()) / f"bandwidth-{identity_key({**identity, 'threads': threads or 0})}.json"
+    return (root or cache_path("probes")) / f"bandwidth-{identity_key({**identity, 'threads': threads or 0})}.json"
 
 
 def forget_bandwidth(threads: int | None = None, root: Path | None = None) -> None:

@@ -450,11 +450,6 @@ class RunTelemetry:
         self.arm = arm
         self._arms[arm] = _ArmWindow(now(), pids)
 
-    def end_arm(self, arm: str) -> None:
-        self._update_peaks(arm)
-        if self.arm == arm:
-            self.arm = ""
-
     def _pids(self, arm: str) -> list[int]:
         import os
 

@@ -12,9 +12,10 @@ import psutil
 import pytest
 from textual.message import Message
 
+from lab.analysis.run import summarize
 from lab.profile.load import parse_profile
 from lab.registry import LoadError, Registry
-from lab.render.report import load_for_report, render, summarize
+from lab.render.report import load_for_report, render
 from lab.runner import Runner
 from lab.store import RunStore, load_run, load_steps
 from lab.tui.app import LabApp

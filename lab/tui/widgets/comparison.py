@@ -15,8 +15,8 @@ from typing import Any, Mapping, Sequence
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from lab.analysis.run import summarize
 from lab.base.verdict import busy_warning
-from lab.render.report import summarize
 from lab.tui.widgets.fmt import DASH, mib, num, pct, speedup
 
 COLUMNS = (
