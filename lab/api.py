@@ -398,7 +398,7 @@ class DivergenceExplaining(ABC):
     stopped, and puts the evidence in ``Generation.engine_report`` under
     ``"divergence"``: a mapping with ``cause`` (one of
     ``DIVERGENCE_CAUSES``), the first differing ``token``, and the check's
-    figures (see :mod:`lab.analysis.divergence`). A backend without it leaves
+    figures (see :mod:`lab.render.divergence`). A backend without it leaves
     the cause not established.
     """
 
@@ -512,15 +512,16 @@ class Drafter(ABC):
 
 
 # Everything the core reads from a plugin class, per contract class, and
-# what kind of thing it must be. The registry holds every registered class
+# what kind of thing it must be (METHOD: something callable). The registry holds every registered class
 # to it at load (lab.registry), the one place a plugin class is inspected;
 # everywhere else the core reads these as plain attributes. Each is
 # declared above with its default, except the names a plugin must give.
-CAPABILITIES: dict[type, dict[str, type | tuple[type, ...]]] = {
+METHOD = "method"
+CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
     Backend: {
         "name": str, "stack": str, "description": str, "options": tuple, "accepts_drafters": bool,
-        "gpu_layers_option": (str, type(None)), "needs_model": Callable, "refuse_options": Callable,
-        "warn_options": Callable, "is_speculative": Callable, "busy_cores": Callable,
+        "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
+        "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD,
     },
     Drafter: {
         "name": str, "description": str, "options": tuple, "stacks": (frozenset, type(None)),

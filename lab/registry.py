@@ -230,10 +230,12 @@ def held_to_contract(cls: type, base: type, label: str) -> None:
     names it, not a traceback in the middle of a run."""
     for attr, kind in CAPABILITIES[base].items():
         value = getattr(cls, attr, None)
-        ok = callable(value) if kind is Callable else isinstance(value, kind)
+        if isinstance(kind, str):  # METHOD
+            ok, want = callable(value), "a method"
+        else:
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            ok, want = isinstance(value, kinds), " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
         if not ok:
-            want = "a method" if kind is Callable else " or ".join(
-                "None" if k is type(None) else k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
             raise TypeError(f"{label} registered {cls.__name__}: {attr} must be {want} (see lab.api.{base.__name__}), "
                             f"got {type(value).__name__}")
     for opt in cls.options:  # type: ignore[attr-defined]

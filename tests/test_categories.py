@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from lab.analysis import stats
-from lab.analysis.categories import ALL, UNCATEGORIZED, category_table, markdown_lines
+from lab.analysis.categories import ALL, UNCATEGORIZED, category_table
 from lab.base.events import Status
 from lab.base.profile import Arm
 from lab.base.row import ResultRow
 from lab.profile.load import parse_profile
+from lab.render.categories import markdown_lines
 from lab.render.report import render
 from lab.rows.build import build_result
 from lab.runner import Runner

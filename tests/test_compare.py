@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.compare import compare, profile_differences, render_compare, warnings
+from lab.analysis.compare import compare, profile_differences, warnings
 from lab.base.events import Status
 from lab.base.row import RESULT_KEYS
 from lab.cli import main
+from lab.render.compare import render_compare
 from lab.store import SCHEMA_VERSION
 
 

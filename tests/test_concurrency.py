@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from lab_llamacpp_server.concurrency import StreamRecord, percentile, stream_figures
 
+from lab.render import serving as serving_lines
 from lab.rows import serving
 
 
@@ -61,14 +62,14 @@ def test_row_fields_and_report_section() -> None:
     assert s1["aggregate_speedup"] == pytest.approx(1.5)
     assert s4["aggregate_speedup"] == pytest.approx(0.8)
     assert serving.row_fields({}, None)["concurrency"] is None
-    lines = serving.concurrency_lines([b1, b4, s1, s4])
+    lines = serving_lines.concurrency_lines([b1, b4, s1, s4])
     text = "\n".join(lines)
     assert "| s-c4 | 4 | 240.0 | 0.80x |" in text
     assert "stops paying at concurrency 4" in text
-    assert serving.concurrency_lines([{"arm": "x", "status": "ok"}]) == []
+    assert serving_lines.concurrency_lines([{"arm": "x", "status": "ok"}]) == []
     # an arm that never drafted has no speedup to speak of
     idle = [dict(r, drafted=0) if r["arm"].startswith("s-") else r for r in (b1, b4, s1, s4)]
-    assert "drafted nothing at any level" in "\n".join(serving.concurrency_lines(idle))
+    assert "drafted nothing at any level" in "\n".join(serving_lines.concurrency_lines(idle))
 
 
 # -- a real llama-server --------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def args(run: Path) -> argparse.Namespace:
 
 def test_the_check_lands_in_the_runs_report(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "Lossless at temperature" not in write_report(run_dir).read_text()
-    monkeypatch.setattr(lossless, "run_lossless_check", lambda *a, **k: fake_check())
+    monkeypatch.setattr(lossless_command, "run_lossless_check", lambda *a, **k: fake_check())
     assert lossless_command.main(args(run_dir)) == 1  # a drafter failed
     assert (run_dir / FILE).is_file()
     report = (run_dir / "report.md").read_text()
@@ -64,6 +64,6 @@ def test_a_directory_that_is_no_run_is_refused_before_sampling(tmp_path: Path, m
     def never(*a: object, **k: object) -> None:
         raise AssertionError("sampled")
 
-    monkeypatch.setattr(lossless, "run_lossless_check", never)
+    monkeypatch.setattr(lossless_command, "run_lossless_check", never)
     assert lossless_command.main(args(tmp_path)) == 2
     assert "not a run directory" in capsys.readouterr().err

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lab.analysis import conditions
 from lab.kit import models, prompting
+from lab.render import conditions
 
 USER = "Write a Python function that reverses a linked list."
 

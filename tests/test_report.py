@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from lab.analysis.compare import compare, render_compare
+from lab.analysis.compare import compare
 from lab.analysis.run import summarize
 from lab.base import economics as breakeven
 from lab.base import probe as probes
 from lab.cli import main
 from lab.profile.load import parse_profile
+from lab.render.compare import render_compare
 from lab.render.report import load_for_report, render
 from lab.runner import Runner
 from lab.store import RunStore

@@ -448,7 +448,7 @@ def test_each_run_knows_the_runs_its_process_started_before_and_a_gpu_report_war
     next run's baseline: results.json records how many ran before, and the
     report of a run that sampled a GPU says so; a first run or a CPU run
     carries no warning."""
-    from lab.analysis.conditions import machine_lines
+    from lab.render.conditions import machine_lines
     from lab.render.report import load_for_report, render_markdown
 
     heard: list[RunStarted] = []

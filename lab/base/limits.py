@@ -10,6 +10,7 @@ can state it.
 
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -73,9 +74,12 @@ class Bounded(Protocol):
     """What the bounds read of a plugin's option (``lab.api.Option``, which
     sits above this module)."""
 
-    type: type
-    min: float | None
-    max: float | None
+    @property
+    def type(self) -> builtins.type: ...
+    @property
+    def min(self) -> float | None: ...
+    @property
+    def max(self) -> float | None: ...
 
 
 def option_range(option: Bounded) -> Range | None:

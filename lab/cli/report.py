@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.analysis.compare import render_compare, warnings
+from lab.analysis.compare import warnings
 from lab.base.probe import ProbeError
 from lab.base.textsafe import printable
 from lab.cli.context import Context
+from lab.render.compare import render_compare
 from lab.render.report import load_for_report, render
 from lab.rows.shape import Problems
 from lab.store import load_run

@@ -16,15 +16,18 @@ import io
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab.analysis import categories, conditions, divergence, lossless_section
+from lab.analysis import categories, lossless_section
 from lab.analysis import run as analysis
 from lab.base import economics as breakeven
 from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
 from lab.base.row import CSV_KEYS
 from lab.base.verdict import BUSY_WARNING, busy_warning
+from lab.render import categories as category_section
+from lab.render import conditions, divergence, serving
 from lab.render import gpu as gpu_report
-from lab.rows import serving
+from lab.render import latency as latency_section
+from lab.render import lossless as lossless_lines
 from lab.rows.shape import unreadable_lines
 from lab.telemetry import latency
 
@@ -382,10 +385,10 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     lines += ["", "## Prediction", ""] + _prediction_lines(data, probe)
     lines += ["", "## Statistics", ""] + _stats_lines(summaries)
     if categories.has_categories(results):
-        lines += ["", "## Per category", ""] + categories.markdown_lines(results, profile.get("prompts") or ())
-    lines += ["", "## Latency", ""] + latency.markdown_lines(results)
+        lines += ["", "## Per category", ""] + category_section.markdown_lines(results, profile.get("prompts") or ())
+    lines += ["", "## Latency", ""] + latency_section.markdown_lines(results)
     lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
-    lines += lossless_section.markdown_lines(data.get("lossless"))
+    lines += lossless_lines.markdown_lines(data.get("lossless"))
     for title, section in (("Concurrency", serving.concurrency_lines(results)),
                            ("Servers the lab attached to", serving.attached_lines(results)),
                            ("GPU: memory and energy", gpu_report.markdown_lines(results))):

@@ -138,28 +138,3 @@ def summary(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value * 1000:.1f}"
-
-
-def markdown_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The report's Latency section."""
-    rows = summary(results)
-    if not rows:
-        return ["No token arrival times were recorded (runs saved before the lab kept them)."]
-    lines = [
-        "| arm | prompt | TTFT ms | ITL p50 ms | ITL p95 ms | ITL p99 ms |",
-        "|---|---|---|---|---|---|",
-    ]
-    for s in rows:
-        lines.append(
-            f"| {s['arm']} | {s['prompt']} | {_ms(s['ttft_s'])} | {_ms(s['itl_p50_s'])} | "
-            f"{_ms(s['itl_p95_s'])} | {_ms(s['itl_p99_s'])} |"
-        )
-    lines += [
-        "",
-        "TTFT: from the request to the first token, prompt processing included. ITL: the gap before each "
-        "later token; a token landing in a burst of accepted drafts arrives with no gap, so a speculative "
-        "arm's low median and high tail show its burstiness. Medians over rounds.",
-    ]
-    return lines
