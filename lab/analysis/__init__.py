@@ -1,8 +1,12 @@
-"""Analysis that explains a verdict: step economics and break-even
-(:mod:`.breakeven`), per-position acceptance (:mod:`.acceptance`), the
-prediction from a verify-cost probe (:mod:`.predict`), statistics over rounds
-(:mod:`.stats`), greedy equivalence (:mod:`.equivalence`), the bandwidth
-roofline (:mod:`.roofline`) and the diff of two saved runs (:mod:`.compare`).
+"""Reading a saved run: summaries per arm and prompt and what a row's
+figures add up to (:mod:`.run`), per-position acceptance (:mod:`.acceptance`),
+the prediction from a verify-cost probe (:mod:`.predict`), statistics over
+rounds (:mod:`.stats`), greedy equivalence (:mod:`.equivalence`), the
+bandwidth roofline (:mod:`.roofline`), per-category tables
+(:mod:`.categories`), the lossless check's file (:mod:`.lossless_section`)
+and the diff of two saved runs (:mod:`.compare`). Step economics and
+break-even are :mod:`lab.base.economics`.
 
-Everything here works on saved rows and plain numbers: no engine, no UI.
+Everything here works on saved rows and plain numbers and returns tables
+and figures; the words and Markdown are :mod:`lab.render`'s.
 """
