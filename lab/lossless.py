@@ -37,25 +37,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
 import numpy as np
 
-from lab.api import (
-    BackendContext,
-    Drafter,
-    DrafterContext,
-    Drafting,
-    DraftModelHost,
-    GenerationRequest,
-    Option,
-)
+from lab.api import Backend, BackendContext, Drafter, Drafting, GenerationRequest, Option
 from lab.base.events import Cell, Event, StepEvent, TokenEvent
-
-if TYPE_CHECKING:
-    from lab.api import Backend
-    from lab.base.profile import Arm, RunSettings
-    from lab.registry import Registry
+from lab.base.profile import Arm, RunSettings
+from lab.registry import Registry, load_registry
+from lab.runner import attach_drafter
 
 # Short raw-text contexts: prompt processing is repeated for every sample, so
 # each token of context costs samples x arms decodes. One open-ended context
@@ -321,8 +311,6 @@ class _Sampler:
         self.reference: dict[str, list[int]] = {}
 
     def _arm(self, name: str, drafter: DrafterSpec | None, options: Mapping[str, Any]) -> Arm:
-        from lab.base.profile import Arm
-
         return Arm(
             name=name, backend=self.backend_name, model=self.model,
             drafter=drafter.name if drafter else None, n_max=self.n_max if drafter else None,
@@ -358,15 +346,8 @@ class _Sampler:
             backend.load(lambda event: None)
             if dcls is not None:
                 assert isinstance(backend, Drafting)
-                dctx = DrafterContext(
-                    stack=self.backend_cls.stack, target_model=self.model, vocab_size=backend.vocab_size(),
-                    n_ctx=self.run.n_ctx, threads=self.run.threads, seed=self._seed(arm_index, 99, 0),
-                    temperature=self.run.temperature, reference=self._reference, log=lambda text: None,
-                    draft_model=backend.draft_model if isinstance(backend, DraftModelHost) else None,
-                )
-                instance = dcls(options, dctx)
-                instance.load()
-                backend.attach_drafter(instance)
+                instance = attach_drafter(dcls, arm, backend, self.run, self._reference, lambda text: None,
+                                          seed=self._seed(arm_index, 99, 0))
             else:
                 # The oracle's replay: a continuation of each context drawn
                 # with a seed no compared sample uses.
@@ -439,9 +420,6 @@ def run_lossless_check(
     and test, per context and position, whether their token distributions
     differ. Prints the verdicts to ``out`` (stdout by default) and returns
     them."""
-    from lab.base.profile import RunSettings
-    from lab.registry import load_registry
-
     out = out if out is not None else sys.stdout
     registry = registry if registry is not None else load_registry()
     specs = [DrafterSpec.parse(d) if isinstance(d, str) else d for d in drafters]

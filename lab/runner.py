@@ -49,7 +49,7 @@ from lab.base.events import (
     arm_cell,
     now,
 )
-from lab.base.profile import Arm, Profile
+from lab.base.profile import Arm, Profile, RunSettings
 from lab.base.row import ResultRow
 from lab.registry import Registry
 from lab.rows.build import add_origin, build_result, pick_baseline
@@ -420,9 +420,8 @@ class Runner:
                         if not isinstance(backend, Drafting):
                             raise TypeError(f"backend {arm.backend} does not run drafter plugins")
                         self.emit(StatusChanged(cell0, Status.LOADING, phase=f"loading drafter {arm.drafter}"))
-                        drafter = self._make_drafter(arm, backend)
-                        drafter.load()
-                        backend.attach_drafter(drafter)
+                        drafter = attach_drafter(self.registry.drafter(arm.drafter), arm, backend, self.profile.run,
+                                                 self._reference(arm), self._log)
                     engine_bytes[0] = backend.engine_bytes()
                 except EngineFailure as exc:
                     self._fill(arm, exc.status, _detail(exc))
@@ -444,19 +443,6 @@ class Runner:
                 except Exception:  # noqa: BLE001
                     self._log(traceback.format_exc())
                 backend.close()
-
-    def _make_drafter(self, arm: Arm, backend: Drafting) -> Drafter:
-        """The arm's drafter, not loaded yet, given what the loaded backend
-        offers: its vocabulary, and its engine for a draft model."""
-        run = self.profile.run
-        dcls = self.registry.drafter(arm.drafter or "")
-        dctx = DrafterContext(
-            stack=arm.stack, target_model=arm.model, vocab_size=backend.vocab_size(),
-            n_ctx=run.n_ctx, threads=run.threads, seed=run.seed, temperature=run.temperature,
-            reference=self._reference(arm), log=self._log,
-            draft_model=backend.draft_model if isinstance(backend, DraftModelHost) else None,
-        )
-        return dcls(arm.drafter_options, dctx)
 
     def _run_cells(self, arm: Arm, backend: Backend, sampler: MemorySampler,
                    watcher: ContentionWatcher | None = None) -> None:
@@ -536,6 +522,29 @@ class Runner:
         final = {r.status for r in self.rows() if r.arm == arm.name}
         worst = next((s for s in _WORST_FIRST if s in final), Status.OK)
         self.emit(StatusChanged(cell0, worst))
+
+
+def attach_drafter(dcls: type[Drafter], arm: Arm, backend: Drafting, run: RunSettings,
+                   reference: Callable[[str, int], Sequence[int] | None], log: Callable[[str], None],
+                   seed: int | None = None) -> Drafter:
+    """The arm's drafter, built for what the loaded backend offers (its
+    vocabulary, its engine for a draft model), loaded and attached: the one
+    way a drafter meets a backend, for runs and the lossless check alike.
+    A drafter that fails to load is closed before the error goes on."""
+    dctx = DrafterContext(
+        stack=arm.stack, target_model=arm.model, vocab_size=backend.vocab_size(),
+        n_ctx=run.n_ctx, threads=run.threads, seed=run.seed if seed is None else seed,
+        temperature=run.temperature, reference=reference, log=log,
+        draft_model=backend.draft_model if isinstance(backend, DraftModelHost) else None,
+    )
+    drafter = dcls(arm.drafter_options, dctx)
+    try:
+        drafter.load()
+        backend.attach_drafter(drafter)
+    except BaseException:
+        drafter.close()
+        raise
+    return drafter
 
 
 def _detail(exc: EngineFailure) -> str:

@@ -14,6 +14,8 @@ from lab.analysis.predict import probe_for
 from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
 from lab.base.probe import Probe
+from lab.base.row import LATENCY_KEYS
+from lab.telemetry.latency import percentile
 
 
 def _median(values: Iterable[Any]) -> float | None:
@@ -227,3 +229,20 @@ def predicted_for_rows(
         if key in keyed and key not in order:
             order.append(key)
     return [keyed[k] for k in order]
+
+
+def latency_summary(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per arm x prompt: the median over ok rounds of each latency
+    figure (warmup excluded); pairs with no latency figure are left out."""
+    out = []
+    for (arm, prompt), group in _groups(results):
+        rows = [r for r in group if r.get("status") == "ok"]
+        if not rows:
+            continue
+        s: dict[str, Any] = {"arm": arm, "prompt": prompt, "rounds": len(rows)}
+        for k in LATENCY_KEYS:
+            xs = sorted(float(v) for v in (r.get(k) for r in rows) if v is not None)
+            s[k] = percentile(xs, 50) if xs else None
+        if any(s[k] is not None for k in LATENCY_KEYS):
+            out.append(s)
+    return out

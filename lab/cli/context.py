@@ -5,11 +5,14 @@ run stopped from outside, and SIGTERM turned into Ctrl-C."""
 from __future__ import annotations
 
 import signal
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from lab.base.profile import Profile
 from lab.base.textsafe import printable
+from lab.profile.load import ProfileError, check_profile, option_warnings
 from lab.registry import Registry, load_registry
 
 # Exit statuses of a run stopped from outside: the shell's 128 + signal.
@@ -78,3 +81,16 @@ def load_errors_line(registry: Registry) -> str:
     names = ", ".join(printable(e.entry_point) for e in registry.errors)
     return f"plugins not loaded: {names} (`lab plugins` says why)"
 
+
+def checked_profile(path: str, registry: Registry) -> Profile | None:
+    """The profile with everything knowable without a model checked, its
+    backends' option warnings printed; None (the error printed) when it is
+    refused."""
+    try:
+        profile = check_profile(path, registry)
+    except ProfileError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return None
+    for line in option_warnings(profile, registry):
+        print(f"lab: warning: {printable(line)}", file=sys.stderr)
+    return profile

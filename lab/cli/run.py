@@ -9,9 +9,8 @@ from pathlib import Path
 
 from lab.base.events import Listener
 from lab.base.textsafe import PrintableStream, printable
-from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Context, load_errors_line, sigterm_as_interrupt
+from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Context, checked_profile, load_errors_line, sigterm_as_interrupt
 from lab.cli.progress import Progress, table
-from lab.profile.load import ProfileError, check_profile, option_warnings
 from lab.render.report import ReportWriter
 from lab.runner import Runner
 from lab.store import RunStore, StoreError
@@ -27,14 +26,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     registry = ctx.registry
     if registry.errors:
         print(f"lab: {load_errors_line(registry)}", file=sys.stderr)
-    try:
-        # everything knowable without a model is refused before anything starts
-        profile = check_profile(args.profile, registry)
-    except ProfileError as exc:
-        print(f"lab: {exc}", file=sys.stderr)
+    # everything knowable without a model is refused before anything starts
+    profile = checked_profile(args.profile, registry)
+    if profile is None:
         return 2
-    for line in option_warnings(profile, registry):
-        print(f"lab: warning: {printable(line)}", file=sys.stderr)
     try:
         store = RunStore(profile, args.out, on_moved=_say_moved)
     except StoreError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from lab.telemetry.latency import summary
+from lab.analysis.run import latency_summary as summary
 
 
 def _ms(value: float | None) -> str:

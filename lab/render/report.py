@@ -29,7 +29,6 @@ from lab.render import gpu as gpu_report
 from lab.render import latency as latency_section
 from lab.render import lossless as lossless_lines
 from lab.rows.shape import unreadable_lines
-from lab.telemetry import latency
 
 
 def _fmt(value: Any, spec: str = ".2f", none: str = "—") -> str:
@@ -484,7 +483,7 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
             from lab.analysis.run import predicted_for_rows
 
             out["predictions"] = predicted_for_rows(results, steps, _probes(data, probe))
-    out["latency"] = latency.summary(results)
+    out["latency"] = analysis.latency_summary(results)
     return out
 
 

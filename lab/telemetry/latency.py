@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 from lab.base.row import LATENCY_KEYS
 
@@ -103,38 +103,3 @@ class ArrivalClock:
 
     def shape(self) -> LatencyShape:
         return shape(self.start, self.arrivals)
-
-
-# -- what reports show -----------------------------------------------------------
-
-def _median(values: Iterable[Any]) -> float | None:
-    xs = sorted(float(v) for v in values if v is not None)
-    if not xs:
-        return None
-    return percentile(xs, 50)
-
-
-def summary(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per arm x prompt: the median over ok rounds of each latency
-    figure (warmup excluded)."""
-    order: list[tuple[str, str]] = []
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    for r in results:
-        if int(r.get("round", 1)) < 1 or r.get("status") != "ok":
-            continue
-        key = (r["arm"], r["prompt"])
-        if key not in groups:
-            order.append(key)
-            groups[key] = []
-        groups[key].append(r)
-    out = []
-    for arm, prompt in order:
-        rows = groups[(arm, prompt)]
-        s: dict[str, Any] = {"arm": arm, "prompt": prompt, "rounds": len(rows)}
-        for k in LATENCY_KEYS:
-            s[k] = _median(r.get(k) for r in rows)
-        if any(s[k] is not None for k in LATENCY_KEYS):
-            out.append(s)
-    return out
-
-
