@@ -31,6 +31,7 @@ from lab.api import (
     Generation,
     GenerationRequest,
 )
+from lab.base import probe as probes
 from lab.base.events import (
     ArmReported,
     Cell,
@@ -51,6 +52,7 @@ from lab.base.events import (
 )
 from lab.base.profile import Arm, Profile, RunSettings
 from lab.base.row import ResultRow
+from lab.probing import driver, isolated
 from lab.registry import Registry
 from lab.rows.build import add_origin, build_result, pick_baseline
 from lab.telemetry.contention import Contention, ContentionWatcher
@@ -256,9 +258,6 @@ class Runner:
         prediction and a roofline. ``[run] probe = false`` turns it off; a
         file there is used as it is. Its time is reported apart from the
         arms'; a failed probe costs the prediction, never the run."""
-        from lab.base import probe as probes
-        from lab.probing import driver
-
         setting = self.profile.run.probe
         if setting is False:
             self.emit(probes.ProbeReported("", "off ([run] probe = false)"))
@@ -286,7 +285,11 @@ class Runner:
                 self.emit(probes.ProbeReported(
                     spec.label, f"verify cost T(w) for widths {probes.format_widths(spec.widths)}", done=False))
                 try:
-                    p = driver.obtain(spec, self.registry)
+                    found = isolated.obtain_isolated(spec, self.registry, cancelled=lambda: self.control.cancelled,
+                                                     log=self._log)
+                    if found is None:  # cancelled while it measured: its process is stopped
+                        break
+                    p = found
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:  # noqa: BLE001 - no probe means no prediction, not a failed run

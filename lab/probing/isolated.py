@@ -1,0 +1,126 @@
+"""A run's probe measured in a process of its own.
+
+On a GPU, the arms of a run that measured its probe in the run's own
+process decoded about 4 % slower than llama-bench, for the whole run; the
+same arms after a probe in another process did not (the device state that
+slows them follows the process). So a run measures its probe here: a child
+process loads the backend, measures T(w) and the machine's bandwidth,
+caches the curve as :func:`lab.probing.driver.obtain` does, writes it to a
+file and exits; the run's process reads the file. What the child prints
+goes to the run's log.
+
+The child is the run's own: it is stopped (terminated, then killed) and
+waited for on every way out of :func:`obtain_isolated`, a cancel and Ctrl-C
+included. ``LAB_PROBE_PROCESS=shared`` measures in the run's process, as
+before (the A/B that shows what the probe's process costs the arms).
+
+    python -m lab.probing.isolated REQUEST.json   (the child; not a command for users)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Callable
+
+from lab.base.probe import Probe, ProbeError, load, save
+from lab.probing.driver import DEFAULT_REPEATS, ProbeSpec, obtain
+from lab.registry import Registry, load_registry
+
+# How long a child has to end after it was asked to (SIGTERM), before SIGKILL.
+STOP_GRACE_S = 5.0
+POLL_S = 0.05
+
+
+def wants_own_process(spec: ProbeSpec, registry: Registry) -> bool:
+    """Whether this spec's probe runs in a child: unless the environment
+    says ``LAB_PROBE_PROCESS=shared``, every backend an installed plugin
+    provides (a child loads plugins from their entry points; a backend
+    handed to the registry in process, as tests do, exists only here)."""
+    if os.environ.get("LAB_PROBE_PROCESS", "").strip().lower() == "shared":
+        return False
+    cls = registry.backends.get(spec.backend)
+    if cls is None:
+        return False
+    module = cls.__module__
+    return any(module == ep.module or module.startswith(ep.module + ".")
+               for ep in entry_points(group="lab.backends"))
+
+
+def obtain_isolated(
+    spec: ProbeSpec,
+    registry: Registry,
+    repeats: int = DEFAULT_REPEATS,
+    root: Path | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+    log: Callable[[str], None] = lambda text: None,
+) -> Probe | None:
+    """:func:`lab.probing.driver.obtain` in a child process when the spec
+    wants one (:func:`wants_own_process`), else in this one. None when
+    ``cancelled`` turned true first (the child is stopped)."""
+    if not wants_own_process(spec, registry):
+        return obtain(spec, registry, repeats=repeats, root=root)
+    with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+        request = Path(tmp) / "request.json"
+        out = Path(tmp) / "probe.json"
+        request.write_text(json.dumps({
+            "backend": spec.backend, "model": spec.model, "threads": spec.threads, "options": dict(spec.options),
+            "widths": list(spec.widths), "repeats": repeats, "root": str(root) if root is not None else None,
+            "out": str(out),
+        }, default=str), encoding="utf-8")
+        logfile = Path(tmp) / "child.log"
+        with open(logfile, "w+", encoding="utf-8", errors="replace") as child_log:
+            child = subprocess.Popen([sys.executable, "-m", "lab.probing.isolated", str(request)],
+                                     stdin=subprocess.DEVNULL, stdout=child_log, stderr=subprocess.STDOUT)
+            try:
+                while child.poll() is None:
+                    if cancelled():
+                        return None
+                    time.sleep(POLL_S)
+            finally:
+                stop(child)
+                child_log.seek(0)
+                said = child_log.read()[-20_000:]
+                if said.strip():
+                    log(f"probe of {spec.label} in its own process (pid {child.pid}):\n{said}")
+        if child.returncode != 0:
+            last = [line for line in said.splitlines() if line.strip()][-1:] or ["no output"]
+            raise RuntimeError(f"the probe's process ended with status {child.returncode}: {last[0]}")
+        try:
+            p = load(out)
+        except ProbeError as exc:
+            raise RuntimeError(f"the probe's process wrote no usable probe: {exc}") from None
+    return dataclasses.replace(p, origin={**p.origin, "process": "own"})
+
+
+def stop(child: subprocess.Popen[Any]) -> None:
+    """The child ended and reaped: asked first, then killed."""
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    child.wait()
+
+
+def main(argv: list[str]) -> int:
+    req = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    spec = ProbeSpec(req["backend"], req["model"], int(req["threads"]), dict(req["options"]),
+                     tuple(int(w) for w in req["widths"]))
+    root = Path(req["root"]) if req.get("root") else None
+    p = obtain(spec, load_registry(), repeats=int(req["repeats"]), root=root,
+               progress=lambda text: print(text, flush=True))
+    save(p, req["out"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
