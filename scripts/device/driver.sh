@@ -182,6 +182,20 @@ oracle_run() { lab run "$repo/profiles/h200-oracle.toml" --out "$W/runs" > "$R/l
 
 draft_run() { lab run "$repo/profiles/h200-draft.toml" --out "$W/runs" > "$R/lab-run-draft.txt" 2> "$W/lab-run-draft.log"; }
 
+probe_ab() {
+  # the probe in a process of its own (default) vs in the run's (shared), alternating, each run measuring
+  # its probe afresh, llama-bench tg256 on the same model just before each: the baselines' ratio to it
+  local m8; m8=$(model_path llama-8b)
+  for i in 1 2; do
+    for mode in own shared; do
+      rm -f "$LAB_CACHE_DIR"/probes/probe-*.json
+      llama-bench -m "$m8" -ngl 99 -p 0 -n 256 -r 3 -o json > "$R/ab-$i-$mode-llama-bench.json" 2>/dev/null
+      LAB_PROBE_PROCESS=$mode lab run "$repo/profiles/h200-probe-ab.toml" --out "$W/runs/ab-$i-$mode" \
+        > "$R/ab-$i-$mode.txt" 2> "$W/ab-$i-$mode.log"
+    done
+  done
+}
+
 # -- call 2: what explains the figures -------------------------------------------
 overhead_host() {
   bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick off \
