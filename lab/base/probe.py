@@ -298,7 +298,7 @@ def load(path: str | Path) -> Probe:
     if p.is_dir():
         p = p / PROBE_FILE
     try:
-        data, _ = load_json_file(p, MAX_PROBE_BYTES, "probe file")
+        data, beyond = load_json_file(p, MAX_PROBE_BYTES, "probe file")
     except FileNotFoundError:
         raise ProbeError(f"{p}: no probe file here") from None
     except FileRefused as exc:
@@ -313,6 +313,8 @@ def load(path: str | Path) -> Probe:
         raise ProbeError(f"{p}: not a probe ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise ProbeError(f"{p}: not a speclab probe")
+    if beyond:
+        raise ProbeError(f"{p}: malformed probe ({', '.join(sorted(set(map(str, beyond))))} in it)")
     return Probe.from_json(data, str(p))
 
 
