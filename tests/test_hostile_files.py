@@ -418,3 +418,11 @@ def test_compare_warnings_in_csv_reach_stderr_escaped(run: Path, tmp_path: Path,
     assert "lab: warning:" in err and "evil" in err
     assert not [ch for ch in err if (ord(ch) < 0x20 and ch != "\n") or ch == "\u202e"], err
 
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_lossless_check_that_is_no_regular_file_is_left_out(run: Path, kind: str) -> None:
+    _special(run / "lossless.json", kind)
+    got = report_subprocess(str(run))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("# ") and "## Greedy equivalence" in got.stdout
