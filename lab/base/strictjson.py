@@ -56,8 +56,8 @@ def read_bounded(path: str | os.PathLike[str], cap: int, what: str = "file") -> 
     reached through a symlink, is refused instead of hanging or filling
     memory; a file that grows past ``cap`` while read is refused too.
     OSError (missing, unreadable) is left to the caller."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    fd = os.open(path, flags)
+    # POSIX flags, as the store's own reads (os.pread) are POSIX
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
