@@ -201,3 +201,46 @@ def test_every_installed_option_is_well_declared() -> None:
 ])
 def test_good_options_have_no_problem(opt: Option) -> None:
     assert opt.problem() is None
+
+
+# -- the scaffold --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["evil\n", "evil\r\n", "\nevil", "ev\nil", "evil\x00", "evil\x1b[2J", "evil ",
+                                  "Evil", "-evil", "évil", "e" * 41, "", "evil\u202e"])
+def test_a_scaffold_name_is_matched_whole(tmp_path: Path, name: str) -> None:
+    from lab.scaffold import ScaffoldError, write_drafter_package
+
+    with pytest.raises(ScaffoldError, match="use lowercase letters"):
+        write_drafter_package(name, tmp_path / "pkg", taken=())
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_lab_new_drafter_refuses_a_trailing_newline_writing_nothing(site: Path, tmp_path: Path) -> None:
+    where = tmp_path / "cwd"
+    where.mkdir()
+    got = lab(site, "new-drafter", "evil\n", cwd=where)
+    assert got.returncode == 2 and "\\n" in got.stderr, got.stderr
+    assert list(where.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["ngram", "oracle", "draft-model", "draft_model"])
+def test_a_builtin_drafter_name_is_refused(tmp_path: Path, name: str) -> None:
+    from lab.scaffold import ScaffoldError, write_drafter_package
+
+    with pytest.raises(ScaffoldError, match="installed already"):
+        write_drafter_package(name, tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_an_installed_plugin_drafter_name_is_refused(site: Path, tmp_path: Path) -> None:
+    install(site, "lab-mine", "lab_mine_plugin", drafter().replace("'broken'", "'mine'"))
+    got = lab(site, "new-drafter", "mine", "--dir", str(tmp_path / "pkg"))
+    assert got.returncode == 2 and "installed already" in got.stderr, got.stderr
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_a_new_name_is_still_scaffolded(tmp_path: Path) -> None:
+    from lab.scaffold import write_drafter_package
+
+    made = write_drafter_package("look-ahead", tmp_path / "pkg")
+    assert (tmp_path / "pkg" / "lab_look_ahead.py").is_file() and made.name == "look-ahead"
