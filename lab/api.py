@@ -87,6 +87,51 @@ class Option:
     requires: tuple[tuple[Any, tuple[str, ...]], ...] = ()
     model_ref: bool = False
 
+    def problem(self) -> str | None:
+        """What is wrong with this declaration itself, or None: the registry
+        asks at load, so that a plugin's mistake here is a load error naming
+        it, not a traceback in ``lab plugins`` or a check that passes what no
+        engine can take."""
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            return f"an option's name must be an identifier, got {self.name!r}"
+        if self.type not in OPTION_TYPES:
+            return f"type must be one of {', '.join(t.__name__ for t in OPTION_TYPES)}, got {self.type!r}"
+        for attr in ("required", "model_ref"):
+            if not isinstance(getattr(self, attr), bool):
+                return f"{attr} must be true or false, got {getattr(self, attr)!r}"
+        if not isinstance(self.help, str):
+            return f"help must be a string, got {type(self.help).__name__}"
+        if self.item_type is not None and (self.type is not list or self.item_type not in OPTION_TYPES[:-1]):
+            return f"item_type {self.item_type!r} needs type list and one of bool, int, float, str"
+        for attr in ("min", "max"):
+            bound = getattr(self, attr)
+            if bound is not None and not _finite_number(bound):
+                return f"{attr} must be a finite number or None, got {bound!r}"
+        if self.min is not None and self.max is not None and self.min > self.max:
+            return f"min {self.min!r} is above max {self.max!r}"
+        if (self.min is not None or self.max is not None) and self.type not in (int, float, list):
+            return f"min and max bound numbers; a {self.type.__name__} option takes none"
+        if self.choices is not None:
+            if not isinstance(self.choices, tuple) or not self.choices:
+                return f"choices must be a non-empty tuple, got {self.choices!r}"
+            bad = [c for c in self.choices if not _of_type(c, self.type)]
+            if bad:
+                return f"choice {bad[0]!r} is not a {self.type.__name__}"
+        if self.default is not None:
+            if not _of_type(self.default, self.type):
+                return f"default {self.default!r} is not a {self.type.__name__}"
+            if self.type is list and self.item_type is not None:
+                if any(not _of_type(v, self.item_type) for v in self.default):
+                    return f"default {self.default!r} holds a value that is not a {self.item_type.__name__}"
+            if self.choices is not None and self.default not in self.choices:
+                return f"default {self.default!r} is not one of its choices"
+        if not isinstance(self.requires, tuple) or not all(
+            isinstance(r, tuple) and len(r) == 2 and isinstance(r[1], tuple) and all(isinstance(n, str) for n in r[1])
+            for r in self.requires
+        ):
+            return "requires must be a tuple of (value, (option names...)) pairs"
+        return None
+
     def describe(self) -> str:
         from lab.base.limits import range_note
 
@@ -94,6 +139,24 @@ class Option:
         extra = f" one of {list(self.choices)}" if self.choices else ""
         default = "" if self.default is None else f" (default {self.default!r})"
         return f"{self.name}: {kind}{range_note(self)}{extra}{default} - {self.help}"
+
+
+# The types an option may have (list last: item_type is one of the others).
+OPTION_TYPES: tuple[type, ...] = (bool, int, float, str, list)
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
+
+
+def _of_type(value: Any, kind: type) -> bool:
+    """Whether ``value`` is what a profile may give for ``kind``: a bool is
+    no int, an int is a float."""
+    if kind is float:
+        return _finite_number(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 class EngineFailure(Exception):

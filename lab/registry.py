@@ -8,11 +8,14 @@ register becomes a listed load error instead of taking the lab down. Set
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import traceback
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import pluggy
 
@@ -100,6 +103,57 @@ def _blocked() -> set[str]:
     return {part.strip() for part in raw.split(",") if part.strip()}
 
 
+class _CtrlC:
+    """Whether a SIGINT really arrived while plugins loaded.
+
+    A plugin's code runs inside the lab (its import, its register hook), so
+    anything it raises is its failure and becomes a load error, SystemExit
+    and other BaseExceptions included: a plugin cannot end ``lab check`` with
+    rc 0 and no output. KeyboardInterrupt is the one exception a user raises
+    too: a Ctrl-C while plugins load must still stop the lab. So the lab
+    watches SIGINT while loading (in the main thread, where signals arrive);
+    a KeyboardInterrupt with no SIGINT behind it is the plugin's own raise
+    and a load error, one that follows a SIGINT goes on up. Off the main
+    thread nothing can be watched, and every KeyboardInterrupt goes on up."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.watching = False
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        try:
+            before = signal.getsignal(signal.SIGINT)
+        except (ValueError, OSError):  # pragma: no cover - no signals here
+            yield
+            return
+
+        def heard(signum: int, frame: Any) -> None:
+            self.seen = True
+            if callable(before):
+                before(signum, frame)
+            elif before != signal.SIG_IGN:
+                raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, heard)
+        self.watching = True
+        try:
+            yield
+        finally:
+            self.watching = False
+            signal.signal(signal.SIGINT, before)
+
+    def plugins_own(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by a plugin's code, is the plugin's failure
+        (a load error) rather than the user stopping the lab."""
+        if isinstance(exc, KeyboardInterrupt):
+            return self.watching and not self.seen
+        return True
+
+
 def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
     """Load every entry point in GROUPS, then ``extra_plugins`` (objects with
     hookimpls, used by tests), and collect what they register."""
@@ -107,6 +161,16 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
     pm.add_hookspecs(hookspecs)
     registry = Registry(_pm=pm)
     blocked = _blocked()
+    ctrl_c = _CtrlC()
+    with ctrl_c.watch():
+        _load_all(pm, registry, blocked, ctrl_c, extra_plugins)
+    # Model references resolve through what this registry loaded.
+    model_refs.install(registry.models)
+    return registry
+
+
+def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], ctrl_c: _CtrlC,
+              extra_plugins: Iterable[object]) -> None:
 
     def fail(ep_name: str, group: str, exc: BaseException) -> None:
         err = LoadError(ep_name, group, f"{type(exc).__name__}: {exc}", traceback.format_exc())
@@ -163,9 +227,11 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
                 for impl in hook.get_hookimpls():
                     if impl.plugin_name == name:
                         impl.function(register=register)
-        except Exception as exc:  # noqa: BLE001 - a plugin's failure is data
+        except BaseException as exc:  # noqa: BLE001 - a plugin's failure is data, SystemExit included
             registry.backends, registry.drafters, registry.models, registry.origins = before
             pm.unregister(plugin)
+            if not ctrl_c.plugins_own(exc):
+                raise
             fail(label, group, exc)
 
     seen: set[str] = set()
@@ -180,7 +246,9 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
         seen.add(ep.value)
         try:
             plugin = ep.load()
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - SystemExit at import included (see _CtrlC)
+            if not ctrl_c.plugins_own(exc):
+                raise
             fail(ep.name, group, exc)
             continue
         label = ep.name if pm.get_plugin(ep.name) is None else f"{ep.name} ({group})"
@@ -190,9 +258,6 @@ def load_registry(extra_plugins: Iterable[object] = ()) -> Registry:
         if pm.is_registered(plugin) or pm.get_plugin(label) is not None:
             continue
         register_all(plugin, label, "extra")
-    # Model references resolve through what this registry loaded.
-    model_refs.install(registry.models)
-    return registry
 
 
 def _entry_points(group: str) -> list[EntryPoint]:
@@ -238,6 +303,19 @@ def held_to_contract(cls: type, base: type, label: str) -> None:
         if not ok:
             raise TypeError(f"{label} registered {cls.__name__}: {attr} must be {want} (see lab.api.{base.__name__}), "
                             f"got {type(value).__name__}")
+    seen: set[str] = set()
     for opt in cls.options:  # type: ignore[attr-defined]
         if not isinstance(opt, Option):
-            raise TypeError(f"{label} registered {cls.__name__}: its options must be lab.api.Option, got {opt!r}")
+            raise TypeError(f"{label} registered {cls.__name__}: its options must be lab.api.Option, "
+                            f"got {_short(opt)}")
+        problem = opt.problem()
+        if problem is None and opt.name in seen:
+            problem = "declared twice"
+        if problem is not None:
+            raise TypeError(f"{label} registered {cls.__name__}: option {_short(getattr(opt, 'name', '?'))}: {problem}")
+        seen.add(opt.name)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."

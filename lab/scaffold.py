@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+# Matched whole (fullmatch): ``$`` would also match before a trailing newline.
+NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 
 PYPROJECT = """\
 [build-system]
@@ -163,13 +165,33 @@ def class_name(name: str) -> str:
     return "".join(part.capitalize() for part in re.split(r"[-_]", name) if part) + "Drafter"
 
 
-def write_drafter_package(name: str, directory: str | Path | None = None) -> Scaffold:
+def installed_drafters() -> list[str]:
+    """The drafter names the installed plugins register (the lab's own
+    included): a new drafter by one of them would clash once installed."""
+    from lab.registry import load_registry
+
+    return sorted(load_registry().drafters)
+
+
+def _same(name: str) -> str:
+    # "draft_model" and "draft-model" make the same module and distribution
+    return name.replace("_", "-")
+
+
+def write_drafter_package(name: str, directory: str | Path | None = None, taken: Iterable[str] | None = None) -> Scaffold:
     """Write the package for drafter ``name`` into ``directory`` (default:
-    ./lab-NAME-drafter), which must not exist or be empty."""
-    if not NAME_RE.match(name):
+    ./lab-NAME-drafter), which must not exist or be empty. ``name`` may not
+    be one of ``taken`` (default: the installed drafters' names), nor differ
+    from one only by '-' and '_'."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ScaffoldError(
             f"drafter name {name!r}: use lowercase letters, digits, '-' or '_', starting with a letter "
             "(at most 40 characters)")
+    taken = installed_drafters() if taken is None else list(taken)
+    clash = next((t for t in taken if _same(t) == _same(name)), None)
+    if clash is not None:
+        raise ScaffoldError(f"drafter name {name!r}: a drafter {clash!r} is installed already, and two drafters "
+                            "cannot share a name; pick another")
     dist = f"lab-{name}-drafter"
     target = Path(directory) if directory is not None else Path(dist)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):

@@ -30,7 +30,7 @@ from typing import IO, Any, Callable, Mapping
 from lab.base.events import ArmReported, Finished, Logged, RunEvent, RunFinished, RunStarted, StepEvent, finished_row
 from lab.base.profile import Profile
 from lab.base.row import ResultRow
-from lab.base.strictjson import dumps
+from lab.base.strictjson import BoundedNumbers, FileRefused, dumps, read_bounded
 from lab.rows.shape import check_run, check_step
 
 SCHEMA_VERSION = 1
@@ -337,19 +337,27 @@ def _dir_id(path: Path) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
+# What a report reads at most. A run of thousands of cells saves a few
+# megabytes of results and tens of megabytes of steps; the caps keep a wrong
+# or hostile file (a symlink to a device, a huge file) from being read whole.
+MAX_RESULTS_BYTES = 256 * 1024 * 1024
+MAX_STEPS_BYTES = 1024 * 1024 * 1024
+
+
 def load_run(path: str | Path) -> dict[str, Any]:
     """Read a run directory's results.json (or the file itself), in the
     shape the lab saves (:mod:`lab.rows.shape`): what does not fit it is left
     out, and each thing left out is a line of ``data["unreadable"]`` (the
-    key is there only when something was)."""
+    key is there only when something was). Only a regular file of at most
+    MAX_RESULTS_BYTES is read."""
     p = Path(path)
     if p.is_dir():
         p = p / "results.json"
-    # NaN and Infinity are not JSON; runs saved before strict JSON have them
-    nonfinite: list[str | int] = []
+    # NaN and Infinity are not JSON; runs saved before strict JSON have them.
+    # Numbers no run saves (1e400, a 5000-digit integer) are read as null too.
+    seen: list[str | int] = []
     try:
-        text = p.read_text(encoding="utf-8")
-        data = json.loads(text, parse_constant=_NonFinite(nonfinite))
+        data = BoundedNumbers(seen).loads(read_bounded(p, MAX_RESULTS_BYTES, "results file").decode("utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{p}: no results.json here; is this a run directory?") from None
     except IsADirectoryError:
@@ -361,25 +369,19 @@ def load_run(path: str | Path) -> dict[str, Any]:
                          "a file cut short?)") from None
     except RecursionError:
         raise ValueError(f"{p}: JSON nested too deep to be a results file") from None
+    except OSError as exc:
+        raise OSError(f"{p}: cannot read ({_reason(exc)})") from None
     data, problems = check_run(data, str(p))
+    nonfinite = [str(x) for x in seen if x in ("NaN", "Infinity", "-Infinity")]
     if nonfinite:
-        problems.add(str(p), f"{len(nonfinite)} non-finite numbers ({', '.join(sorted(set(map(str, nonfinite))))}) "
+        problems.add(str(p), f"{len(nonfinite)} non-finite numbers ({', '.join(sorted(set(nonfinite)))}) "
                      "read as null")
+    beyond = [str(x) for x in seen if str(x) not in nonfinite]
+    if beyond:
+        problems.add(str(p), f"{len(beyond)} numbers out of range ({', '.join(sorted(set(beyond)))}) read as null")
     if problems:
         data["unreadable"] = list(problems)
     return data
-
-
-class _NonFinite:
-    """A json ``parse_constant`` that reads NaN and Infinity as null and
-    notes each in ``seen``: the line it was on when given one, else the
-    constant's name."""
-
-    def __init__(self, seen: list[str | int], lineno: int | None = None) -> None:
-        self.seen, self.lineno = seen, lineno
-
-    def __call__(self, name: str) -> None:
-        self.seen.append(name if self.lineno is None else self.lineno)
 
 
 def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
@@ -389,12 +391,16 @@ def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict
     if p.is_dir():
         p = p / "steps.jsonl"
     out: list[dict[str, Any]] = []
-    if not p.is_file():
+    if not p.exists():
         return out
     bad: list[str] = []
     nonfinite: list[str | int] = []
     try:
-        text = p.read_bytes().decode("utf-8", errors="replace")
+        text = read_bounded(p, MAX_STEPS_BYTES, "steps file").decode("utf-8", errors="replace")
+    except FileRefused as exc:
+        if problems is not None:
+            problems.append(f"{p}: not read ({str(exc).removeprefix(f'{p}: ')})")
+        return out
     except OSError as exc:
         if problems is not None:
             problems.append(f"{p}: unreadable ({exc.strerror or exc})")
@@ -404,8 +410,8 @@ def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict
         if not line:
             continue
         try:
-            record = json.loads(line, parse_constant=_NonFinite(nonfinite, lineno))
-        except (json.JSONDecodeError, RecursionError):
+            record = BoundedNumbers(nonfinite, lineno).loads(line)
+        except (ValueError, RecursionError):
             bad.append(f"line {lineno}: not JSON")
             continue
         why = check_step(record)

@@ -5,20 +5,24 @@ run's own rows."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from lab.base.strictjson import load_json_file
+
 FILE = "lossless.json"
+# A check's verdicts are kilobytes; a device or a huge file is not read.
+MAX_BYTES = 64 * 1024 * 1024
 
 
 def load(run_dir: str | Path) -> dict[str, Any] | None:
     """The check saved in ``run_dir``, or None when there is none (or it
-    cannot be read: the report then says nothing of it)."""
+    cannot be read, is no regular file or is over MAX_BYTES: the report then
+    says nothing of it)."""
     path = Path(run_dir) / FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data, _ = load_json_file(path, MAX_BYTES, "lossless check")
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("verdicts"), list) else None
 

@@ -45,6 +45,44 @@ class ProbeInterrupted(KeyboardInterrupt):
         self.probe = probe
 
 
+# The widest width and the shortest and longest pass a probe can hold: past
+# them a probe file is damaged, not measured (and T(w), a ratio of passes,
+# could overflow).
+MAX_WIDTH = 4096
+MIN_PASS_SECONDS = 1e-9
+MAX_PASS_SECONDS = 1e6
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if not isinstance(value, BaseException) else str(value)
+    return text if len(text) <= 120 else text[:120] + "..."
+
+
+def _width(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WIDTH:
+        raise ValueError(f"a width must be an integer 1..{MAX_WIDTH}, got {_shown(value)}")
+    return value
+
+
+def _seconds(value: Any) -> float:
+    """A measured pass: a positive, finite number of seconds (T(w) divides
+    by the pass at width 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_PASS_SECONDS <= value <= MAX_PASS_SECONDS:
+        raise ValueError(f"a pass must take {MIN_PASS_SECONDS:g} to {MAX_PASS_SECONDS:g} seconds, got {_shown(value)}")
+    return float(value)
+
+
+def _optional(value: Any, kind: type, key: str) -> Any:
+    """An optional figure: None, or a positive finite number (an integer
+    where ``kind`` is int)."""
+    if value is None:
+        return None
+    ok = not isinstance(value, bool) and isinstance(value, (int,) if kind is int else (int, float))
+    if not ok or not (0 < value < float("inf")):
+        raise ValueError(f"{key} must be a positive {'integer' if kind is int else 'number'} or null, got {_shown(value)}")
+    return kind(value)
+
+
 def parse_widths(text: str) -> tuple[int, ...]:
     """"1-16", "1,2,4,8" or "1-4,8,16" -> sorted widths, always with 1 (T is
     relative to it)."""
@@ -176,21 +214,25 @@ class Probe:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "probe") -> Probe:
         if data.get("kind") != KIND:
-            raise ProbeError(f"{where}: not a speclab probe (kind {data.get('kind')!r})")
+            raise ProbeError(f"{where}: not a speclab probe (kind {_shown(data.get('kind'))})")
         if data.get("version") != VERSION:
-            raise ProbeError(f"{where}: probe version {data.get('version')!r}, this lab reads {VERSION}")
+            raise ProbeError(f"{where}: probe version {_shown(data.get('version'))}, this lab reads {VERSION}")
         try:
+            widths = tuple(_width(w) for w in data["widths"])
+            seconds = tuple(tuple(_seconds(s) for s in rep) for rep in data["seconds"])
+            if list(widths) != sorted(set(widths)):
+                raise ValueError("widths must rise, each once")
             return cls(
                 backend=str(data["backend"]), model=str(data["model"]), method=str(data["method"]),
-                widths=tuple(int(w) for w in data["widths"]),
-                seconds=tuple(tuple(float(s) for s in rep) for rep in data["seconds"]),
+                widths=widths, seconds=seconds,
                 created=str(data.get("created", "")), machine=dict(data.get("machine") or {}),
-                threads=data.get("threads"), bandwidth_bytes_s=data.get("bandwidth_bytes_s"),
-                model_bytes=data.get("model_bytes"), notes=dict(data.get("notes") or {}),
+                threads=_optional(data.get("threads"), int, "threads"),
+                bandwidth_bytes_s=_optional(data.get("bandwidth_bytes_s"), float, "bandwidth_bytes_s"),
+                model_bytes=_optional(data.get("model_bytes"), int, "model_bytes"), notes=dict(data.get("notes") or {}),
                 origin=dict(data.get("origin") or {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProbeError(f"{where}: malformed probe ({exc})") from None
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+            raise ProbeError(f"{where}: malformed probe ({_shown(exc)})") from None
 
     def origin_line(self) -> str:
         """How the run came by this probe, for progress and the report:
@@ -242,19 +284,37 @@ def save(probe: Probe, path: str | Path) -> Path:
     return p
 
 
+# A probe is a few kilobytes; the cap keeps a wrong file (a device, a
+# model) from being read whole.
+MAX_PROBE_BYTES = 16 * 1024 * 1024
+
+
 def load(path: str | Path) -> Probe:
-    """A probe file, or the probe.json inside a run directory."""
+    """A probe file, or the probe.json inside a run directory: a regular file
+    of at most MAX_PROBE_BYTES, numbers bounded."""
+    from lab.base.strictjson import FileRefused, load_json_file
+
     p = Path(path)
     if p.is_dir():
         p = p / PROBE_FILE
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data, beyond = load_json_file(p, MAX_PROBE_BYTES, "probe file")
     except FileNotFoundError:
         raise ProbeError(f"{p}: no probe file here") from None
+    except FileRefused as exc:
+        raise ProbeError(str(exc)) from None
+    except OSError as exc:
+        raise ProbeError(f"{p}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise ProbeError(f"{p}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ProbeError(f"{p}: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ProbeError(f"{p}: not a probe ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise ProbeError(f"{p}: not a speclab probe")
+    if beyond:
+        raise ProbeError(f"{p}: malformed probe ({', '.join(sorted(set(map(str, beyond))))} in it)")
     return Probe.from_json(data, str(p))
 
 

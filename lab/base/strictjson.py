@@ -5,8 +5,11 @@ saved as null, which in a row already means "not applicable"."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from typing import Any, Mapping
 
 
@@ -31,3 +34,92 @@ def dumps(value: Any, **kw: Any) -> str:
         return json.dumps(value, allow_nan=False, **kw)
     except ValueError:
         return json.dumps(strict_json(value), allow_nan=False, **kw)
+
+
+# -- reading ------------------------------------------------------------------
+
+# An integer longer than this is no figure the lab saves (the widest are
+# nanosecond clocks and 64-bit seeds, 20 digits): it is read as null, and
+# Python's own limit (4300 digits) is never reached.
+MAX_INT_DIGITS = 40
+
+
+class FileRefused(ValueError):
+    """A file the lab will not read: not a regular file, or over its size
+    cap. The message names the path and why."""
+
+
+def read_bounded(path: str | os.PathLike[str], cap: int, what: str = "file") -> bytes:
+    """A regular file's bytes, at most ``cap`` of them. The file is opened
+    without blocking and checked through the open descriptor, so a FIFO, a
+    device (``/dev/zero``) or a socket, even one swapped in for the file or
+    reached through a symlink, is refused instead of hanging or filling
+    memory; a file that grows past ``cap`` while read is refused too.
+    OSError (missing, unreadable) is left to the caller."""
+    # POSIX flags, as the store's own reads (os.pread) are POSIX
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"{path}: not a regular file (a {what} must be one)")
+        if st.st_size > cap:
+            raise FileRefused(f"{path}: {st.st_size:,} bytes; a {what} may be at most {cap:,}")
+        chunks: list[bytes] = []
+        left = cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > cap:
+        raise FileRefused(f"{path}: over {cap:,} bytes; a {what} may be at most that")
+    return data
+
+
+class BoundedNumbers:
+    """``json.loads`` hooks that read what JSON cannot hold as a figure
+    (NaN, Infinity, a float that overflows to infinity, an integer of more
+    than MAX_INT_DIGITS digits) as null, noting each in ``seen``: the line
+    given, else what it was."""
+
+    def __init__(self, seen: list[str | int] | None = None, lineno: int | None = None) -> None:
+        self.seen = seen if seen is not None else []
+        self.lineno = lineno
+
+    def _note(self, what: str) -> None:
+        self.seen.append(what if self.lineno is None else self.lineno)
+
+    def constant(self, name: str) -> None:
+        self._note(name)
+
+    def float(self, text: str) -> float | None:
+        value = float(text)
+        if math.isfinite(value):
+            return value
+        self._note("a float beyond range")
+        return None
+
+    def int(self, text: str) -> int | None:
+        if len(text.lstrip("-")) > MAX_INT_DIGITS:
+            self._note(f"an integer of over {MAX_INT_DIGITS} digits")
+            return None
+        return int(text)
+
+    def loads(self, text: str | bytes) -> Any:
+        return json.loads(text, parse_constant=self.constant, parse_float=self.float, parse_int=self.int)
+
+
+def load_json_file(path: str | os.PathLike[str], cap: int, what: str = "file") -> tuple[Any, list[str | int]]:
+    """A JSON file read within ``cap`` bytes (:func:`read_bounded`) with its
+    numbers bounded (:class:`BoundedNumbers`): the value and what was read as
+    null. Raises OSError, FileRefused, UnicodeDecodeError, ValueError
+    (``json.JSONDecodeError``) and RecursionError as they come."""
+    numbers = BoundedNumbers()
+    value = numbers.loads(read_bounded(path, cap, what).decode("utf-8"))
+    return value, numbers.seen

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             text = render_compare(data, data_b, args.format)
             if args.format == "csv":  # Markdown and JSON carry them; a CSV is cells only
                 for line in warnings(data, data_b):
-                    print(f"lab: warning: {line}", file=sys.stderr)
+                    print(f"lab: warning: {printable(line)}", file=sys.stderr)
         else:
             text = render(data, args.format)
     except (OSError, ValueError, ProbeError) as exc:

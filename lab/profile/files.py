@@ -42,13 +42,34 @@ def resolve(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bo
     full = base / given
     if allow_outside:
         return full
+    hold_inside(src, base, full, value, key)
+    return full
+
+
+def hold_inside(src: Source, base: Path, full: Path, value: str, key: KeyPath) -> None:
+    """``full``, every component resolved (symlinks in the directories on
+    the way as well as the last one), lies inside ``base``: a directory a
+    profile names is held to it, and so is the file the lab reads from
+    inside that directory (a suite's question.jsonl, a run's probe.json)."""
     try:
         inside = full.resolve().is_relative_to(base.resolve())
     except (OSError, RuntimeError) as exc:  # a symlink loop
         raise src.error(key, f"cannot resolve {shown(value)}: {clean(str(exc))}") from None
     if not inside:
-        raise src.error(key, f"{shown(value)} leads outside the profile's directory {shown(str(base.resolve()))}; {_HOW_TO_ALLOW}")
-    return full
+        what = shown(value) if str(full) == str(base / value) else f"{shown(str(full))} (from {shown(value)})"
+        raise src.error(key, f"{what} leads outside the profile's directory {shown(str(base.resolve()))}; {_HOW_TO_ALLOW}")
+
+
+def inner(src: Source, base: Path, path: Path, name: str, value: str, key: KeyPath, allow_outside: bool) -> Path:
+    """The file ``name`` inside the directory ``path`` a profile named, held
+    to the profile's directory like the directory itself; ``path`` itself
+    when it is no directory."""
+    if not path.is_dir():
+        return path
+    path = path / name
+    if not allow_outside:
+        hold_inside(src, base, path, value, key)
+    return path
 
 
 def read_prompt(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bool) -> str:
@@ -64,9 +85,7 @@ def check_probe(src: Source, base: Path, value: str, key: KeyPath, allow_outside
     as a probe; the report loads it again later."""
     from lab.base.probe import PROBE_FILE, Probe, ProbeError
 
-    path = resolve(src, base, value, key, allow_outside)
-    if path.is_dir():
-        path = path / PROBE_FILE
+    path = inner(src, base, resolve(src, base, value, key, allow_outside), PROBE_FILE, value, key, allow_outside)
     try:
         data: Any = json.loads(read_text(path, "probe file"))
     except Unreadable as exc:

@@ -64,10 +64,15 @@ def read_profile_text(path: str | os.PathLike[str]) -> str:
         raise Source(str(path), "").error([], str(exc)) from None
 
 
+# No profile value is an integer past 64 bits; a longer one is a mistake (or
+# worse), refused where it is before any message has to print it whole.
+MAX_INT = 2**63 - 1
+
+
 def parse_toml(src: Source) -> dict[str, Any]:
     """The profile's TOML document."""
     try:
-        return tomllib.loads(src.text)
+        data = tomllib.loads(src.text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         raise _at_line(src, f"not valid TOML: {exc}", int(m.group(1)) if m else None) from None
@@ -75,6 +80,22 @@ def parse_toml(src: Source) -> dict[str, Any]:
         raise _at_line(src, "not valid TOML for a profile: arrays or tables nested too deeply", None) from None
     except (ValueError, OverflowError, MemoryError) as exc:
         raise _at_line(src, f"not valid TOML: {type(exc).__name__}: {exc}", None) from None
+    _bounded_ints(src, data, [])
+    return data
+
+
+def _bounded_ints(src: Source, value: Any, key: list[str | int]) -> None:
+    """Every integer in the document fits in 64 bits (an iterative walk: the
+    document may be nested as deep as tomllib allows)."""
+    todo: list[tuple[Any, list[str | int]]] = [(value, key)]
+    while todo:
+        v, k = todo.pop()
+        if isinstance(v, dict):
+            todo.extend((item, [*k, name]) for name, item in v.items())
+        elif isinstance(v, list):
+            todo.extend((item, [*k, i]) for i, item in enumerate(v))
+        elif isinstance(v, int) and not isinstance(v, bool) and not -MAX_INT - 1 <= v <= MAX_INT:
+            raise src.error(k, f"an integer of {len(str(abs(v)))} digits is out of range (at most {MAX_INT:_})")
 
 
 def _at_line(src: Source, message: str, line: int | None) -> ProfileError:

@@ -69,11 +69,15 @@ def _per_category(src: Source, raw: Any, key: KeyPath) -> int | None:
 def _suite_file(src: Source, value: str, key: KeyPath, allow_outside: bool) -> str | Path:
     """A built-in suite's name as given, else the path it names, resolved
     like a prompt file."""
-    from lab.suites import builtin_suites
+    from lab.suites import QUESTION_FILE, builtin_suites
 
     if value in builtin_suites():
         return value
-    path = files.resolve(src, files.base_dir(src.path), value, key, allow_outside)
+    base = files.base_dir(src.path)
+    # A directory stands for its question.jsonl (Spec-Bench's and MT-bench's
+    # layout), which is held inside the profile's directory too.
+    path = files.inner(src, base, files.resolve(src, base, value, key, allow_outside), QUESTION_FILE, value, key,
+                       allow_outside)
     if not path.exists():
         known = ", ".join(builtin_suites()) or "none"
         raise src.error(key, f"no suite {shown(value)}: not a built-in suite ({known}) and no such file")

@@ -327,6 +327,15 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
     return lines
 
 
+def _prediction_or_why(data: Mapping[str, Any], probe: Any) -> list[str]:
+    """The prediction, or one line saying why there is none: a probe whose
+    figures the arithmetic cannot take costs the prediction, not the report."""
+    try:
+        return _prediction_lines(data, probe)
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        return [f"No prediction: the probe could not be used ({type(exc).__name__}: {str(exc)[:200]})."]
+
+
 def _stats_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = []
     for s in summaries:
@@ -381,7 +390,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     if econ:
         lines += ["", "## Why: the step arithmetic", ""] + econ
     lines += ["", "## Acceptance per draft position", ""] + _position_lines(data)
-    lines += ["", "## Prediction", ""] + _prediction_lines(data, probe)
+    lines += ["", "## Prediction", ""] + _prediction_or_why(data, probe)
     lines += ["", "## Statistics", ""] + _stats_lines(summaries)
     if categories.has_categories(results):
         lines += ["", "## Per category", ""] + category_section.markdown_lines(results, profile.get("prompts") or ())
@@ -480,9 +489,10 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
             for (a, p), v in analysis.positions(steps).items()
         ]
         if probe is not None:
-            from lab.analysis.run import predicted_for_rows
-
-            out["predictions"] = predicted_for_rows(results, steps, _probes(data, probe))
+            try:
+                out["predictions"] = analysis.predicted_for_rows(results, steps, _probes(data, probe))
+            except (ArithmeticError, ValueError, TypeError):
+                out["predictions"] = None  # the prediction alone is lost (the Markdown report says why)
     out["latency"] = analysis.latency_summary(results)
     return out
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Sequence
 
 SUITE_DIR = Path(__file__).resolve().parent
+# The file a suite directory holds its questions in (Spec-Bench, MT-bench).
+QUESTION_FILE = "question.jsonl"
 
 
 class SuiteError(ValueError):
@@ -57,7 +59,7 @@ def suite_path(name_or_path: str | Path) -> Path:
     if path.is_dir():
         # Spec-Bench and MT-bench keep their questions in a directory of
         # their own, as question.jsonl.
-        path = path / "question.jsonl"
+        path = path / QUESTION_FILE
     if not path.exists():
         known = ", ".join(builtin_suites()) or "none"
         raise SuiteError(f"no suite {text!r}: not a built-in suite ({known}) and no such file")
@@ -107,5 +109,5 @@ def per_category(prompts: Sequence[SuitePrompt], n: int) -> list[SuitePrompt]:
 
 
 __all__ = [
-    "SuiteError", "SuitePrompt", "builtin_suites", "load_suite", "per_category", "suite_categories", "suite_path",
+    "QUESTION_FILE", "SuiteError", "SuitePrompt", "builtin_suites", "load_suite", "per_category", "suite_categories", "suite_path",
 ]

@@ -5,11 +5,11 @@ on every line, other fields such as ``reference`` ignored)."""
 from __future__ import annotations
 
 import json
-import stat
 import sys
 from pathlib import Path
 from typing import Any
 
+from lab.base.strictjson import FileRefused, read_bounded
 from lab.suites import SuiteError, SuitePrompt
 
 if sys.version_info >= (3, 11):
@@ -20,10 +20,27 @@ else:  # pragma: no cover
 # Spec-Bench's question file, retrieval contexts and articles included, is a
 # few megabytes; the bound keeps a wrong path (a model) from being read whole.
 MAX_SUITE_BYTES = 32 * 1024 * 1024
+# One prompt (a turn, a system message) of a suite is held to the bound of a
+# prompt file (lab.profile.read.MAX_TEXT_BYTES): a suite is no way around it.
+MAX_PROMPT_BYTES = 4 * 1024 * 1024
 
 _TOP_KEYS = {"suite", "prompts"}
 _SUITE_KEYS = {"name", "description"}
 _PROMPT_KEYS = {"name", "category", "text", "turns", "system"}
+
+
+def _string(value: Any, where: str, key: str) -> str:
+    """A suite's string, refused when it cannot be written out as UTF-8 (a
+    lone surrogate, which JSON's ``\\ud800`` escape can make: a report would
+    fail on it) or is longer than a prompt may be."""
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise SuiteError(f"{where}: {key} holds a lone surrogate (\\u{ord(value[exc.start]):04x} at character "
+                         f"{exc.start}), not text") from None
+    if size > MAX_PROMPT_BYTES:
+        raise SuiteError(f"{where}: {key} is {size:,} bytes; a prompt may be at most {MAX_PROMPT_BYTES:,}")
+    return value
 
 
 def _turns(value: Any, where: str) -> tuple[str, ...]:
@@ -31,19 +48,17 @@ def _turns(value: Any, where: str) -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list) or not value or not all(isinstance(t, str) and t.strip() for t in value):
         raise SuiteError(f"{where}: turns must be a non-empty list of non-empty strings")
-    return tuple(value)
+    return tuple(_string(t, where, f"turn {i + 1}") for i, t in enumerate(value))
 
 
 def _read(path: Path) -> str:
     """A suite file's text, refused with a message naming it when it is not
-    a regular UTF-8 file of bounded size (a FIFO would block a run forever)."""
+    a regular UTF-8 file of bounded size (a FIFO would block a run forever,
+    a device never end)."""
     try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise SuiteError(f"{path}: not a regular file")
-        if st.st_size > MAX_SUITE_BYTES:
-            raise SuiteError(f"{path}: {st.st_size:,} bytes; a suite file may be at most {MAX_SUITE_BYTES:,}")
-        return path.read_bytes().decode("utf-8-sig")
+        return read_bounded(path, MAX_SUITE_BYTES, "suite file").decode("utf-8-sig")
+    except FileRefused as exc:
+        raise SuiteError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise SuiteError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
     except OSError as exc:
@@ -60,6 +75,8 @@ def read_suite_toml(path: Path) -> list[SuitePrompt]:
         raise SuiteError(f"{path}: {exc}") from exc
     except RecursionError:
         raise SuiteError(f"{path}: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise SuiteError(f"{path}: not valid TOML for a suite ({str(exc)[:120]})") from None
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise SuiteError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -84,6 +101,8 @@ def read_suite_toml(path: Path) -> list[SuitePrompt]:
             raise SuiteError(f"{where}: needs a name")
         if not isinstance(category, str) or not category:
             raise SuiteError(f"{where} ({name}): needs a category")
+        _string(name, where, "name")
+        _string(category, where, "category")
         if name in seen:
             raise SuiteError(f"{where}: prompt name {name!r} is used twice")
         seen.add(name)
@@ -92,6 +111,8 @@ def read_suite_toml(path: Path) -> list[SuitePrompt]:
         system = entry.get("system")
         if system is not None and not isinstance(system, str):
             raise SuiteError(f"{where} ({name}): system must be a string")
+        if system is not None:
+            _string(system, f"{where} ({name})", "system")
         turns = _turns(entry.get("turns", entry.get("text")), f"{where} ({name})")
         prompts.append(SuitePrompt(name, category, turns, system))
     if not prompts:
@@ -113,6 +134,8 @@ def read_question_jsonl(path: Path) -> list[SuitePrompt]:
             record = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise SuiteError(f"{where}: not JSON: {getattr(exc, 'msg', 'nested too deeply')}") from None
+        except ValueError:  # Python's bound on the digits of an integer
+            raise SuiteError(f"{where}: a number too long to be one a suite holds") from None
         if not isinstance(record, dict):
             raise SuiteError(f"{where}: a question must be a JSON object")
         missing = [k for k in ("question_id", "category", "turns") if k not in record]
@@ -125,10 +148,15 @@ def read_question_jsonl(path: Path) -> list[SuitePrompt]:
         category = record["category"]
         if not isinstance(category, str) or not category:
             raise SuiteError(f"{where}: category must be a non-empty string")
+        _string(category, where, "category")
+        _string(qid, where, "question_id")
         system = record.get("system")
+        if system is not None and not isinstance(system, str):
+            raise SuiteError(f"{where}: system must be a string, got {type(system).__name__}")
+        if system:
+            _string(system, where, "system")
         prompts.append(SuitePrompt(
-            f"{category}-{qid}", category, _turns(record["turns"], where),
-            system if isinstance(system, str) and system else None,
+            f"{category}-{qid}", category, _turns(record["turns"], where), system or None,
         ))
     if not prompts:
         raise SuiteError(f"{path}: no questions")

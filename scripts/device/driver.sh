@@ -182,16 +182,31 @@ oracle_run() { lab run "$repo/profiles/h200-oracle.toml" --out "$W/runs" > "$R/l
 
 draft_run() { lab run "$repo/profiles/h200-draft.toml" --out "$W/runs" > "$R/lab-run-draft.txt" 2> "$W/lab-run-draft.log"; }
 
-probe_ab() {
+probe_ab() { ab_runs "own shared"; }
+probe_ab_reverse() { ab_runs "shared own"; }
+
+baseline_only() {
+  # the same baseline with no probe at all and no speculative arm, llama-bench tg256 just before
+  local m8; m8=$(model_path llama-8b)
+  sed -e 's/^warmup = 1$/warmup = 1\nprobe = false/' -e '/^name = "oracle-a90"/,$d' "$repo/profiles/h200-probe-ab.toml" \
+    | sed -e '$d' > "$W/baseline-only.toml"
+  for i in 1 2; do
+    llama-bench -m "$m8" -ngl 99 -p 0 -n 256 -r 3 -o json > "$R/base-$i-llama-bench.json" 2>/dev/null
+    lab run "$W/baseline-only.toml" --out "$W/runs/base-$i" > "$R/base-$i.txt" 2> "$W/base-$i.log"
+  done
+}
+
+ab_runs() {
   # the probe in a process of its own (default) vs in the run's (shared), alternating, each run measuring
   # its probe afresh, llama-bench tg256 on the same model just before each: the baselines' ratio to it
   local m8; m8=$(model_path llama-8b)
+  local order=$1
   for i in 1 2; do
-    for mode in own shared; do
+    for mode in $order; do
       rm -f "$LAB_CACHE_DIR"/probes/probe-*.json
-      llama-bench -m "$m8" -ngl 99 -p 0 -n 256 -r 3 -o json > "$R/ab-$i-$mode-llama-bench.json" 2>/dev/null
-      LAB_PROBE_PROCESS=$mode lab run "$repo/profiles/h200-probe-ab.toml" --out "$W/runs/ab-$i-$mode" \
-        > "$R/ab-$i-$mode.txt" 2> "$W/ab-$i-$mode.log"
+      llama-bench -m "$m8" -ngl 99 -p 0 -n 256 -r 3 -o json > "$R/ab-${order// /-}-$i-$mode-llama-bench.json" 2>/dev/null
+      LAB_PROBE_PROCESS=$mode lab run "$repo/profiles/h200-probe-ab.toml" --out "$W/runs/ab-${order// /-}-$i-$mode" \
+        > "$R/ab-${order// /-}-$i-$mode.txt" 2> "$W/ab-${order// /-}-$i-$mode.log"
     done
   done
 }
