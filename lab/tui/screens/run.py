@@ -69,6 +69,7 @@ TITLE_BAR_FROM = 36  # rows: lower, the app's title bar gives its line to the la
 LANES_MIN = 14  # rows the lanes keep side by side (title, status, text, figures)
 LANES_MIN_TABBED = 9  # a compact lane: a title line, two of figures
 BOTTOM_MIN = 8
+BOTTOM_PLOTS = 16  # the plots and categories tabs want this much, where there is room
 # the bottom pane around its table rows: the tab strip (2), the table's
 # header (1) and the full verdict line under it (up to 2)
 BOTTOM_CHROME = 5
@@ -309,8 +310,11 @@ class RunScreen(Screen[None]):
                  + 1)  # the footer
         free = height - fixed
         lanes_min = max(LANES_MIN_TABBED if self.tabbed else LANES_MIN, free * 2 // 5)
-        rows = len(self.arms) * len(self.prompts)
-        self.query_one("#bottom").styles.height = max(BOTTOM_MIN, min(rows + BOTTOM_CHROME, free - lanes_min))
+        tabs = self.query_one(TabbedContent)
+        want = len(self.arms) * len(self.prompts) + BOTTOM_CHROME
+        if tabs.active != "tab-comparison":
+            want = max(want, BOTTOM_PLOTS)
+        tabs.styles.height = max(BOTTOM_MIN, min(want, free - lanes_min))
 
     def _show_selected_lane(self) -> None:
         """Tabbed, only the selected lane (and its sweep's box) shows."""
@@ -521,6 +525,7 @@ class RunScreen(Screen[None]):
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self) -> None:
+        self._layout()
         self._redraw_plots(force=True)
 
     # -- actions ---------------------------------------------------------------

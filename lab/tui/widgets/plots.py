@@ -43,7 +43,9 @@ class AcceptedLengthPlot(PlotextPlot):
             hist = series.histogram()
             counts = [c for _, c in hist]
             plt.bar([str(n) for n, _ in hist], counts)
-            plt.yticks(count_ticks(max(counts)))
+            ticks = count_ticks(max(counts))
+            plt.ylim(0, ticks[-1])
+            plt.yticks(ticks)
             plt.xlabel(f"{len(series.landed)} steps")
         self.refresh()
 
