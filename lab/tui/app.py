@@ -240,7 +240,15 @@ class LabApp(App[int]):
 
     async def action_quit(self) -> None:
         if self.active_session() is not None:
-            self.notify("stopping the run and closing its engine...")
+            probing = False
+            for screen in self.screen_stack:
+                if isinstance(screen, RunScreen):
+                    screen.mark_stopping()
+                    probing = probing or screen.probing is not None
+            # The probe's measurement is not interruptible: the run stops
+            # once it ends (the screen stays live meanwhile).
+            self.notify("stopping the run after the probe's measurement..." if probing
+                        else "stopping the run and closing its engine...")
         await self.stop_runs()
         self.exit(0)
 

@@ -37,6 +37,7 @@ from lab.base.events import (
     TokenEvent,
     finished_row,
 )
+from lab.base.probe import ProbeReported
 from lab.runner import RunControl
 from lab.tui.cadence import FULL, Cadence
 from lab.tui.messages import (
@@ -45,6 +46,7 @@ from lab.tui.messages import (
     ArmStatusChanged,
     CellFinished,
     PauseChanged,
+    ProbeProgress,
     RunBegan,
     RunEnded,
     TokensLanded,
@@ -199,6 +201,11 @@ class EventBridge:
             return
         if isinstance(event, StatusChanged):
             self._on_status(event)
+            return
+        if isinstance(event, ProbeReported):
+            with self._lock:
+                self._flush_locked()
+                self.post(ProbeProgress(event.stack, event.text, event.done))
             return
         if isinstance(event, Finished):
             with self._lock:

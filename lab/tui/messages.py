@@ -89,6 +89,16 @@ class CellFinished(Message, bubble=False):
 
 
 @dataclass
+class ProbeProgress(Message, bubble=False):
+    """A line of the probe phase, before any arm runs (the runner's
+    ProbeReported): ``done`` false while ``stack`` is being measured."""
+
+    stack: str
+    text: str
+    done: bool
+
+
+@dataclass
 class RunEnded(Message, bubble=False):
     run_dir: str
     cancelled: bool

@@ -25,7 +25,7 @@ from lab.tui.screens.export import ExportScreen
 from lab.tui.screens.picker import PickerScreen
 from lab.tui.screens.plugins import PluginsScreen
 from lab.tui.screens.run import RunScreen
-from lab.tui.widgets.comparison import COLUMNS, ComparisonTable, row_key, summary_cells
+from lab.tui.widgets.comparison import COLUMNS, ComparisonTable, row_key, short_verdict, summary_cells
 from tests.fakes import BASE_AND_SPEC, FakeBackend, fake_registry, profile_toml
 from tests.tui.helpers import run_finished, wait_until
 
@@ -94,10 +94,14 @@ async def test_run_streams_lanes_and_fills_the_comparison(tmp_path: Path) -> Non
 
         # the table shows what the saved report summarizes
         table = screen.query_one(ComparisonTable)
+        width = table.ordered_columns[-1].width  # the verdict's, one line a row
         for s in summarize(data["results"]):
             cells = summary_cells(s)
-            for (col, _), want in zip(COLUMNS, cells):
+            for (col, _), want in zip(COLUMNS[:-1], cells):
                 assert _cell_text(table, s["arm"], s["prompt"], col) == str(want), (s["arm"], col)
+            verdict = str(cells[-1])
+            shown = _cell_text(table, s["arm"], s["prompt"], "verdict")
+            assert shown == (verdict if len(verdict) <= width else short_verdict(s)), s["arm"]
         assert _cell_text(table, "spec", "prose", "identical") == "yes"
         assert _cell_text(table, "spec", "prose", "accept") not in ("—", "")
 
@@ -184,7 +188,9 @@ async def test_pause_mid_cell_holds_between_steps_and_the_hold_is_not_measured(t
         await wait_until(pilot, lambda: screen.lane("slow").text.text != "", what="text to land")
         await pilot.press("p")
         await wait_until(pilot, lambda: any(m.holding for m in rec.of(PauseChanged)), what="the runner to hold")
-        assert "paused · slow · prose" in screen._header_text()
+        header = screen._header_text()
+        assert "paused (p resumes)" in header and "slow · prose" in header and header.count("paused") == 1
+        assert str(screen.lane("slow").query_one("StatusBadge").render()).startswith("paused")
         await pilot.pause(0.1)  # let the bridge flush what landed before the hold
         shown = screen.lane("slow").text.text
         await pilot.pause(1.0)
@@ -347,7 +353,7 @@ async def test_help_and_command_palette_commands(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         titles = [c.title for c in app.get_system_commands(app.screen)]
         for want in ("Start run (s)", "Save comparison (w)", "Export comparison (e)", "Plugins (f2)", "Open (o)",
-                     "Help (f1)", "Show plots (2)", "Show table (1)", "Next lane (→)"):
+                     "Help (f1)", "Show plots (2)", "Show comparison (1)", "Next lane (→)"):
             assert want in titles
         assert "Pause (p)" not in titles and "Resume (p)" not in titles  # nothing to pause before a run
         await pilot.press("f1")
@@ -378,7 +384,7 @@ options = { spawn_child = true }
         assert child is not None and psutil.pid_exists(child.pid) and child.poll() is None
         if paused:  # a runner held mid-cell lets go when the app quits
             await pilot.press("p")
-            await wait_until(pilot, lambda: "paused ·" in app.screen._header_text(), what="the runner to hold")
+            await wait_until(pilot, lambda: "paused (p resumes)" in app.screen._header_text(), what="the runner to hold")
         await pilot.press("q")
     assert child.poll() is not None, "the engine process outlived the app"
     assert all(b.closed for b in FakeBackend.instances)

@@ -86,7 +86,7 @@ def _verdict_column_text(app: LabApp, table: ComparisonTable) -> str:
     return " ".join(" ".join(column).split())
 
 
-async def test_the_full_verdict_reads_at_160_columns(tmp_path: Path) -> None:
+async def test_at_160_columns_each_verdict_is_one_line_and_reads_in_full_below(tmp_path: Path) -> None:
     run_dir = _saved_run(tmp_path, VERDICT_ARMS)
     verdicts = {r["arm"]: r["verdict"] for r in load_run(run_dir)["results"]}
     assert "loses" in verdicts["poor"] and "structural loss" in verdicts["dead"]
@@ -98,12 +98,24 @@ async def test_the_full_verdict_reads_at_160_columns(tmp_path: Path) -> None:
         await pilot.pause()
         table = app.screen.query_one(ComparisonTable)
         shown = _verdict_column_text(app, table)
+        width = table.ordered_columns[-1].width  # the verdict, last
         for arm, verdict in verdicts.items():
-            assert " ".join(verdict.split()) in shown, f"{arm}: {verdict!r} not in full in {shown!r}"
+            flat = " ".join(verdict.split())
+            if len(flat) <= width:  # a verdict that fits reads in full in its row
+                assert flat in shown, f"{arm}: {verdict!r} not in full in {shown!r}"
+        assert all(table.rows[key].height == 1 for key in table.rows)  # one line a row
         # the other columns are not cut either
         assert "status" in screen_lines(app)[table.content_region.y]
         for arm in verdicts:
             assert str(table.get_cell(row_key(arm, "prose"), "status")) == "ok"
+        # every verdict reads in full under the table as its row is highlighted
+        order = [str(table.get_cell_at((i, 0))) for i in range(table.row_count)]
+        for i, arm in enumerate(order):
+            if i:
+                await pilot.press("down")
+                await pilot.pause()
+            line = str(app.screen.query_one(VerdictLine).render())
+            assert " ".join(verdicts[arm].split()) in " ".join(line.split()), arm
 
 
 async def test_a_narrow_table_abbreviates_the_verdict_and_shows_it_in_full_below(tmp_path: Path) -> None:
@@ -143,6 +155,7 @@ async def test_every_view_and_action_by_keyboard(tmp_path: Path) -> None:
         tabs = screen.query_one("#bottom")
         for key in ("2", "1", "3"):
             assert any(k == key for k in footer_keys(app)), f"{key} not in the footer"
+        assert "1 2 3 Views" in screen_lines(app)[-1]
 
         # tabs by number; the arrows move between lanes whatever has focus
         await pilot.press("2")
@@ -178,7 +191,7 @@ async def test_every_view_and_action_by_keyboard(tmp_path: Path) -> None:
         await wait_until(pilot, lambda: (screen.run_dir() / "report.md").exists(), what="report.md")
         await pilot.press("e")
         await wait_until(pilot, lambda: isinstance(app.screen, ExportScreen))
-        await pilot.press("enter")  # the path field has the focus: Markdown to its default path
+        await pilot.press("enter")  # the format list has the focus: Markdown to its default path
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
 
         # help, plugins, the palette

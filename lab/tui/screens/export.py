@@ -1,4 +1,10 @@
-"""Export the comparison as Markdown, CSV or JSON to a chosen path."""
+"""Export the comparison as Markdown, CSV or JSON to a chosen path.
+
+The focus starts on the format: ↑ ↓ choose it and Enter exports to the
+path shown (the run directory's file of that format), so `e` Enter writes
+report.md. Tab reaches the path, which keeps its text as it is (typing adds
+to it; nothing is selected to be typed over). A blank file name is refused
+in the dialog, with a message."""
 
 from __future__ import annotations
 
@@ -9,17 +15,33 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, RadioButton, RadioSet
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 DEFAULT_NAMES = {"md": "report.md", "csv": "comparison.csv", "json": "comparison.json"}
+
+
+def path_problem(text: str) -> str:
+    """Why ``text`` is no file to export to ("" when it is one)."""
+    if not text.strip():
+        return "give a path to export to"
+    path = Path(text).expanduser()
+    if text.endswith(("/", "\\")) or path.is_dir():
+        return f"{path} is a folder: add a file name"
+    if not path.name.strip():
+        return "the file name is blank"
+    return ""
 
 
 class ExportScreen(ModalScreen[tuple[str, str] | None]):
     """Returns (format, path) or None."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
-    # enter exports at once; tab reaches the format and the buttons
-    AUTO_FOCUS = "#export-path"
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        # Enter exports from anywhere in the dialog (on the format list it
+        # takes the highlighted format first)
+        Binding("enter", "export", "Export", priority=True),
+    ]
+    AUTO_FOCUS = "#export-format"
 
     def __init__(self, folder: Path) -> None:
         super().__init__()
@@ -28,28 +50,54 @@ class ExportScreen(ModalScreen[tuple[str, str] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="export-box"):
-            yield Label("Export the comparison")
+            yield Label("Export the comparison  [dim]↑ ↓ format · enter exports · tab: path · esc cancels[/dim]")
             with RadioSet(id="export-format"):
                 yield RadioButton("Markdown", value=True, id="fmt-md")
                 yield RadioButton("CSV", id="fmt-csv")
                 yield RadioButton("JSON", id="fmt-json")
-            yield Input(str(self.folder / DEFAULT_NAMES["md"]), id="export-path")
+            yield Input(str(self.folder / DEFAULT_NAMES["md"]), id="export-path", select_on_focus=False)
+            yield Static("", id="export-problem")
             with Horizontal(id="export-buttons"):
                 yield Button("Export", variant="primary", id="export-ok")
                 yield Button("Cancel", id="export-cancel")
 
     @on(RadioSet.Changed)
     def _format_changed(self, event: RadioSet.Changed) -> None:
-        self.fmt = (event.pressed.id or "fmt-md").removeprefix("fmt-")
+        self._set_format((event.pressed.id or "fmt-md").removeprefix("fmt-"))
+
+    def _set_format(self, fmt: str) -> None:
+        self.fmt = fmt
         field = self.query_one("#export-path", Input)
         current = Path(field.value)
         if current.name in DEFAULT_NAMES.values():
             field.value = str(current.parent / DEFAULT_NAMES[self.fmt])
 
+    def _take_highlighted_format(self) -> None:
+        """On the format list, the highlighted format is the one meant."""
+        formats = self.query_one("#export-format", RadioSet)
+        if not formats.has_focus:
+            return
+        index = formats._selected  # the highlighted button (Textual keeps no public name for it)
+        buttons = list(formats.query(RadioButton))
+        if index is not None and 0 <= index < len(buttons) and not buttons[index].value:
+            buttons[index].value = True  # RadioSet.Changed follows; set the format now too
+            self._set_format((buttons[index].id or "fmt-md").removeprefix("fmt-"))
+
+    def action_export(self) -> None:
+        if self.query_one("#export-cancel", Button).has_focus:
+            self.dismiss(None)
+            return
+        self._take_highlighted_format()
+        text = self.query_one("#export-path", Input).value
+        problem = path_problem(text)
+        if problem:
+            self.query_one("#export-problem", Static).update(f"[b red]{problem}[/b red]")
+            return
+        self.dismiss((self.fmt, text))
+
     @on(Button.Pressed, "#export-ok")
-    @on(Input.Submitted)
     def _ok(self) -> None:
-        self.dismiss((self.fmt, self.query_one("#export-path", Input).value))
+        self.action_export()
 
     @on(Button.Pressed, "#export-cancel")
     def action_cancel(self) -> None:

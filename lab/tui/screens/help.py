@@ -22,7 +22,7 @@ accepted; plain text is what the target produced itself.
 | `c` | cancel the selected arm (now if running; a pending arm is never loaded): its cells are `cancelled` |
 | `n` | skip the running arm, go to the next: its cells are `skipped` |
 | `x` | stop the whole run: every cell left is `cancelled` |
-| `←` `→` | select a lane, whatever has focus; the plots follow the selection (`a` too) |
+| `←` `→` | select a lane, whatever has focus; the plots follow the selection (`a` too). Below 120 columns one lane shows at a time and these switch it (the line above it names every arm and its status) |
 | `1` `2` `3` | show the comparison table, the plots, the per-category table |
 | `tab` | move the focus between the tables (`↑` `↓` move the table's cursor) |
 | `w` | save the comparison into the run directory (report.md, comparison.csv) |
@@ -33,9 +33,16 @@ accepted; plain text is what the target produced itself.
 | `ctrl+p` | command palette: every action above, by name |
 | `q` | quit (stops every engine first) |
 
-The comparison's verdict takes the width the other columns leave, wrapped;
-in a narrow terminal it is abbreviated to its kind and figures, and the
+The comparison's verdict takes the width the other columns leave, one line
+a row: in full where it fits, else abbreviated to its kind and figures; the
 highlighted row's verdict is always written in full under the table.
+
+Before the arms, a run measures (or finds cached) the verify cost of each
+stack that speculates: the probe line says which, and the lanes wait. Its
+measurement cannot be interrupted: `q` and `x` stop the run once it ends.
+
+Export (`e`): `↑` `↓` choose the format, `enter` exports to the path shown
+(the run directory); `tab` reaches the path.
 Cancelled and skipped cells were stopped, not measured: they are never
 counted as failures.
 

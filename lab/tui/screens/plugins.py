@@ -1,8 +1,11 @@
 """Installed backends and drafters, their options, and plugins that failed
-to load."""
+to load. The tables name each plugin's options; under each table, the
+highlighted plugin's options in full (type, range, choices, default, help:
+Option.describe())."""
 
 from __future__ import annotations
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -17,6 +20,17 @@ def _options(cls: type[Backend] | type[Drafter]) -> str:
     return ", ".join(o.name for o in cls.options) or "—"
 
 
+def options_text(kind: str, name: str, cls: type[Backend] | type[Drafter]) -> str:
+    """Every option of a plugin described in full, one a line."""
+    if not cls.options:
+        return f"{kind} {name}: no options"
+    return f"{kind} {name}, options:\n" + "\n".join(f"  {o.describe()}" for o in cls.options)
+
+
+class OptionsDetail(Static):
+    """The highlighted plugin's options in full."""
+
+
 class PluginsScreen(Screen[None]):
     BINDINGS = [Binding("escape,f2", "app.pop_screen", "Back")]
 
@@ -29,8 +43,10 @@ class PluginsScreen(Screen[None]):
         with VerticalScroll(id="plugins"):
             yield Label("Backends", classes="section")
             yield DataTable(id="backends", cursor_type="row")
+            yield OptionsDetail("", id="backend-options", markup=False)
             yield Label("Drafters", classes="section")
             yield DataTable(id="drafters", cursor_type="row")
+            yield OptionsDetail("", id="drafter-options", markup=False)
             yield Label("Load errors", classes="section")
             if self.registry.errors:
                 for err in self.registry.errors:
@@ -58,3 +74,13 @@ class PluginsScreen(Screen[None]):
             stacks = ", ".join(reg.drafter_backends(dcls)) or "no installed backend"
             drafters.add_row(name, stacks, reg.origins.get(f"drafter:{name}", ""), _options(dcls),
                              dcls.description, key=name)
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        name = str(event.row_key.value)
+        if event.data_table.id == "backends" and name in self.registry.backends:
+            self.query_one("#backend-options", Static).update(
+                options_text("backend", name, self.registry.backends[name]))
+        elif event.data_table.id == "drafters" and name in self.registry.drafters:
+            self.query_one("#drafter-options", Static).update(
+                options_text("drafter", name, self.registry.drafters[name]))

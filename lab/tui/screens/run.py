@@ -1,5 +1,11 @@
 """The run screen: lanes side by side, the comparison filling in, plots.
 
+Every part fits the terminal, none scrolls off: the run header and the
+footer always show; below TABBED_BELOW columns (or when the lanes would be
+narrower than LANE_MIN) one lane shows at a time, compact, under a lane
+switcher that names every arm and its status (← → switch); the bottom pane
+takes the height its rows need, as far as it leaves the lanes theirs.
+
 Live, it renders the messages a RunSession's bridge posts and the rows the
 session hands on; read-only, it shows a saved run directory (its results,
 texts and steps). What needs the app (starting a run, saving, a failure to
@@ -9,17 +15,19 @@ show) it asks for with a message; the app answers through ``attach`` and
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, HorizontalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import Footer, Header, ProgressBar, Static, TabbedContent, TabPane, Tabs
 
 from lab.base.events import Status
 from lab.base.profile import Arm, Profile
@@ -29,6 +37,7 @@ from lab.tui.messages import (
     ArmStatusChanged,
     CellFinished,
     PauseChanged,
+    ProbeProgress,
     RunBegan,
     RunEnded,
     RunFailed,
@@ -50,10 +59,25 @@ except ImportError:  # pragma: no cover - an install without it
 
 # The bottom tabs, each with its key: tabs switch by number, never by the
 # arrow keys, which always move between lanes.
-TABS = (("1", "tab-comparison", "Table"), ("2", "tab-plots", "Plots"), ("3", "tab-categories", "Categories"))
+TABS = (("1", "tab-comparison", "Comparison"), ("2", "tab-plots", "Plots"), ("3", "tab-categories", "Categories"))
+TAB_KEYS = Binding.Group("Views", compact=False)
 
 FAILURES = (Status.OOM, Status.CRASHED, Status.ERROR)
-LANE_MIN = 36
+LANE_MIN = 30
+TABBED_BELOW = 120  # columns: narrower, one lane at a time
+TITLE_BAR_FROM = 36  # rows: lower, the app's title bar gives its line to the lanes
+LANES_MIN = 14  # rows the lanes keep side by side (title, status, text, figures)
+LANES_MIN_TABBED = 9  # a compact lane: a title line, two of figures
+BOTTOM_MIN = 8
+BOTTOM_PLOTS = 16  # the plots and categories tabs want this much, where there is room
+# the bottom pane around its table rows: the tab strip (2), the table's
+# header (1) and the full verdict line under it (up to 2)
+BOTTOM_CHROME = 5
+STATUS_STYLE = {
+    "pending": "dim", "waiting": "dim", "loading": "yellow", "warmup": "yellow", "running": "bold",
+    "pausing": "bold yellow", "paused": "bold yellow", "ok": "green", "oom": "red", "crashed": "red",
+    "error": "red", "cancelled": "dim", "skipped": "dim",
+}
 
 
 class RunHeader(Static):
@@ -62,6 +86,24 @@ class RunHeader(Static):
 
 class LaneGroup(Horizontal):
     """The lanes of one sweep (one profile entry expanded into several arms)."""
+
+
+class ProbeText(Static):
+    """What the probe phase is doing or found."""
+
+
+class ProbeLine(Horizontal):
+    """The probe phase on its own line: what it measures, for how long, and
+    an indeterminate bar (the runner reports each stack's start and end,
+    nothing in between)."""
+
+    def compose(self) -> ComposeResult:
+        yield ProbeText("")
+        yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="probe-bar")
+
+
+class LaneSwitcher(Static):
+    """One lane at a time: every arm, its status, the one shown marked."""
 
 
 def arms_from_saved(data: Mapping[str, Any]) -> list[Arm]:
@@ -96,18 +138,23 @@ class RunScreen(Screen[None]):
         # one key, two meanings: the footer offers the one that applies
         Binding("p", "pause", "Pause"),
         Binding("p", "resume", "Resume"),
-        Binding("c", "cancel_arm", "Cancel arm"),
-        Binding("n", "next_arm", "Skip arm"),
-        Binding("x", "stop", "Stop run"),
+        Binding("c", "cancel_arm", "Cancel", tooltip="Cancel the selected arm"),
+        Binding("n", "next_arm", "Skip", tooltip="Skip the running arm, go to the next"),
+        Binding("x", "stop", "Stop", tooltip="Stop the run"),
         Binding("w", "save", "Save"),
         Binding("e", "export", "Export"),
-        *(Binding(key, f"show_tab('{tab}')", title) for key, tab, title in TABS),
+        # the tab strip names the views with their keys; the footer groups them
+        *(Binding(key, f"show_tab('{tab}')", title, group=TAB_KEYS) for key, tab, title in TABS),
         # priority: the arrows mean "lane" whatever has focus (the tab
         # strip and the tables would otherwise take them)
         Binding("left", "select(-1)", "Lane", priority=True, key_display="← →"),
         Binding("right", "select(1)", "→ lane", priority=True, show=False),
         Binding("a", "select(1)", "Next lane", show=False),
         Binding("escape", "close", "Back", show=False),
+        # the app's, kept out of this footer so it fits 100 columns (help and
+        # the palette list them)
+        Binding("o", "app.open", "Open", show=False),
+        Binding("f2", "app.plugins", "Plugins", show=False),
     ]
 
     def __init__(
@@ -138,8 +185,14 @@ class RunScreen(Screen[None]):
         self.selected = 0
         self.state = "saved" if self.read_only else "ready"
         self.current = ""
-        self._resume_to: str | None = None  # the header's "where" before a hold
         self.paused = False
+        self.holding = False  # the runner waits at the gate now
+        self.stopping = False
+        self.tabbed = False
+        self.active_arm: str | None = None  # the arm the runner is in
+        self.probing: str | None = None  # the stack being measured
+        self._probe_t0 = 0.0
+        self._probe_lines: list[str] = []
         self._plots_dirty = True
         self._failures_shown: set[str] = set()
 
@@ -163,6 +216,8 @@ class RunScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield RunHeader(self._header_text())
+        yield ProbeLine(id="probe")
+        yield LaneSwitcher("", id="lane-switcher")
         with HorizontalScroll(id="lanes"):
             groups: dict[str, list[Arm]] = {}
             for arm in self.arms:
@@ -176,13 +231,14 @@ class RunScreen(Screen[None]):
                 else:
                     yield ArmLane(arms[0])
         with TabbedContent(id="bottom"):
-            with TabPane("1 Comparison", id="tab-comparison"):
+            title = {tab: f"{key} {name}" for key, tab, name in TABS}
+            with TabPane(title["tab-comparison"], id="tab-comparison"):
                 yield ComparisonTable(id="comparison")
                 yield VerdictLine(id="verdict-line")
-            with TabPane("2 Plots", id="tab-plots"):
+            with TabPane(title["tab-plots"], id="tab-plots"):
                 yield ArmPlots(id="plots")
             if CategoryTable is not None:
-                with TabPane("3 Categories", id="tab-categories"):
+                with TabPane(title["tab-categories"], id="tab-categories"):
                     yield CategoryTable(id="categories")
         yield Footer()
 
@@ -194,9 +250,11 @@ class RunScreen(Screen[None]):
         table = self.query_one(ComparisonTable)
         table.set_cells([a.name for a in self.arms], self.prompts)
         table.focus()
-        self._size_lanes()
+        self.query_one(ProbeLine).display = False
+        self._layout()
         self._select(0)
         self.set_interval(0.25, self._redraw_plots)
+        self.set_interval(1.0, self._tick_probe)
         if self.saved is not None:
             self._show_saved()
 
@@ -215,18 +273,75 @@ class RunScreen(Screen[None]):
         self._plots_dirty = True
 
     def on_resize(self) -> None:
-        self._size_lanes()
+        self._layout()
 
-    def _size_lanes(self) -> None:
-        """Lanes share the width equally, never narrower than LANE_MIN;
-        beyond that the row scrolls sideways."""
-        if not self.arms:
-            return
-        groups = len({a.group for a in self.arms if sum(b.group == a.group for b in self.arms) > 1})
-        room = self.size.width - 2 * groups - 1
-        width = max(LANE_MIN, room // len(self.arms))
+    def _groups(self) -> dict[str, list[Arm]]:
+        groups: dict[str, list[Arm]] = {}
         for arm in self.arms:
-            self.lane(arm.name).styles.width = width
+            groups.setdefault(arm.group, []).append(arm)
+        return groups
+
+    def _layout(self) -> None:
+        """Fit the screen to the terminal: lanes side by side sharing the
+        width equally, or one at a time under the switcher where they would
+        be narrower than LANE_MIN or the terminal is narrower than
+        TABBED_BELOW; the bottom pane as tall as its rows, as far as the
+        lanes keep their minimum."""
+        width, height = self.size
+        if not width or not self.arms:
+            return
+        swept = [g for g in self._groups().values() if len(g) > 1]
+        room = width - 2 * len(swept) - 1
+        self.tabbed = width < TABBED_BELOW or room // len(self.arms) < LANE_MIN
+        self.set_class(self.tabbed, "-tabbed")
+        self.query_one(LaneSwitcher).display = self.tabbed
+        self.query_one(Footer).show_command_palette = width >= TABBED_BELOW
+        for arm in self.arms:
+            lane = self.lane(arm.name)
+            lane.set_compact(self.tabbed)
+            lane.styles.width = "1fr" if self.tabbed else room // len(self.arms)
+        self._show_selected_lane()
+        title_bar = height >= TITLE_BAR_FROM
+        self.query_one(Header).display = title_bar
+        header = self.query_one(RunHeader)
+        header_lines = 1 if Text.from_markup(self._header_text()).cell_len <= width - 2 else 2
+        header.styles.height = header_lines
+        fixed = (title_bar + header_lines + bool(self.query_one(ProbeLine).display) + self.tabbed
+                 + 1)  # the footer
+        free = height - fixed
+        lanes_min = max(LANES_MIN_TABBED if self.tabbed else LANES_MIN, free * 2 // 5)
+        tabs = self.query_one(TabbedContent)
+        want = len(self.arms) * len(self.prompts) + BOTTOM_CHROME
+        if tabs.active != "tab-comparison":
+            want = max(want, BOTTOM_PLOTS)
+        tabs.styles.height = max(BOTTOM_MIN, min(want, free - lanes_min))
+
+    def _show_selected_lane(self) -> None:
+        """Tabbed, only the selected lane (and its sweep's box) shows."""
+        chosen = self.arms[self.selected].name if self.arms else None
+        for arm in self.arms:
+            self.lane(arm.name).display = not self.tabbed or arm.name == chosen
+        for box in self.query(LaneGroup):
+            holds = any(isinstance(lane, ArmLane) and lane.arm.name == chosen for lane in box.children)
+            box.display = not self.tabbed or holds
+            box.styles.width = "1fr" if self.tabbed else "auto"
+        self._update_switcher()
+
+    def _update_switcher(self) -> None:
+        if not self.tabbed:
+            return
+        text = Text("lanes ", style="dim")
+        for i, arm in enumerate(self.arms):
+            lane = self.lane(arm.name)
+            status = lane.shown_status()
+            piece = Text.assemble((arm.name, "bold"), " ", (status, STATUS_STYLE.get(status, "")))
+            if i == self.selected:
+                piece = Text.assemble(("▸ ", "bold"), piece)
+                piece.stylize("reverse")
+            text.append_text(piece)
+            text.append("  ")
+        text.append("← → switch", style="dim")
+        self.query_one(LaneSwitcher).update(text)
 
     def lane(self, arm: str) -> ArmLane:
         return self.query_one(f"#{lane_id(arm)}", ArmLane)
@@ -236,7 +351,13 @@ class RunScreen(Screen[None]):
             self.query_one(CategoryTable).show_rows(self.rows())
 
     def _header_text(self) -> str:
-        state = self.state + (" · paused (p resumes)" if self.paused else "")
+        state = self.state
+        if self.stopping and self.state in ("starting", "running"):
+            state = "stopping (closing the engine)"
+        elif self.paused:
+            state = "paused (p resumes)" if self.holding else "pausing at the next step"
+        elif self.probing is not None and self.state == "running":
+            state = "probing"
         if self.state == "ready":
             state = "ready: press s to start"
         if self.session is not None and self.session.running and self.session.cadence.reason:
@@ -251,7 +372,14 @@ class RunScreen(Screen[None]):
         )
 
     def _update_header(self) -> None:
-        self.query_one(RunHeader).update(self._header_text(), layout=False)
+        header = self.query_one(RunHeader)
+        text = self._header_text()
+        lines = 1 if Text.from_markup(text).cell_len <= self.size.width - 2 else 2
+        if header.styles.height is not None and header.styles.height.value != lines:
+            header.update(text)
+            self._layout()
+        else:
+            header.update(text, layout=False)
 
     # -- live messages -----------------------------------------------------------
     def on_run_began(self, message: RunBegan) -> None:
@@ -273,14 +401,71 @@ class RunScreen(Screen[None]):
 
     def on_arm_status_changed(self, message: ArmStatusChanged) -> None:
         event = message.event
-        self.lane(event.cell.arm).set_status(event)
         cell = event.cell
+        if cell.round < 0 and event.status == Status.LOADING and (self.probing is not None or self._probe_lines):
+            self._end_probe()
+        self.lane(event.cell.arm).set_status(event)
         if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
             rnd = "warmup" if cell.round == 0 else f"round {cell.round}/{self.rounds}"
             self.current = f"{cell.arm} · {cell.prompt} · {rnd}"
+            self.query_one(ComparisonTable).set_status(cell.arm, cell.prompt, event.status.value)
         elif cell.round < 0 and event.status == Status.LOADING:
             self.current = f"{cell.arm} · {event.phase or 'loading'}"
+        if event.status in (Status.LOADING, Status.RUNNING, Status.WARMUP):
+            if self.active_arm != cell.arm and self.active_arm is not None:
+                self.lane(self.active_arm).set_held("")
+            self.active_arm = cell.arm
+        elif cell.round < 0 and event.status.is_final and self.active_arm == cell.arm:
+            self.lane(cell.arm).set_held("")
+            self.active_arm = None
         self._update_header()
+        self._update_switcher()
+
+    # -- the probe phase -------------------------------------------------------------
+    def on_probe_progress(self, message: ProbeProgress) -> None:
+        line = self.query_one(ProbeLine)
+        where = f" {message.stack}" if message.stack else ""
+        if not message.done:
+            self.probing = message.stack or "probe"
+            self._probe_t0 = time.monotonic()
+            text = f"[b]probe{where}[/b] measuring {message.text}"
+            for arm in self.arms:
+                self.lane(arm.name).set_waiting("probe")
+        else:
+            self.probing = None
+            text = f"[b]probe{where}[/b] {message.text}"
+        self._probe_lines.append(text)
+        line.query_one(ProgressBar).display = not message.done
+        if not line.display:
+            line.display = True
+            self._layout()
+        self._show_probe()
+        self._update_header()
+        self._update_switcher()
+
+    def _show_probe(self) -> None:
+        if not self._probe_lines:
+            return
+        text = self._probe_lines[-1]
+        if self.probing is not None:
+            text += f" [dim]· {time.monotonic() - self._probe_t0:.0f} s (the arms wait; q stops after it)[/dim]"
+        self.query_one(ProbeText).update(text)
+
+    def _tick_probe(self) -> None:
+        if self.probing is not None:
+            self._show_probe()
+
+    def _end_probe(self) -> None:
+        """The first arm loads: the probe phase is over (its lines are in
+        the run's report)."""
+        self.probing = None
+        self._probe_lines.clear()
+        for arm in self.arms:
+            self.lane(arm.name).set_waiting("")
+        line = self.query_one(ProbeLine)
+        if line.display:
+            line.display = False
+            self._layout()
 
     def on_cell_finished(self, message: CellFinished) -> None:
         row = message.row
@@ -294,19 +479,24 @@ class RunScreen(Screen[None]):
 
     def on_pause_changed(self, message: PauseChanged) -> None:
         self.paused = message.paused
-        if message.holding:
-            self._resume_to = self.current
-            self.current = f"paused · {self.current}" if self.current else "paused"
-        elif self._resume_to is not None:
-            self.current, self._resume_to = self._resume_to, None
+        self.holding = message.holding
+        if self.active_arm is not None:
+            self.lane(self.active_arm).set_held(
+                ("paused" if self.holding else "pausing") if self.paused else "")
         self._update_header()
+        self._update_switcher()
         self.refresh_bindings()
 
     def on_run_ended(self, message: RunEnded) -> None:
         self.state = "cancelled" if message.cancelled else "done"
         self.current = ""
-        self.paused = False
+        self.paused = self.holding = self.stopping = False
+        self._end_probe()
+        for arm in self.arms:
+            self.lane(arm.name).set_held("")
+        self.active_arm = None
         self._update_header()
+        self._update_switcher()
         self.refresh_bindings()
 
     def on_run_failed(self, message: RunFailed) -> None:
@@ -335,6 +525,7 @@ class RunScreen(Screen[None]):
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self) -> None:
+        self._layout()
         self._redraw_plots(force=True)
 
     # -- actions ---------------------------------------------------------------
@@ -354,7 +545,10 @@ class RunScreen(Screen[None]):
         if action == "show_tab":
             return bool(parameters) and bool(self.query(f"#{parameters[0]}"))
         if action == "close":
-            return len(self.app.screen_stack) > 2
+            # a saved run opened over another screen (the command palette
+            # on top does not count)
+            stack = self.app.screen_stack
+            return self.read_only and self in stack and stack.index(self) >= 2
         return True
 
     def action_start(self) -> None:
@@ -371,6 +565,7 @@ class RunScreen(Screen[None]):
             self._reset_for_run()
         self.session = session
         self.state = "starting"
+        self.stopping = False
         self._failures_shown.clear()
         self._update_header()
         self.refresh_bindings()
@@ -378,9 +573,13 @@ class RunScreen(Screen[None]):
     def _reset_for_run(self) -> None:
         """A new run of the same profile starts from empty lanes and table."""
         self.query_one(ComparisonTable).set_cells([a.name for a in self.arms], self.prompts)
+        self._end_probe()
+        self.paused = self.holding = False
+        self.active_arm = None
         for arm in self.arms:
             self.series[arm.name] = ArmSeries.of(arm)
             lane = self.lane(arm.name)
+            lane.set_held("")
             lane.text.clear()
             lane.metrics = lane.final = None
         self._plots_dirty = True
@@ -426,7 +625,13 @@ class RunScreen(Screen[None]):
         if self.session is None or not self.session.running:
             return
         self.session.bridge.cancel()
-        self.notify("stopping the run")
+        self.notify("stopping the run" + (" once the probe's measurement ends" if self.probing else ""))
+
+    def mark_stopping(self) -> None:
+        """The app is stopping the run (quit): the header says so."""
+        if self.session is not None and self.session.running:
+            self.stopping = True
+            self._update_header()
 
     def action_select(self, delta: int) -> None:
         if self.arms:
@@ -436,6 +641,7 @@ class RunScreen(Screen[None]):
         for i, arm in enumerate(self.arms):
             self.lane(arm.name).set_class(i == index, "-selected")
         self.selected = index
+        self._show_selected_lane()
         if self.arms:
             self.query_one("#lanes", HorizontalScroll).scroll_to_widget(self.lane(self.arms[index].name), animate=False)
         self._plots_dirty = True

@@ -2,14 +2,15 @@
 cells finish (medians over ok rounds, as in the saved report).
 
 Columns are as wide as what they hold, and the verdict, the one sentence a
-reader came for, takes the rest of the width: wrapped over up to
-VERDICT_MAX_LINES lines when it fits there (it does at 160 columns), else
-abbreviated to its kind and figures. The full line of the highlighted row is
-always under the table (VerdictLine)."""
+reader came for, takes the rest of the width on one line: in full where it
+fits, else abbreviated to its kind and figures (cut with "…" past that), so
+every row is one line and the best and worst rows are in view together. The
+full line of the highlighted row is always under the table (VerdictLine).
+The arm and prompt columns always show: narrow, the least telling columns
+go first."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 from rich.text import Text
@@ -29,8 +30,7 @@ VERDICT_MIN = 24  # narrower than this the table scrolls sideways
 # Below this room for the verdict, columns go, least telling first (the
 # saved report keeps them all).
 VERDICT_ROOM = 36
-DROP_ORDER = ("peak", "identical", "mean_len", "prompt")
-VERDICT_MAX_LINES = 3  # a longer wrap reads worse than the abbreviation
+DROP_ORDER = ("peak", "identical", "mean_len", "cost", "accept")
 # DataTable pads every cell by one column on each side; the vertical
 # scrollbar takes two more.
 CELL_PAD = 2
@@ -74,6 +74,26 @@ def short_verdict(s: Mapping[str, Any]) -> str:
     # failures and the rest: the line up to its first clause
     head = line.split(";")[0].split(" (")[0]
     return head if len(head) <= 40 else head[:39] + "…"
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` on one line of ``width`` cells, cut with "…" when longer."""
+    return text if Text(text).cell_len <= width else text[: max(0, width - 1)] + "…"
+
+
+def one_line_verdict(cell: str | Text, s: Mapping[str, Any] | None, width: int) -> Text:
+    """The verdict cell on one line: in full where it fits, else its kind
+    and figures, cut to the width past that."""
+    text = cell if isinstance(cell, Text) else Text(str(cell))
+    if text.cell_len <= width:
+        return text
+    if s is not None:
+        short = short_verdict(s)
+        busy = busy_warning(s)
+        if busy and Text(short + " " + busy).cell_len <= width:
+            return Text(short, style=verdict_style(str(s.get("verdict") or ""))) + Text(" " + busy, style="yellow")
+        return Text(fit(short, width), style=verdict_style(str(s.get("verdict") or "")))
+    return Text(fit(text.plain, width), style=text.style)
 
 
 def summary_cells(s: Mapping[str, Any]) -> list[str | Text]:
@@ -140,13 +160,29 @@ class ComparisonTable(DataTable[Any]):
         line = self._lines.get(key)
         return line[1] if line else None
 
+    def _widths(self) -> dict[int, int]:
+        """Each column's width but the verdict's: its widest cell, padded."""
+        cells = [c for c, _ in self._lines.values()]
+        return {i: max([len(label)] + [_width(c[i]) for c in cells]) + CELL_PAD
+                for i, (_, label) in enumerate(COLUMNS[:-1])}
+
+    def set_status(self, arm: str, prompt: str, status: str) -> None:
+        """A cell of a line that has no finished round yet started: its
+        status cell says so (running, warmup) instead of "pending"."""
+        key = row_key(arm, prompt)
+        line = self._lines.get(key)
+        if line is None or line[1] is not None:
+            return
+        cells = list(line[0])
+        cells[2] = status
+        self._lines[key] = (cells, None)
+        self._rebuild()
+
     def layout_columns(self) -> tuple[list[int], int]:
         """Which columns show (indices into COLUMNS, the verdict last) and the
         width the verdict gets: what the other columns leave, after the
         least telling ones made room in a narrow table."""
-        cells = [c for c, _ in self._lines.values()]
-        widths = {i: max([len(label)] + [_width(c[i]) for c in cells]) + CELL_PAD
-                  for i, (_, label) in enumerate(COLUMNS[:-1])}
+        widths = self._widths()
         total = (self.size.width or self.app.size.width) - CELL_PAD - SCROLLBAR
         shown = list(widths)
         keys = [k for k, _ in COLUMNS]
@@ -163,19 +199,14 @@ class ComparisonTable(DataTable[Any]):
             return
         cursor = self.cursor_row
         shown, width = self.layout_columns()
+        widths = self._widths()
         self.clear(columns=True)
         for i in shown[:-1]:
-            self.add_column(COLUMNS[i][1], key=COLUMNS[i][0])
+            self.add_column(COLUMNS[i][1], key=COLUMNS[i][0], width=widths[i] - CELL_PAD)
         self.add_column(COLUMNS[-1][1], key=COLUMNS[-1][0], width=width)
         for key, (all_cells, s) in self._lines.items():
             cells = [all_cells[i] for i in shown]
-            verdict = cells[-1]
-            lines = math.ceil(_width(verdict) / width) if _width(verdict) else 1
-            if lines > VERDICT_MAX_LINES and s is not None:
-                short = short_verdict(s)
-                verdict, lines = Text(short, style=verdict_style(str(s.get("verdict") or ""))), 1
-                lines = math.ceil(len(short) / width)
-            self.add_row(*cells[:-1], verdict, key=key, height=max(1, lines))
+            self.add_row(*cells[:-1], one_line_verdict(cells[-1], s, width), key=key, height=1)
         if self.row_count:
             self.move_cursor(row=min(cursor, self.row_count - 1), animate=False)
         self._show_verdict()

@@ -1,4 +1,5 @@
-"""ArmLane: one arm of the run, side by side with the others."""
+"""ArmLane: one arm of the run, side by side with the others, or alone
+(compact) when the terminal is too narrow for them all."""
 
 from __future__ import annotations
 
@@ -81,9 +82,16 @@ class ArmLane(Vertical):
         self.metrics: ArmMetrics | None = None
         self.final: ResultRow | None = None
         self.speculative = not arm.is_baseline
+        self.held = ""  # "pausing" or "paused" while the run holds in this arm
+        self.waiting = ""  # what a pending arm waits for (the probe)
+        self.compact = False  # one line of title, two of figures
+
+    def _title_text(self) -> str:
+        sep = "  " if self.compact else "\n"
+        return f"[b]{self.arm.name}[/b]{sep}[dim]{describe_arm(self.arm)}[/dim]"
 
     def compose(self) -> ComposeResult:
-        yield ArmTitle(f"[b]{self.arm.name}[/b]\n[dim]{describe_arm(self.arm)}[/dim]")
+        yield ArmTitle(self._title_text())
         with Horizontal(classes="status-row"):
             yield StatusBadge(self._status_text(), classes="status pending")
             yield ProgressBar(total=1.0, show_eta=False, show_percentage=False, classes="load-progress")
@@ -101,6 +109,38 @@ class ArmLane(Vertical):
         note.display = failed
         if failed:
             note.update(self.detail.strip().splitlines()[0])
+
+    def set_compact(self, compact: bool) -> None:
+        if compact == self.compact:
+            return
+        self.compact = compact
+        self.set_class(compact, "-compact")
+        if self.is_mounted:
+            self.query_one(ArmTitle).update(self._title_text())
+            self.query_one(LaneMetrics).update(self._metrics_text())
+
+    def set_held(self, held: str) -> None:
+        """"pausing" (asked, not yet held), "paused" (held) or "" (going)."""
+        self.held = held
+        self._show_badge()
+
+    def set_waiting(self, waiting: str) -> None:
+        """What a pending arm waits for ("" for nothing in particular)."""
+        self.waiting = waiting
+        self._show_badge()
+
+    def _show_badge(self) -> None:
+        badge = self.query_one(StatusBadge)
+        shown = self.shown_status()
+        badge.set_classes(f"status {shown}")
+        badge.update(self._status_text())
+
+    def shown_status(self) -> str:
+        if self.held and not self.status.is_final:
+            return self.held
+        if self.waiting and self.status == Status.PENDING:
+            return "waiting"
+        return self.status.value
 
     @property
     def text(self) -> StreamText:
@@ -130,9 +170,9 @@ class ArmLane(Vertical):
             bar.display = False
             # a finished bar: an indeterminate one would keep animating
             bar.update(total=1.0, progress=1.0)
-        badge = self.query_one(StatusBadge)
-        badge.set_classes(f"status {self.status.value}")
-        badge.update(self._status_text())
+        if self.status != Status.PENDING:
+            self.waiting = ""
+        self._show_badge()
         self.set_class(self.status.is_final, "-done")
         self._show_note()
         self.query_one(LaneMetrics).update(self._metrics_text())
@@ -161,15 +201,15 @@ class ArmLane(Vertical):
         self.cell_label = f"{row.prompt} r{row.round}"
         self.status = row.status
         self.detail = row.detail
-        badge = self.query_one(StatusBadge)
-        badge.set_classes(f"status {self.status.value}")
-        badge.update(self._status_text())
+        self._show_badge()
         self._show_note()
         self.apply_result(row)
 
     # -- text -------------------------------------------------------------------
     def _status_text(self) -> str:
-        word = self.status.value
+        word = self.shown_status()
+        if word == "waiting":
+            return f"waiting for the {self.waiting}"
         extra = f" · {self.phase}" if self.phase and self.status == Status.LOADING else ""
         where = f"  [dim]{self.cell_label}[/dim]" if self.cell_label else ""
         return f"{word}{extra}{where}"
@@ -194,6 +234,16 @@ class ArmLane(Vertical):
         else:
             tps = acc = length = draft_ms = verify_ms = None
             timing = "last"
+        if self.compact:
+            # a lane alone has the width: the figures on two lines
+            spec = (f" · accept {pct(acc)} · len {num(length, '.2f')} · {timing} draft {num(draft_ms)}"
+                    f" · verify {num(verify_ms)} ms") if self.speculative else ""
+            ttft = r.ttft_s if r is not None and r.ok else None
+            itl = r.itl_p50_s if r is not None and r.ok else None
+            return Content.assemble(
+                "tok/s ", (num(tps), "bold"), spec, f"\nmem {mib(mem)} · peak {mib(peak)} · ttft "
+                f"{ms(ttft * 1000 if ttft is not None else None)} · itl p50 {ms(itl * 1000 if itl is not None else None)}",
+            )
         lines = ["\n\n", "\n"]
         if self.speculative:
             lines = [

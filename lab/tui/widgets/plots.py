@@ -3,6 +3,8 @@ over time, tok/s over time."""
 
 from __future__ import annotations
 
+import math
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
@@ -10,6 +12,21 @@ from textual_plotext import PlotextPlot
 
 from lab.base import metrics
 from lab.tui.series import ArmSeries
+
+
+def count_ticks(top: float, most: int = 5) -> list[int]:
+    """Whole-number ticks from 0 past ``top``, 1, 2 or 5 times a power of ten
+    apart, at most ``most`` steps: an axis of counts (steps, occurrences)
+    never shows 2.5."""
+    top = max(1, math.ceil(top))
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            step = m * scale
+            n = math.ceil(top / step)
+            if n <= most:
+                return list(range(0, n * step + 1, step))
+        scale *= 10
 
 
 class AcceptedLengthPlot(PlotextPlot):
@@ -24,7 +41,11 @@ class AcceptedLengthPlot(PlotextPlot):
             plt.xlabel("no speculative steps")
         else:
             hist = series.histogram()
-            plt.bar([str(n) for n, _ in hist], [c for _, c in hist])
+            counts = [c for _, c in hist]
+            plt.bar([str(n) for n, _ in hist], counts)
+            ticks = count_ticks(max(counts))
+            plt.ylim(0, ticks[-1])
+            plt.yticks(ticks)
             plt.xlabel(f"{len(series.landed)} steps")
         self.refresh()
 
@@ -44,6 +65,7 @@ class StepCostPlot(PlotextPlot):
             plt.title("step cost (baseline tokens)")
             xs = list(range(1, len(series.step_s) + 1))
             plt.plot(xs, [metrics.step_cost_tokens(s, base_tok_per_s) or 0.0 for s in series.step_s], marker="braille")
+            plt.xticks(count_ticks(len(xs))[1:] or [1])
             if series.max_yield:
                 plt.hline(series.max_yield, "red")
             plt.xlabel("step" + (f" · max yield {series.max_yield}" if series.max_yield else ""))
@@ -51,6 +73,7 @@ class StepCostPlot(PlotextPlot):
             plt.title("step cost (ms, no baseline yet)")
             xs = list(range(1, len(series.step_s) + 1))
             plt.plot(xs, [s * 1000 for s in series.step_s], marker="braille")
+            plt.xticks(count_ticks(len(xs))[1:] or [1])
             plt.xlabel("step")
         self.refresh()
 
