@@ -102,6 +102,9 @@ def main() -> int:
     ap.add_argument("--gpu-pick", choices=("auto", "on", "off"), default="auto")
     ap.add_argument("--n-ctx", type=int, default=2048)
     args = ap.parse_args()
+    from lab.registry import load_registry
+
+    load_registry()  # model references (tiny:, synthetic:) resolve through the plugins' registry
     threads = args.threads or len(os.sched_getaffinity(0))
     path = models.resolve(args.model)
     bench = llama_bench_path()

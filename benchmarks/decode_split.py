@@ -87,6 +87,9 @@ def main() -> int:
     ap.add_argument("--bench-every", type=int, default=2, help="llama-bench tg before every N-th pass (0: never)")
     ap.add_argument("--pin", type=int, default=None, help="keep this process on one CPU")
     args = ap.parse_args()
+    from lab.registry import load_registry
+
+    load_registry()  # model references (tiny:, synthetic:) resolve through the plugins' registry
     picks = [p.strip() for p in args.picks.split(",") if p.strip()]
     if not picks or any(p not in ("host", "gpu") for p in picks):
         ap.error(f"--picks takes host, gpu or host,gpu, not {args.picks!r}")

@@ -239,6 +239,9 @@ def main() -> None:
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--speed", type=int, default=0, metavar="REPEATS", help="time the baseline per config instead of comparing logits")
     args = ap.parse_args()
+    from lab.registry import load_registry
+
+    load_registry()  # model references (tiny:, synthetic:) resolve through the plugins' registry
 
     import llama_cpp as ll
 

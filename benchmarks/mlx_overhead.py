@@ -204,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=4)
     ap.add_argument("--no-dflash", action="store_true", help="skip the reference DFlash comparison")
     args = ap.parse_args(argv)
+    from lab.registry import load_registry
+
+    load_registry()  # model references (tiny:, synthetic:) resolve through the plugins' registry
     _ensure_tiny()
     for ref in [m for m in args.models.split(",") if m]:
         bench_baseline(ref, args.tokens, args.repeats)

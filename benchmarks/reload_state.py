@@ -123,6 +123,9 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=5.0)
     ap.add_argument("--arms", type=int, default=3)
     args = ap.parse_args()
+    from lab.registry import load_registry
+
+    load_registry()  # model references (tiny:, synthetic:) resolve through the plugins' registry
     from lab_llamacpp.engine import Context, Model
 
     path = str(models.resolve(args.model))

@@ -51,6 +51,9 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=30, help="passes per figure (median)")
     ap.add_argument("--widths", default="1,2,5,9,17")
     args = ap.parse_args()
+    from lab.registry import load_registry
+
+    load_registry()  # model references (tiny:, synthetic:) resolve through the plugins' registry
     widths = [int(w) for w in args.widths.split(",")]
 
     model = engine.Model(str(models.resolve(args.model)), n_gpu_layers=args.n_gpu_layers)
