@@ -245,9 +245,9 @@ class LabApp(App[int]):
                 if isinstance(screen, RunScreen):
                     screen.mark_stopping()
                     probing = probing or screen.probing is not None
-            # The probe's measurement is not interruptible: the run stops
-            # once it ends (the screen stays live meanwhile).
-            self.notify("stopping the run after the probe's measurement..." if probing
+            # The probe measures in a process of its own, which the stop
+            # ends at once (lab.probing.isolated).
+            self.notify("stopping the probe and the run..." if probing
                         else "stopping the run and closing its engine...")
         await self.stop_runs()
         self.exit(0)

@@ -14,7 +14,7 @@ from lab.base import metrics
 from lab.tui.series import ArmSeries
 
 
-def count_ticks(top: float, most: int = 5) -> list[int]:
+def count_ticks(top: float, most: int = 5) -> list[float]:
     """Whole-number ticks from 0 past ``top``, 1, 2 or 5 times a power of ten
     apart, at most ``most`` steps: an axis of counts (steps, occurrences)
     never shows 2.5."""
@@ -25,7 +25,8 @@ def count_ticks(top: float, most: int = 5) -> list[int]:
             step = m * scale
             n = math.ceil(top / step)
             if n <= most:
-                return list(range(0, n * step + 1, step))
+                ticks: list[float] = [t for t in range(0, n * step + 1, step)]  # ints: labels read 2, not 2.0
+                return ticks
         scale *= 10
 
 
