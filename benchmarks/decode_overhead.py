@@ -70,12 +70,10 @@ from token_split import split_clocks  # noqa: E402
 
 
 def llama_bench_path() -> Path:
-    from lab_llamacpp.tools import find_llama_tool
+    from lab.kit.llama_tools import find_llama_tool, missing_tool_hint
 
     found = find_llama_tool("llama-bench")
     if not found:
-        from lab_llamacpp.build import missing_tool_hint
-
         sys.exit(missing_tool_hint("llama-bench"))
     return Path(found[0])
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from lab_llamacpp_server import attach
+
+from lab.kit.server import attach
 
 # -- the URL and the key --------------------------------------------------------------------------
 
@@ -119,11 +120,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 
     if _INFO is None:
         pytest.skip(_SKIP)
-    from lab_llamacpp_server.client import ServerClient
+    from lab_llamacpp_server.client import LlamaServerClient
     from lab_llamacpp_server.command import server_args
-    from lab_llamacpp_server.process import ServerProcess, free_port
 
     from lab.kit import models
+    from lab.kit.server.process import ServerProcess, free_port
     from lab.registry import load_registry
 
     load_registry()
@@ -143,7 +144,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             started.append(proc)
             urls[name] = f"http://127.0.0.1:{port}"
         for proc, url in zip(started, urls.values()):
-            client = ServerClient(url)
+            client = LlamaServerClient(url)
             try:
                 assert client.wait_healthy(proc.alive, 300.0, lambda: None), proc.excerpt(20)
             finally:

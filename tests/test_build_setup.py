@@ -15,7 +15,8 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from lab_llamacpp.build import TOOLS, build_command, built_tool, library_dir
+
+from lab.kit.llama_tools import TOOLS, build_command, built_tool, library_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

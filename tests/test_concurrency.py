@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_llamacpp_server.concurrency import StreamRecord, percentile, stream_figures
 
+from lab.kit.server.concurrency import StreamRecord, percentile, stream_figures
 from lab.render import serving as serving_lines
 from lab.rows import serving
 

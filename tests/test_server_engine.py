@@ -306,7 +306,7 @@ def test_a_killed_lab_leaves_no_server(tmp_path: Path) -> None:
     still takes the server down with it."""
     script = textwrap.dedent(f"""
         import sys, time
-        from lab_llamacpp_server.process import ServerProcess, free_port
+        from lab.kit.server.process import ServerProcess, free_port
         from lab_llamacpp_server.binary import server_info
         from lab.kit import models
         from lab_llamacpp_server.models import register

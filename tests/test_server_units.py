@@ -14,9 +14,10 @@ from lab_llamacpp_server.binary import parse_build, parse_spec_types
 from lab_llamacpp_server.metrics import counter_delta, parse_metrics, per_position
 from lab_llamacpp_server.serverlog import ServerLog
 from lab_llamacpp_server.steps import LiveSteps
-from lab_llamacpp_server.stream import StepTracker, chunk_from, parse_sse_lines
+from lab_llamacpp_server.stream import StepTracker, chunk_from
 
 from lab.base.events import Cell, Clock, StepEvent
+from lab.kit.server.sse import parse_sse_lines
 from lab.profile.load import parse_profile
 
 

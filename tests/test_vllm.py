@@ -284,9 +284,9 @@ def test_attached_vllm_with_a_key_and_two_streams(vllm_ready: str, tmp_path: Pat
     """A vLLM server the test starts (with an API key), attached by URL: one
     and two streams at once, every stream's steps summed equal to its
     counters."""
-    from lab_llamacpp_server.process import ServerProcess, free_port
     from lab_vllm.models import hf_dir
 
+    from lab.kit.server.process import ServerProcess, free_port
     from lab.profile.load import parse_profile
     from lab.runner import Runner
     from lab.store import RunStore

@@ -17,7 +17,8 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="hardware: Linux process groups")
 
-PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = str(ROOT / "plugins")
 TREE = ["sh", "-c", "sleep 300 & sleep 300 & wait"]
 
 
@@ -52,7 +53,7 @@ def _tree(pid: int, n: int) -> list[int]:
 
 
 def test_stop_takes_the_workers_with_the_server(tmp_path: Path) -> None:
-    from lab_llamacpp_server.process import ServerProcess
+    from lab.kit.server.process import ServerProcess
 
     server = ServerProcess(TREE, str(tmp_path / "s.log"), watch_group=True)
     server.start()
@@ -70,13 +71,13 @@ def test_stop_takes_the_workers_with_the_server(tmp_path: Path) -> None:
 def test_a_killed_lab_leaves_no_worker(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import time
-        from lab_llamacpp_server.process import ServerProcess
+        from lab.kit.server.process import ServerProcess
         s = ServerProcess({TREE!r}, {str(tmp_path / "s.log")!r}, watch_group=True)
         s.start()
         print(s.pid, flush=True)
         time.sleep(120)
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([PLUGINS, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), PLUGINS, os.environ.get("PYTHONPATH", "")])}
     lab = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     pids: list[int] = []
     try:

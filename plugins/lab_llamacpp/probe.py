@@ -23,7 +23,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from lab_llamacpp.tools import find_llama_tool
+from lab.kit.llama_tools import find_llama_tool, missing_tool_hint
 
 if TYPE_CHECKING:
     from lab_llamacpp.engine import Context
@@ -98,8 +98,6 @@ def batched_bench_binary() -> str:
     found = find_llama_tool("llama-batched-bench")
     if found:
         return found[0]
-    from lab_llamacpp.build import missing_tool_hint
-
     raise FileNotFoundError(f"{missing_tool_hint('llama-batched-bench')}; or set LAB_LLAMA_BATCHED_BENCH")
 
 

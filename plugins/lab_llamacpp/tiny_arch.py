@@ -57,10 +57,11 @@ def _twin_embeddings(rng: np.random.Generator, n_vocab: int) -> np.ndarray:
 
 def build_gemma3(out: Path) -> None:
     import gguf
-    from lab_llamacpp_server.tiny import _finish, _smollm2_tokenizer, _writer
 
-    tok = _smollm2_tokenizer()
-    w = _writer(out, ARCH, tok)
+    from lab.kit.tiny_gguf import finish, smollm2_tokenizer, writer
+
+    tok = smollm2_tokenizer()
+    w = writer(out, ARCH, tok)
     w.add_uint32(f"{ARCH}.block_count", N_LAYER)
     w.add_uint32(f"{ARCH}.context_length", N_CTX_TRAIN)
     w.add_uint32(f"{ARCH}.embedding_length", N_EMBD)
@@ -93,7 +94,7 @@ def build_gemma3(out: Path) -> None:
         w.add_tensor(f"blk.{i}.ffn_up.weight", _mat(rng, N_FF, N_EMBD))
         w.add_tensor(f"blk.{i}.ffn_down.weight", _mat(rng, N_EMBD, N_FF))
         w.add_tensor(f"blk.{i}.post_ffw_norm.weight", _norm(N_EMBD))
-    _finish(w)
+    finish(w)
 
 
 def build_gemma3_q4_k_m(out: Path) -> None:

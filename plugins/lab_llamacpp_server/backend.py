@@ -1,8 +1,9 @@
 """llama-server backends: the server runs the speculative loop, the lab
 reads per-step truth from its log, its stream and its /metrics.
 
-This module composes the parts: the process (:mod:`.process`), its log
-(:mod:`.serverlog`), its HTTP side (:mod:`.client`), the token stream
+This module composes the parts: the process and its life cycle
+(:mod:`lab.kit.server`), its log (:mod:`.serverlog`), its HTTP side
+(:mod:`.client`), the token stream
 (:mod:`.stream`), steps rebuilt live (:mod:`.steps`) and the cross-checks
 against the server's own counters (:mod:`.crosscheck`).
 
@@ -18,22 +19,27 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from lab.api import Backend, BackendContext, EngineFailure, Generation, GenerationRequest, Option
+from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option
 from lab.base.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
 from lab.kit import models
 from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
-from lab_llamacpp_server import attach, crosscheck, failures
-from lab_llamacpp_server.attach import ATTACH_OPTIONS
+from lab.kit.server import attach
+from lab.kit.server.attach import ATTACH_OPTIONS
+from lab.kit.server.client import HttpFailure
+from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
+from lab.kit.server.lifecycle import ServerBackend
+from lab.kit.server.process import ServerProcess, free_port
+from lab.kit.server.sse import parse_sse_lines
+from lab_llamacpp_server import crosscheck, failures
 from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, server_info
-from lab_llamacpp_server.client import HttpFailure, ServerClient
+from lab_llamacpp_server.client import LlamaServerClient
 from lab_llamacpp_server.command import COMMON_OPTIONS, NEEDS_DRAFT_MODEL, refuse_options, server_args, warn_options
-from lab_llamacpp_server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, generate_streamed, stream_figures
+from lab_llamacpp_server.concurrency import generate_streamed
 from lab_llamacpp_server.logparse import ImplStats
 from lab_llamacpp_server.metrics import device_bytes
-from lab_llamacpp_server.process import ServerProcess, free_port
 from lab_llamacpp_server.serverlog import RequestLog, ServerLog
 from lab_llamacpp_server.steps import LiveSteps
-from lab_llamacpp_server.stream import Chunk, StepTracker, StreamError, consume, generation, parse_sse_lines
+from lab_llamacpp_server.stream import Chunk, StepTracker, StreamError, consume, generation
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm
@@ -43,7 +49,7 @@ STACK = "llamacpp-server"
 SERVER_TEMPLATE = "server"
 
 
-class LlamaServerBackend(Backend):
+class LlamaServerBackend(ServerBackend[LlamaServerClient]):
     name = "llamacpp-server"
     stack = STACK
     description = "llama-server with any --spec-type it accepts; per-step truth from its log, stream and /metrics"
@@ -85,7 +91,6 @@ class LlamaServerBackend(Backend):
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
-        self.server: ServerProcess | None = None
         self.info: ServerInfo | None = None
         self.port = 0
         self.base_url = ""
@@ -93,13 +98,11 @@ class LlamaServerBackend(Backend):
         # the model file the prompt's template comes from, and the last prompt sent
         self.model_path = ""
         self.rendered = RenderedPrompt("", OFF)
-        self._client: ServerClient | None = None
         self.server_log = ServerLog()
         # the server's cumulative per-implementation counters after the last request
         self._stats_last: dict[str, ImplStats] = {}
         self._totals: dict[str, float] = {}
-        # an attached server: its base URL, its kind and what it said about itself
-        self.attached: str | None = None
+        # an attached server (its base URL: self.attached): its kind and what it said about itself
         self.server_kind: str | None = None
         self.server_props: dict[str, Any] = {}
         self.concurrency = int(arm.options.get("concurrency") or 1)
@@ -160,51 +163,39 @@ class LlamaServerBackend(Backend):
         log_dir = self.ctx.run_dir or os.path.join(os.getcwd(), "runs", "_server-logs")
         log_path = os.path.join(log_dir, f"llama-server-{self.arm.name}.log")
         limit_mb = self.opt("memory_limit_mb")
-        self.server = ServerProcess(
+        server = ServerProcess(
             argv, log_path, env={"LLAMA_TRACE": "1"}, on_line=self.server_log.on_line,
             address_space_limit=int(limit_mb) * 1024 * 1024 if limit_mb else None,
         )
-        emit(StatusChanged(cell, Status.LOADING, phase="starting llama-server", progress=0.1))
-        self.server.start()
-        self.ctx.log(f"{self.arm.name}: llama-server pid {self.server.pid} on port {self.port}, log {log_path}")
-        self._client = ServerClient(self.base_url)
+        client = LlamaServerClient(self.base_url)
         given = self.opt("health_timeout_s")
         timeout = 300.0 if given is None else float(given)  # 0 is refused by the profile check, never "default"
-        try:
-            # One phase change for the whole wait: the poll runs ten times a
-            # second, and a status per poll reached every listener each time.
-            emit(StatusChanged(cell, Status.LOADING, phase="llama-server loading the model", progress=0.5))
-            served = self._client.wait_healthy(self.server.alive, timeout, lambda: None)
-        except TimeoutError as exc:
-            raise EngineFailure(str(exc), self.server.excerpt(40)) from exc
+        served = self.launch(server, client, emit, what="llama-server", port=self.port, ready=client.healthy,
+                             timeout=timeout, interval=0.1, not_ready="llama-server not healthy")
         if not served:
-            raise failures.exited_while_loading(self.server, self.server_log.load_oom)
+            raise failures.exited_while_loading(server, self.server_log.load_oom)
         if self.speculative and self.server_log.spec_failed:
             raise EngineFailure(
                 f"llama-server started without speculative decoding ({self.server_log.spec_failed[0].strip()})",
-                self.server.excerpt(30),
+                server.excerpt(30),
             )
-        self._totals = self._client.metrics()
+        self._totals = client.metrics()
 
     def _attach(self, emit: Emit) -> None:
         """Use the running server the arm names: the lab starts nothing,
         so it can neither restart nor stop it, and reads it over HTTP only."""
         cell = arm_cell(self.arm.name)
-        try:
-            where = attach.target(self.arm.options)
-        except attach.AttachError as exc:
-            raise EngineFailure(f"arm {self.arm.name}: {exc}") from exc
-        self.attached = where.base_url
+        where = self.attach_target()
         self.base_url = where.base_url
-        self._client = ServerClient(where.base_url, where.headers)
+        client = self._client = LlamaServerClient(where.base_url, where.headers)
         emit(StatusChanged(cell, Status.LOADING, phase=f"attaching to {where.base_url}", progress=0.5))
         given = self.opt("health_timeout_s")
         try:
-            self._client.wait_healthy(lambda: True, 300.0 if given is None else float(given), lambda: None)
+            client.wait_healthy(lambda: True, 300.0 if given is None else float(given), lambda: None)
         except TimeoutError as exc:
             raise EngineFailure(f"arm {self.arm.name}: no server ready at {where.base_url} ({exc})") from exc
         try:
-            self.server_kind, self.server_props = attach.detect(self._client)
+            self.server_kind, self.server_props = attach.detect(client)
         except attach.AttachError as exc:
             raise EngineFailure(f"arm {self.arm.name}: {exc}") from exc
         if self.server_kind != attach.LLAMA_SERVER:
@@ -212,20 +203,8 @@ class LlamaServerBackend(Backend):
                 f"arm {self.arm.name}: the server at {where.base_url} is {self.server_kind}, not llama-server; "
                 "use the backend that reads it (vllm for a vLLM server)"
             )
-        self._totals = self._client.metrics()
+        self._totals = client.metrics()
         self.ctx.log(f"{self.arm.name}: attached to {self.server_kind} at {where.base_url} {self.server_props}")
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self.server is not None:
-            self.server.stop()
-
-    def child_pids(self) -> list[int]:
-        if self.server is not None and self.server.alive() and self.server.pid is not None:
-            return [self.server.pid]
-        return []
 
     def engine_bytes(self) -> int | None:
         return self.server_log.engine_bytes or None
@@ -281,7 +260,7 @@ class LlamaServerBackend(Backend):
             "cache_prompt": False,
         }
 
-    def _running(self) -> tuple[ServerProcess, ServerClient]:
+    def _running(self) -> tuple[ServerProcess, LlamaServerClient]:
         assert self.server is not None and self._client is not None, "generate() before load()"
         return self.server, self._client
 

@@ -15,7 +15,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from lab_llamacpp.tools import find_llama_tool
+from lab.kit.llama_tools import find_llama_tool, missing_tool_hint
 
 
 class ServerNotFound(FileNotFoundError):
@@ -46,8 +46,6 @@ def locate(profile_path: str | None = None) -> tuple[str, str]:
     found = find_llama_tool("llama-server")
     if found:
         return found
-    from lab_llamacpp.build import missing_tool_hint
-
     raise ServerNotFound(f"llama-server not found: {missing_tool_hint('llama-server')}")
 
 

@@ -9,119 +9,38 @@ read to its end and timed on arrival, so the row can say what N users get
 and what the server drafted and accepted for all of them, checked against
 its counters.
 
-The load is bounded: N streams (at most :data:`MAX_CONCURRENCY`) of
+The load is bounded: N streams (at most
+:data:`lab.kit.server.concurrency.MAX_CONCURRENCY`) of
 ``max_tokens`` each, a deadline for all of them (``concurrency_timeout_s``),
 and only the arm's own server as target (the base URL the arm loaded).
 """
 
 from __future__ import annotations
 
-import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from lab.api import Cancelled, EngineFailure, Generation, GenerationRequest, Option
+from lab.api import Cancelled, EngineFailure, Generation, GenerationRequest
 from lab.base.events import Emit, StepEvent, TokenEvent, now
+from lab.kit.server.client import ServerClient
+from lab.kit.server.concurrency import StreamRecord, stream_figures
+from lab.kit.server.sse import parse_sse_lines
 from lab_llamacpp_server import crosscheck
-from lab_llamacpp_server.client import ServerClient
+from lab_llamacpp_server.client import LlamaServerClient
 from lab_llamacpp_server.metrics import counter_delta, per_position
-from lab_llamacpp_server.stream import Chunk, StepTracker, consume, generation, parse_sse_lines
+from lab_llamacpp_server.stream import Chunk, StepTracker, consume, generation
 from lab_llamacpp_server.stream_steps import StreamSteps
-
-MAX_CONCURRENCY = 64
-
-CONCURRENCY_OPTIONS: tuple[Option, ...] = (
-    Option("concurrency", int, 1, min=1, max=MAX_CONCURRENCY, help=
-           "streams of the cell's prompt sent at once (a list sweeps: [1, 2, 4]); the server gets --parallel "
-           "of at least this many slots"),
-    Option("concurrency_timeout_s", float, 600.0, min=1, max=86400, help=
-           "seconds all streams of one cell may take before the cell fails"),
-)
 
 
 @dataclass
-class StreamRecord:
-    """One stream as it arrived: when it was sent, each token-bearing chunk
-    (arrival, tokens), the server's final figures, its steps."""
+class TrackedRecord(StreamRecord):
+    """A stream as it arrived, with the steps its counters showed."""
 
-    t_sent: float = 0.0
-    arrivals: list[tuple[float, int]] = field(default_factory=list)
-    final: dict[str, Any] = field(default_factory=dict)
     tracker: StepTracker | None = None
-    error: str | None = None
-
-    @property
-    def n_tokens(self) -> int:
-        return sum(n for _, n in self.arrivals)
-
-    @property
-    def ttft_s(self) -> float | None:
-        return self.arrivals[0][0] - self.t_sent if self.arrivals else None
-
-    def gaps(self) -> list[float]:
-        """Seconds between consecutive tokens on arrival: a chunk's first
-        token waited since the previous chunk, the rest of it came along."""
-        out: list[float] = []
-        for (t0, _), (t1, n) in zip(self.arrivals, self.arrivals[1:]):
-            out.append(t1 - t0)
-            out.extend([0.0] * (n - 1))
-        return out
-
-    @property
-    def tok_per_s(self) -> float | None:
-        """Tokens after the first over the seconds after the first, on arrival."""
-        if len(self.arrivals) < 2:
-            return None
-        span = self.arrivals[-1][0] - self.arrivals[0][0]
-        return (self.n_tokens - self.arrivals[0][1]) / span if span > 0 else None
-
-    def counts(self) -> tuple[int, int]:
-        timings = self.final.get("timings") or {}
-        return int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks; None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def stream_figures(records: Sequence[StreamRecord]) -> dict[str, Any]:
-    """What N streams of one cell add up to (the row's concurrency keys)."""
-    ok = [r for r in records if r.error is None]
-    start = min((r.t_sent for r in records), default=0.0)
-    end = max((r.arrivals[-1][0] for r in ok if r.arrivals), default=start)
-    total = sum(r.n_tokens for r in ok)
-    gaps = [g for r in ok for g in r.gaps()]
-    ttfts = [t for r in ok if (t := r.ttft_s) is not None]
-    drafted = sum(r.counts()[0] for r in ok)
-    accepted = sum(r.counts()[1] for r in ok)
-    return {
-        "concurrency": len(records),
-        "streams_ok": len(ok),
-        "stream_errors": [r.error for r in records if r.error is not None],
-        "tokens_total": total,
-        "wall_s": end - start,
-        # every stream's tokens over the seconds from sending to the last token
-        "aggregate_tok_per_s": total / (end - start) if end > start else None,
-        "stream_tok_per_s": [r.tok_per_s for r in ok],
-        "ttft_p50_s": percentile(ttfts, 50),
-        "ttft_p95_s": percentile(ttfts, 95),
-        "itl_p50_s": percentile(gaps, 50),
-        "itl_p95_s": percentile(gaps, 95),
-        "itl_p99_s": percentile(gaps, 99),
-        "drafted_total": drafted,
-        "accepted_total": accepted,
-        "acceptance_rate_all": accepted / drafted if drafted else None,
-    }
-
-
-def _side_stream(base_url: str, headers: dict[str, str], body: dict[str, Any], record: StreamRecord,
+def _side_stream(base_url: str, headers: dict[str, str], body: dict[str, Any], record: TrackedRecord,
                  start: threading.Barrier, stop: threading.Event, timeout_s: float) -> None:
     """One load stream, read to its end (or until ``stop``)."""
     import httpx
@@ -150,7 +69,7 @@ def _side_stream(base_url: str, headers: dict[str, str], body: dict[str, Any], r
         client.close()
 
 
-def _check_all(records: Sequence[StreamRecord], delta: Mapping[str, float]) -> dict[str, bool]:
+def _check_all(records: Sequence[TrackedRecord], delta: Mapping[str, float]) -> dict[str, bool]:
     """Every stream's steps against the server's counters, summed: with N
     requests in flight only the sum is the server's."""
     steps = [s for r in records if r.tracker is not None for s in r.tracker.steps]
@@ -178,7 +97,7 @@ def _too_long(n: int, timeout_s: float) -> str:
     return f"the {n} stream(s) of this cell took longer than concurrency_timeout_s = {timeout_s:.0f} s"
 
 
-def generate_streamed(client: ServerClient, body: dict[str, Any], request: GenerationRequest, emit: Emit,
+def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: GenerationRequest, emit: Emit,
                       cancelled: Callable[[], bool], *, speculative: bool, concurrency: int,
                       timeout_s: float, exclusive_metrics: bool) -> Generation:
     """One cell read from the stream: the lead stream emits its tokens and
@@ -190,7 +109,7 @@ def generate_streamed(client: ServerClient, body: dict[str, Any], request: Gener
     n = max(1, concurrency)
     start = threading.Barrier(n)
     stop = threading.Event()
-    side = [StreamRecord() for _ in range(n - 1)]
+    side = [TrackedRecord() for _ in range(n - 1)]
     threads = [
         threading.Thread(target=_side_stream, args=(client.base_url, client.headers, body, rec, start, stop, timeout_s),
                          name=f"load-stream-{i + 1}", daemon=True)
@@ -199,7 +118,7 @@ def generate_streamed(client: ServerClient, body: dict[str, Any], request: Gener
     before = client.metrics()
     for t in threads:
         t.start()
-    lead = StreamRecord()
+    lead = TrackedRecord()
     deadline = now() + timeout_s
     try:
         if n > 1:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Callable
 
 from lab.api import EngineCrashed, EngineFailure, EngineOOM
+from lab.kit.server.process import ServerProcess
 from lab_llamacpp_server import logparse
-from lab_llamacpp_server.process import ServerProcess
 
 
 def exited_while_loading(server: ServerProcess, load_oom: list[str]) -> EngineFailure:

@@ -12,9 +12,8 @@ with no race against the log.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from lab.api import Cancelled, Generation
 from lab.base.events import now
@@ -112,28 +111,6 @@ class StepTracker:
             self._last_t = chunk.t
             self._last_server_ms = chunk.server_ms
         return n > 0 and drafted_here == n
-
-
-def parse_sse_lines(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
-    """JSON objects of an SSE stream (``data: {...}`` lines)."""
-    for line in lines:
-        if not line:
-            continue
-        if line.startswith("data:"):
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                return
-            try:
-                obj = json.loads(payload)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
-        elif line.startswith("error:"):
-            try:
-                yield {"error": json.loads(line[6:].strip())}
-            except json.JSONDecodeError:
-                yield {"error": {"message": line[6:].strip()}}
 
 
 def chunk_from(obj: dict[str, Any], prev_predicted: int, t: float) -> Chunk:

@@ -17,11 +17,12 @@ and the counting, not drafting quality.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lab.kit.tiny_gguf import Tokenizer, finish, smollm2_tokenizer, writer
 
 N_EMBD = 64
 N_HEAD = 4
@@ -31,48 +32,7 @@ N_FF = 128
 N_CTX_TRAIN = 4096
 
 
-@dataclass(frozen=True)
-class _Tokenizer:
-    fields: list[tuple[str, Any, Any]]  # (key, value, gguf value type or (ARRAY, sub type))
-    n_vocab: int
-
-
-def _smollm2_tokenizer() -> _Tokenizer:
-    import gguf
-
-    from lab.kit.models import embedded_smollm2
-
-    reader = gguf.GGUFReader(str(embedded_smollm2()))
-    fields: list[tuple[str, Any, Any]] = []
-    n_vocab = 0
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        value = field.contents()
-        types = list(field.types)
-        if key == "tokenizer.ggml.tokens":
-            n_vocab = len(value)
-        fields.append((key, value, types))
-    if n_vocab == 0:
-        raise RuntimeError("the embedded model has no token list")
-    return _Tokenizer(fields, n_vocab)
-
-
-def _writer(out: Path, arch: str, tok: _Tokenizer) -> Any:
-    import gguf
-
-    w = gguf.GGUFWriter(str(out), arch)
-    w.add_name(f"speclab {arch} (tiny, random weights)")
-    for key, value, types in tok.fields:
-        main = types[0]
-        if main == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(key, value, main, sub_type=types[1])
-        else:
-            w.add_key_value(key, value, main)
-    return w
-
-
-def _common_kv(w: Any, arch: str, n_layer_all: int, n_ff: int, tok: _Tokenizer) -> None:
+def _common_kv(w: Any, arch: str, n_layer_all: int, n_ff: int, tok: Tokenizer) -> None:
     w.add_uint32(f"{arch}.block_count", n_layer_all)
     w.add_uint32(f"{arch}.context_length", N_CTX_TRAIN)
     w.add_uint32(f"{arch}.embedding_length", N_EMBD)
@@ -125,23 +85,16 @@ def _dense_ffn(w: Any, W: _Weights, i: int, norm_name: str = "ffn_norm") -> None
     w.add_tensor(f"blk.{i}.ffn_down.weight", W.mat(N_EMBD, N_FF, scale=4.0))
 
 
-def _finish(w: Any) -> None:
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 LLAMA_LAYERS = 2
 
 
 def build_llama(out: Path, chat_template: bool = True) -> None:
     """``chat_template = False`` leaves the template out of the metadata:
     ``tiny:llama-notemplate``, a model every stack must prompt alike."""
-    tok = _smollm2_tokenizer()
+    tok = smollm2_tokenizer()
     if not chat_template:
-        tok = _Tokenizer([f for f in tok.fields if f[0] != "tokenizer.chat_template"], tok.n_vocab)
-    w = _writer(out, "llama", tok)
+        tok = Tokenizer([f for f in tok.fields if f[0] != "tokenizer.chat_template"], tok.n_vocab)
+    w = writer(out, "llama", tok)
     _common_kv(w, "llama", LLAMA_LAYERS, N_FF, tok)
     W = _Weights(1234)
     w.add_tensor("token_embd.weight", W.embd(tok.n_vocab))
@@ -149,15 +102,15 @@ def build_llama(out: Path, chat_template: bool = True) -> None:
     for i in range(LLAMA_LAYERS):
         _attn(w, W, i)
         _dense_ffn(w, W, i)
-    _finish(w)
+    finish(w)
 
 
 DFLASH_BLOCK = 16  # drafts up to block - 1 = 15 tokens: covers n-max 3, 7, 12
 
 
 def build_llama_dflash(out: Path) -> None:
-    tok = _smollm2_tokenizer()
-    w = _writer(out, "dflash", tok)
+    tok = smollm2_tokenizer()
+    w = writer(out, "dflash", tok)
     _common_kv(w, "dflash", 1, N_FF, tok)
     target_layers = list(range(LLAMA_LAYERS))
     w.add_array("dflash.target_layers", target_layers)
@@ -171,7 +124,7 @@ def build_llama_dflash(out: Path) -> None:
     w.add_tensor("output_norm.weight", W.norm())
     _attn(w, W, 0, qk_norm=True)
     _dense_ffn(w, W, 0)
-    _finish(w)
+    finish(w)
 
 
 GLM_TRUNK = 2
@@ -193,9 +146,9 @@ def _moe_ffn(w: Any, W: _Weights, i: int) -> None:
 
 
 def build_glm4moe_mtp(out: Path) -> None:
-    tok = _smollm2_tokenizer()
+    tok = smollm2_tokenizer()
     arch = "glm4moe"
-    w = _writer(out, arch, tok)
+    w = writer(out, arch, tok)
     n_all = GLM_TRUNK + 1
     _common_kv(w, arch, n_all, N_FF, tok)
     w.add_uint32(f"{arch}.nextn_predict_layers", 1)
@@ -224,4 +177,4 @@ def build_glm4moe_mtp(out: Path) -> None:
     w.add_tensor(f"blk.{nextn}.nextn.enorm.weight", W.norm())
     w.add_tensor(f"blk.{nextn}.nextn.hnorm.weight", W.norm())
     w.add_tensor(f"blk.{nextn}.nextn.shared_head_norm.weight", W.norm())
-    _finish(w)
+    finish(w)

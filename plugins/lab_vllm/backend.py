@@ -4,8 +4,8 @@ its speculative loop (ngram, draft model, EAGLE, MTP, ... through
 steps from the server's own per-request record, checked against its
 Prometheus counters.
 
-The server is started like a llama-server arm's (the llama-server plugin's
-:class:`ServerProcess`: its own pid, its log saved, stopped with its worker
+The server is started like a llama-server arm's (the shared life cycle of
+:mod:`lab.kit.server`: its own pid, its log saved, stopped with its worker
 processes on every path, killed by the kernel if the lab dies). The engine
 runs inside the server process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
 that pid is the whole engine on a single device. Or the arm attaches to a
@@ -19,15 +19,15 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from lab_llamacpp_server import attach
-from lab_llamacpp_server.attach import ATTACH_OPTIONS
-from lab_llamacpp_server.client import HttpFailure, ServerClient, raise_for_status
-from lab_llamacpp_server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
-from lab_llamacpp_server.process import ServerProcess, free_port
-from lab_llamacpp_server.stream import parse_sse_lines
-
-from lab.api import Backend, BackendContext, EngineCrashed, EngineFailure, EngineOOM, Generation, GenerationRequest
+from lab.api import BackendContext, EngineCrashed, EngineFailure, EngineOOM, Generation, GenerationRequest
 from lab.base.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
+from lab.kit.server import attach
+from lab.kit.server.attach import ATTACH_OPTIONS
+from lab.kit.server.client import HttpFailure, ServerClient, raise_for_status
+from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
+from lab.kit.server.lifecycle import ServerBackend, poll_ready
+from lab.kit.server.process import ServerProcess, free_port
+from lab.kit.server.sse import parse_sse_lines
 from lab_vllm import metrics
 from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
 from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, consume
@@ -45,7 +45,7 @@ def _is_oom(text: str) -> bool:
     return any(m in low for m in _OOM_MARKS)
 
 
-class VllmBackend(Backend):
+class VllmBackend(ServerBackend[ServerClient]):
     name = "vllm"
     stack = STACK
     description = "a vLLM server (speculative_config: ngram, draft_model, eagle, mtp, ...); counts from its own counters"
@@ -57,9 +57,6 @@ class VllmBackend(Backend):
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
-        self.server: ServerProcess | None = None
-        self._client: ServerClient | None = None
-        self.attached: str | None = None
         self.served_name = arm.name
         self.model_dir: str | None = None
         self.concurrency = int(arm.options.get("concurrency") or 1)
@@ -110,58 +107,44 @@ class VllmBackend(Backend):
         }
         if self.ctx.run.threads:
             env["OMP_NUM_THREADS"] = str(self.ctx.run.threads)
-        self.server = ServerProcess(argv, log_path, env=env, watch_group=True)
-        emit(StatusChanged(cell, Status.LOADING, phase="starting vLLM", progress=0.1))
-        self.server.start()
-        self.ctx.log(f"{self.arm.name}: vLLM pid {self.server.pid} on port {port}, log {log_path}")
-        self._client = ServerClient(f"http://127.0.0.1:{port}")
-        emit(StatusChanged(cell, Status.LOADING, phase="vLLM loading the model", progress=0.5))
+        server = ServerProcess(argv, log_path, env=env, watch_group=True)
         timeout = float(self.opt("health_timeout_s") or 1200.0)
-        if not self._wait_ready(self.server.alive, timeout):
-            self.server.wait_log_quiet(0.5)
-            excerpt = self.server.excerpt(40)
-            message = f"vLLM exited while loading (code {self.server.returncode()})"
+        if not self.launch(server, ServerClient(f"http://127.0.0.1:{port}"), emit, what="vLLM", port=port,
+                           ready=self._models_listed, timeout=timeout, interval=0.5, not_ready="vLLM not ready"):
+            server.wait_log_quiet(0.5)
+            excerpt = server.excerpt(40)
+            message = f"vLLM exited while loading (code {server.returncode()})"
             if _is_oom(excerpt):
                 raise EngineOOM(message + ": out of memory", excerpt)
             raise EngineFailure(message, excerpt)
         self._totals = self._metrics()
 
-    def _wait_ready(self, alive: Callable[[], bool], timeout: float) -> bool:
-        """Poll until the server lists its model (True) or its process
-        exited (False). vLLM's /health answers 200 with an empty body; the
+    def _models_listed(self) -> bool:
+        """Whether the server lists its model (its name becomes the one
+        requests use). vLLM's /health answers 200 with an empty body; the
         model list says the engine is up."""
-        import time
-
         import httpx
 
         assert self._client is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            if not alive():
-                return False
-            try:
-                r = self._client.get("/v1/models", timeout=2.0)
-                data = r.json().get("data") if r.status_code == 200 else None
-                if data:
-                    self.served_name = str(data[0].get("id") or self.served_name)
-                    return True
-            except (httpx.HTTPError, ValueError, AttributeError):
-                pass
-            if time.monotonic() > deadline:
-                where = self.attached or "vLLM"
-                raise EngineFailure(f"{where} not ready after {timeout:.0f} s",
-                                    self.server.excerpt(40) if self.server else "")
-            time.sleep(0.5)
+        try:
+            r = self._client.get("/v1/models", timeout=2.0)
+            data = r.json().get("data") if r.status_code == 200 else None
+            if data:
+                self.served_name = str(data[0].get("id") or self.served_name)
+                return True
+        except (httpx.HTTPError, ValueError, AttributeError):
+            pass
+        return False
 
     def _attach(self, emit: Emit) -> None:
-        try:
-            where = attach.target(self.arm.options)
-        except attach.AttachError as exc:
-            raise EngineFailure(f"arm {self.arm.name}: {exc}") from exc
-        self.attached = where.base_url
+        where = self.attach_target()
         self._client = ServerClient(where.base_url, where.headers)
         emit(StatusChanged(arm_cell(self.arm.name), Status.LOADING, phase=f"attaching to {where.base_url}"))
-        self._wait_ready(lambda: True, float(self.opt("health_timeout_s") or 60.0))
+        timeout = float(self.opt("health_timeout_s") or 60.0)
+        try:
+            poll_ready(self._models_listed, lambda: True, timeout, 0.5, f"{where.base_url} not ready")
+        except TimeoutError as exc:
+            raise EngineFailure(str(exc)) from exc
         try:
             kind, _ = attach.detect(self._client)
         except attach.AttachError as exc:
@@ -170,18 +153,6 @@ class VllmBackend(Backend):
             raise EngineFailure(f"arm {self.arm.name}: the server at {where.base_url} is {kind}, not vLLM; "
                                 "use the backend that reads it (llamacpp-server for a llama-server)")
         self._totals = self._metrics()
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self.server is not None:
-            self.server.stop()
-
-    def child_pids(self) -> list[int]:
-        if self.server is not None and self.server.alive() and self.server.pid is not None:
-            return [self.server.pid]
-        return []
 
     def _metrics(self) -> dict[str, float]:
         import httpx

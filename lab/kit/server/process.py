@@ -1,5 +1,5 @@
-"""One llama-server process: start, wait until it serves, read its log live,
-stop it by its own pid on every path.
+"""One server process (llama-server, vLLM): start, wait until it serves,
+read its log live, stop it by its own pid on every path.
 
 The server is started directly (no shell, no wrapper), so the pid we hold is
 the server's: SIGINT reaches it, not a ``time`` or ``sh`` in between (the
@@ -79,15 +79,8 @@ while True:
 """
 
 
-class ServerExited(RuntimeError):
-    def __init__(self, returncode: int | None, excerpt: str) -> None:
-        super().__init__(f"llama-server exited (code {returncode})")
-        self.returncode = returncode
-        self.excerpt = excerpt
-
-
 class ServerProcess:
-    """A running llama-server. ``on_line`` is called from the reader thread
+    """A running server. ``on_line`` is called from the reader thread
     for every log line (already written to ``log_path``)."""
 
     def __init__(
@@ -142,7 +135,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self._reader = threading.Thread(target=self._read, name=f"llama-server-{self.proc.pid}", daemon=True)
+        self._reader = threading.Thread(target=self._read, name=f"server-{self.proc.pid}", daemon=True)
         self._reader.start()
 
     @property

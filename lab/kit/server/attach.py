@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from lab.api import Option
 
 if TYPE_CHECKING:
-    from lab_llamacpp_server.client import ServerClient
+    from lab.kit.server.client import ServerClient
 
 LLAMA_SERVER = "llama-server"
 VLLM = "vllm"

@@ -1,0 +1,107 @@
+"""One life cycle for a backend whose engine is a server: it starts the
+server process for the arm, or attaches to one already running by URL.
+
+Started: the process is held before it starts, the run's log names its pid,
+port and log file, and the arm waits until the server says it serves; the
+process is stopped, with its workers, by :meth:`ServerBackend.close`, which
+the runner calls on every path (a failed or partial load included).
+Attached: the lab starts nothing, so it stops nothing; it closes its client.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable, Generic, TypeVar
+
+from lab.api import Backend, BackendContext, EngineFailure
+from lab.base.events import Emit, Status, StatusChanged, arm_cell
+from lab.kit.server import attach
+from lab.kit.server.client import ServerClient
+from lab.kit.server.process import ServerProcess
+
+if TYPE_CHECKING:
+    from lab.base.profile import Arm
+
+ClientT = TypeVar("ClientT", bound=ServerClient)
+
+
+def poll_ready(ready: Callable[[], bool], alive: Callable[[], bool], timeout: float, interval: float,
+               not_ready: str, waiting: Callable[[], None] | None = None) -> bool:
+    """Poll ``ready`` every ``interval`` seconds until it says the server
+    serves (True) or the process exited (False).
+
+    Raises:
+        TimeoutError: ``"{not_ready} after {timeout} s"`` once ``timeout``
+            seconds passed.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if not alive():
+            return False
+        if ready():
+            return True
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{not_ready} after {timeout:.0f} s")
+        if waiting is not None:
+            waiting()
+        time.sleep(interval)
+
+
+class ServerBackend(Backend, Generic[ClientT]):
+    """A backend that reads a server over HTTP: ``server`` is the process the
+    arm started (None when it attached), ``attached`` the base URL of the
+    server it attached to (None when it started one)."""
+
+    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
+        super().__init__(arm, ctx)
+        self.server: ServerProcess | None = None
+        self._client: ClientT | None = None
+        self.attached: str | None = None
+
+    def launch(self, server: ServerProcess, client: ClientT, emit: Emit, *, what: str, port: int,
+               ready: Callable[[], bool], timeout: float, interval: float, not_ready: str) -> bool:
+        """Start ``server`` and wait until ``ready()`` says it serves: True,
+        or False when its process exited while loading (the caller reads why
+        from its log).
+
+        Raises:
+            EngineFailure: not ready after ``timeout`` seconds, with the
+                log's last lines.
+        """
+        cell = arm_cell(self.arm.name)
+        # held before it starts: close() stops and closes them whatever happens next
+        self.server = server
+        self._client = client
+        emit(StatusChanged(cell, Status.LOADING, phase=f"starting {what}", progress=0.1))
+        server.start()
+        self.ctx.log(f"{self.arm.name}: {what} pid {server.pid} on port {port}, log {server.log_path}")
+        # One phase change for the whole wait: the poll runs several times a
+        # second, and a status per poll reached every listener each time.
+        emit(StatusChanged(cell, Status.LOADING, phase=f"{what} loading the model", progress=0.5))
+        try:
+            return poll_ready(ready, server.alive, timeout, interval, not_ready)
+        except TimeoutError as exc:
+            raise EngineFailure(str(exc), server.excerpt(40)) from exc
+
+    def attach_target(self) -> attach.Target:
+        """Where the arm's ``url`` points, checked (loopback unless the arm
+        allows remote hosts, the key from the variable it names); the base
+        URL becomes ``attached``."""
+        try:
+            where = attach.target(self.arm.options)
+        except attach.AttachError as exc:
+            raise EngineFailure(f"arm {self.arm.name}: {exc}") from exc
+        self.attached = where.base_url
+        return where
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.server is not None:
+            self.server.stop()
+
+    def child_pids(self) -> list[int]:
+        if self.server is not None and self.server.alive() and self.server.pid is not None:
+            return [self.server.pid]
+        return []
