@@ -9,7 +9,7 @@ drifting over the run favour neither):
      the loop that is neither engine decode nor drafting, per step (oracle
      drafter, so every step is a full n_max block).
 
-    python benchmarks/decode_overhead.py [--repeats 5] [--tokens 128] [--model embedded:smollm2]
+    python -m benchmarks.decode_overhead [--repeats 5] [--tokens 128] [--model embedded:smollm2]
                                          [--batch-invariant on|off] [--n-gpu-layers N]
                                          [--gpu-pick auto|on|off[,...]] [--n-max 4]
                                          [--variants process|fresh|bare|nogc[,...]] [--split] [--settle S]
@@ -27,11 +27,11 @@ Each lab side's ratios are also given apart by what ran on the GPU just
 before: llama-bench (whose own timed run always follows its warmup run) or
 another lab run. On the H200 a ``process`` baseline that directly followed
 another lab run of this process ran its device part about 4 % slower; one
-in a fresh process never did (results/h200/README.md).
+in a fresh process never did (results/lab-cost-h200/).
 
 ``--split`` also splits each lab baseline token into
 llama_decode's host work, the device's part, the pick and the loop's own
-Python (benchmarks/token_split.py), beside llama-bench's token.
+Python (benchmarks/gpu_decode_gap/token_split.py), beside llama-bench's token.
 
 ``--batch-invariant on`` pads every lone token to two rows so greedy
 speculation stays token-identical to the baseline; ``off`` (the backend's
@@ -51,7 +51,6 @@ import argparse
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -59,14 +58,14 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
+from benchmarks.common import ROOT, last_json_line
+from benchmarks.common import spread as _spread
+from benchmarks.gpu_decode_gap.token_split import split_clocks
 from lab.base.events import ArmReported, TokenEvent, now
 from lab.kit import models
 from lab.profile.load import parse_profile
 from lab.registry import load_registry
 from lab.runner import Runner
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from token_split import split_clocks  # noqa: E402
 
 
 def llama_bench_path() -> Path:
@@ -132,12 +131,12 @@ def lab_side(variant: str, model: str, tokens: int, threads: int, invariant: boo
             [sys.executable, "-m", "lab_llamacpp.native_first", __file__, "--one-run", "--model", model, "--tokens",
              str(tokens), "--threads", str(threads), "--batch-invariant", "on" if invariant else "off",
              "--n-gpu-layers", str(ngl), "--gpu-pick", pick, "--n-max", str(n_max), *(["--split"] if split else [])],
-            capture_output=True, text=True,
+            capture_output=True, text=True, cwd=ROOT,
         )
         if out.returncode != 0:
             sys.exit(f"the lab run in a fresh process failed ({out.returncode}): {out.stderr[-2000:]}")
         sys.stderr.writelines(line + "\n" for line in out.stderr.splitlines() if line.startswith("timeline"))
-        got = json.loads(out.stdout.strip().splitlines()[-1])
+        got = last_json_line(out.stdout)
         return (float(got["rate"]), float(got["overhead_us"]), {k: bool(v) for k, v in got["picks"].items()},
                 got.get("split"))
     with split_clocks() if split else nullcontext() as clocks:
@@ -189,7 +188,7 @@ def lab_run(model: str, tokens: int, threads: int, invariant: bool, ngl: int = 0
 
 
 def spread(xs: list[float], fmt: str = ".2f") -> str:
-    return f"min {min(xs):{fmt}} / median {statistics.median(xs):{fmt}} / max {max(xs):{fmt}}"
+    return _spread(xs, fmt, sep=" / ")
 
 
 def pick_settings(text: str) -> list[str]:

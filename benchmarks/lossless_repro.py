@@ -23,7 +23,7 @@ configurations vary what could matter: flash attention, weight repacking
 row (the same token one position on, logits requested, removed again), so no
 decode ever runs llama.cpp's one-row kernels.
 
-    python benchmarks/lossless_repro.py [--model embedded:smollm2] [--tokens 400] [--width 5]
+    python -m benchmarks.lossless_repro [--model embedded:smollm2] [--tokens 400] [--width 5]
         [--prompt TEXT] [--threads 2] [--configs default,pad,...]
 """
 

@@ -14,7 +14,7 @@ alternating sides; min / median / max are printed. A CPU-time ratio (process
 CPU seconds per token, prompt included) is printed beside it: on a machine
 shared with other work it moves far less than wall-clock tok/s.
 
-    python benchmarks/mlx_overhead.py [--models tiny:qwen3,embedded:smollm2] [--tokens 128] [--repeats 5]
+    python -m benchmarks.mlx_overhead [--models tiny:qwen3,embedded:smollm2] [--tokens 128] [--repeats 5]
 
 The reference part needs z-lab's ``dflash`` package importable (it is not a
 dependency: its pins conflict with ours); without it that part is skipped.
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from typing import Any, Callable
 
+from benchmarks.common import spread as _spread
 from lab.api import BackendContext, GenerationRequest
 from lab.base.events import Cell, TokenEvent
 from lab.kit import models
@@ -99,10 +99,6 @@ def mlx_lm_run(model: Any, prompt_ids: list[int], tokens: int, mask: Any, stream
         if len(out) == 1:
             t_first = time.perf_counter()
     return (len(out) - 1) / (time.perf_counter() - t_first), out
-
-
-def _spread(values: list[float]) -> str:
-    return f"min {min(values):.3f}  median {statistics.median(values):.3f}  max {max(values):.3f}"
 
 
 def bench_baseline(model_ref: str, tokens: int, repeats: int) -> list[float]:

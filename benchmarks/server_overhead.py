@@ -8,7 +8,7 @@
    target/draft pair and n_max. Goal >= 0.95.
 
 Prints ratios with min/median/max over repeats:
-    python benchmarks/server_overhead.py [--repeats 3] [--tokens 200]
+    python -m benchmarks.server_overhead [--repeats 3] [--tokens 200]
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import spread
 
 
 def _registry() -> Any:
@@ -33,7 +35,7 @@ def _registry() -> Any:
 
 
 def _summary(xs: list[float]) -> str:
-    return f"min {min(xs):.3f}  median {statistics.median(xs):.3f}  max {max(xs):.3f}  (n={len(xs)})"
+    return spread(xs, count=True)
 
 
 PROMPT = "Write a 300-word essay about why lighthouses still matter in the age of satellite navigation."

@@ -16,10 +16,10 @@
    over arm x prompt x round cells. On the real demo (llama.cpp, embedded
    SmolLM2) the goal is >= 0.98.
 
-    python benchmarks/tui_throughput.py render [--seconds 3] [--repeats 3]
-    python benchmarks/tui_throughput.py cost [--rate 100] [--seconds 5]   # UI thread CPU, full and lean cadence
-    python benchmarks/tui_throughput.py overhead [--profile profiles/demo.toml] [--max-tokens N] [--rounds N] [--repeats 3] [--refresh-hz HZ]
-    python benchmarks/tui_throughput.py overhead --fake     # scripted backend, no model
+    python -m benchmarks.tui_throughput render [--seconds 3] [--repeats 3]
+    python -m benchmarks.tui_throughput cost [--rate 100] [--seconds 5]   # UI thread CPU, full and lean cadence
+    python -m benchmarks.tui_throughput overhead [--profile profiles/demo.toml] [--max-tokens N] [--rounds N] [--repeats 3] [--refresh-hz HZ]
+    python -m benchmarks.tui_throughput overhead --fake     # scripted backend, no model
 
 Prints ratios and min/median/max over repeats; never asserts on time.
 """
@@ -39,16 +39,14 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lab.base.events import Cell, RunFinished, RunStarted, Status, StatusChanged, TokenEvent  # noqa: E402
-from lab.runner import RunControl, Runner  # noqa: E402
-from lab.store import RunStore  # noqa: E402
-from lab.tui.app import LabApp  # noqa: E402
-from lab.tui.bridge import EventBridge  # noqa: E402
-from lab.tui.cadence import FULL, LEAN, Cadence, cadence_for  # noqa: E402
-from lab.tui.screens.run import RunScreen  # noqa: E402
+from benchmarks.common import ROOT, last_json_line, spread
+from lab.base.events import Cell, RunFinished, RunStarted, Status, StatusChanged, TokenEvent
+from lab.runner import RunControl, Runner
+from lab.store import RunStore
+from lab.tui.app import LabApp
+from lab.tui.bridge import EventBridge
+from lab.tui.cadence import FULL, LEAN, Cadence, cadence_for
+from lab.tui.screens.run import RunScreen
 
 LANES = 4
 SIZE = (200, 50)
@@ -56,7 +54,7 @@ TOKEN_CHARS = 4
 
 
 def _stats(xs: list[float]) -> str:
-    return f"min {min(xs):,.0f} / median {statistics.median(xs):,.0f} / max {max(xs):,.0f}"
+    return spread(xs, ",.0f", sep=" / ")
 
 
 def _four_lane_profile(tmp: Path) -> Path:
@@ -257,14 +255,14 @@ def _one_process(args: argparse.Namespace, mode: str, out: Path) -> dict[tuple[s
     # thread would share libgomp with the first run's: llama.cpp's OpenMP
     # workers then count more threads than cores and stop spinning between
     # barriers, which slowed whichever run came second by 10-20 % here.
-    cmd = [sys.executable, __file__, "one", "--mode", mode, "--out", str(out), "--profile", args.profile,
+    cmd = [sys.executable, "-m", "benchmarks.tui_throughput", "one", "--mode", mode, "--out", str(out), "--profile", args.profile,
            "--max-tokens", str(args.max_tokens), "--rounds", str(args.rounds)] + (["--fake"] if args.fake else [])
     if args.refresh_hz:
         cmd += ["--refresh-hz", str(args.refresh_hz)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{done.stderr[-2000:]}")
-    return {(a, p, int(r)): float(v) for a, p, r, v in json.loads(done.stdout.strip().splitlines()[-1])}
+    return {(a, p, int(r)): float(v) for a, p, r, v in last_json_line(done.stdout)}
 
 
 def cmd_overhead(args: argparse.Namespace) -> None:

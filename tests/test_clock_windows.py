@@ -1,16 +1,13 @@
-"""benchmarks/clock_windows.py lines the card's clock readings up with the
+"""benchmarks/gpu_decode_gap/clock_windows.py lines the card's clock readings up with the
 windows decode_overhead.py logs: a lab side's window is its baseline's
 tokens, llama-bench's the whole side, and readings outside a window are not
 counted in it."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from clock_windows import readings, windows  # noqa: E402
+from benchmarks.gpu_decode_gap.clock_windows import readings, windows
 
 CSV = """timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], temperature.gpu, utilization.gpu [%], clocks_event_reasons.active
 2026/12/03 10:00:00.000, 345 MHz, 3201 MHz, 80.00 W, 40, 0 %, 0x0000000000000001

@@ -1,23 +1,18 @@
-"""benchmarks/token_split.py splits a real lab baseline token into its parts:
+"""benchmarks/gpu_decode_gap/token_split.py splits a real lab baseline token into its parts:
 every generation-phase decode is seen once, and no part is counted twice
 (what a device figure from it rests on)."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
 pytestmark = pytest.mark.engine
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
 
 def test_a_baseline_cell_splits_into_parts_that_add_up() -> None:
-    from decode_overhead import lab_run
-    from token_split import split_clocks
+    from benchmarks.decode_overhead import lab_run
+    from benchmarks.gpu_decode_gap.token_split import split_clocks
 
     with split_clocks() as clocks:
         rate, _, picks = lab_run("embedded:smollm2", 24, 2, False)

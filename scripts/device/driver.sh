@@ -68,7 +68,8 @@ model_path() { python3 -c "from lab_llamacpp import synthetic; print(synthetic.r
 # The lab and its benchmarks with llama.cpp's libraries loaded before numpy
 # (on this image the other order crashed at model load).
 lab() { python3 -m lab_llamacpp.native_first "$@"; }
-bench_py() { python3 -m lab_llamacpp.native_first "$repo/benchmarks/$1" "${@:2}"; }
+# from the repository root's package, so the benchmarks import each other as benchmarks.*
+bench_py() { PYTHONPATH="$repo:$PYTHONPATH" python3 -m lab_llamacpp.native_first "$repo/benchmarks/$1" "${@:2}"; }
 
 # -- call 1: the loop's two figures, the probe, the two profiles ---------------
 overhead() {
@@ -135,25 +136,25 @@ overhead_fresh() {
 reload_state() {
   # the engine alone after each kind of earlier load (another process's, a free in this process, a kept
   # model, idle time), and a lab run of three identical baseline arms: does an arm's place in a run count
-  bench_py reload_state.py --model synthetic:llama-8b --other synthetic:llama-1b --n-gpu-layers 999 --cycles 3 \
+  bench_py gpu_decode_gap/reload_state.py --model synthetic:llama-8b --other synthetic:llama-1b --n-gpu-layers 999 --cycles 3 \
     > "$R/reload-state.txt" 2> "$W/reload-state.log"
 }
 
 log_cost() {
   # one llama.cpp log line through the lab's quiet callback and through llama-cpp-python's printing one,
   # its lines written where the stages' logs go
-  bench_py log_cost.py > "$R/log-cost.txt" 2> "$W/log-cost-lines.log"
+  bench_py gpu_decode_gap/log_cost.py > "$R/log-cost.txt" 2> "$W/log-cost-lines.log"
 }
 
 split_picks() {
   # a one-row decode split into launch, wait and pick, host and device picks alternating, llama-bench between
-  bench_py decode_split.py --model synthetic:llama-8b --n-gpu-layers 999 --passes 8 --picks host,gpu --bench-every 2 \
+  bench_py gpu_decode_gap/decode_split.py --model synthetic:llama-8b --n-gpu-layers 999 --passes 8 --picks host,gpu --bench-every 2 \
     > "$R/decode-split-picks.txt" 2> "$W/split-picks.log"
 }
 
 anatomy_host() {
   # a baseline token layer by layer with the picks a baseline makes under gpu_pick auto
-  bench_py decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 5 --tokens 256 --gpu-pick off \
+  bench_py gpu_decode_gap/decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 5 --tokens 256 --gpu-pick off \
     > "$R/decode-anatomy-host-pick.txt" 2> "$W/anatomy.log"
 }
 
@@ -166,9 +167,9 @@ machine() {
 
 anatomy() {
   # a baseline token's time layer by layer, llama-bench to the lab run; picks as each would run them
-  bench_py decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick on \
+  bench_py gpu_decode_gap/decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick on \
     > "$R/decode-anatomy-gpu-pick.txt" 2> "$W/anatomy.log"
-  bench_py decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick off \
+  bench_py gpu_decode_gap/decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick off \
     > "$R/decode-anatomy-host-pick.txt" 2>> "$W/anatomy.log"
 }
 
@@ -231,7 +232,7 @@ bench() {
 }
 
 step_costs() {
-  bench_py step_costs.py --model synthetic:llama-8b --n-gpu-layers 999 > "$R/step-costs.txt" 2> "$W/step-costs.log"
+  bench_py gpu_decode_gap/step_costs.py --model synthetic:llama-8b --n-gpu-layers 999 > "$R/step-costs.txt" 2> "$W/step-costs.log"
 }
 
 moe() {

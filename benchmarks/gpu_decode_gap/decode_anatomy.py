@@ -19,7 +19,7 @@ Each layer's row is the median of --repeats passes, the layers interleaved
 within a repeat so that machine noise hits them alike; the last column is
 each layer's cost over the one above it.
 
-    python benchmarks/decode_anatomy.py [--model embedded:smollm2] [--tokens 256] [--repeats 3]
+    python -m benchmarks.gpu_decode_gap.decode_anatomy [--model embedded:smollm2] [--tokens 256] [--repeats 3]
                                         [--n-gpu-layers N] [--gpu-pick auto|on|off] [--n-ctx 2048]
 """
 
@@ -29,13 +29,9 @@ import argparse
 import os
 import statistics
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from decode_overhead import bench_profile, llama_bench_path, llama_bench_tg, samplers_off  # noqa: E402
-
+from benchmarks.decode_overhead import bench_profile, llama_bench_path, llama_bench_tg, samplers_off
 from lab.base.events import Cell, now  # noqa: E402
 from lab.kit import models  # noqa: E402
 

@@ -24,7 +24,7 @@ per arm, one after another): each arm's decodes per second, first right
 after llama-bench, then right after the last lab run. Every case runs
 ``--cycles`` times; figures are min / median / max over the cycles.
 
-    python -m lab_llamacpp.native_first benchmarks/reload_state.py --model synthetic:llama-8b --n-gpu-layers 999
+    python -m lab_llamacpp.native_first benchmarks/gpu_decode_gap/reload_state.py --model synthetic:llama-8b --n-gpu-layers 999
 """
 
 from __future__ import annotations
@@ -43,8 +43,7 @@ from lab.kit import models
 if TYPE_CHECKING:
     from lab_llamacpp.engine import Context
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_overhead import bench_profile, llama_bench_path  # noqa: E402
+from benchmarks.decode_overhead import bench_profile, llama_bench_path
 
 
 def per_token_us(ctx: Context, tokens: int) -> float:

@@ -13,7 +13,7 @@ does (the GIL released, the callback taking it back) under each:
   verbose  llama-cpp-python's printing callback (stderr: run with 2>FILE
            to see the cost of the file the device driver writes to)
 
-    python benchmarks/log_cost.py [--lines 20000] [--repeats 5] 2>/dev/null
+    python -m benchmarks.gpu_decode_gap.log_cost [--lines 20000] [--repeats 5] 2>/dev/null
 
 Microseconds per line, min / median / max of the repeats.
 """

@@ -8,7 +8,7 @@ passes back to back as a sweep arm runs them. The picks column re-reads rows
 already read (in cache); ``step`` times decode, picks and rollback as one,
 the rows read once, as the loop reads them.
 
-    python benchmarks/step_costs.py --model synthetic:llama-8b [--n-gpu-layers 999] [--depth 512] [--n 30]
+    python -m benchmarks.gpu_decode_gap.step_costs --model synthetic:llama-8b [--n-gpu-layers 999] [--depth 512] [--n 30]
 
 Medians of --n passes, in microseconds. On the H200 (synthetic:llama-8b) a
 host pick cost 14-30 us a row with the row in cache and about 75 us in the

@@ -17,7 +17,7 @@ in turn (the order alternating pass by pass), and llama-bench's tg runs
 every ``--bench-every`` passes, so a drift of the machine shows in all of
 them alike. ``--pin CPU`` keeps this process on one core.
 
-    python -m lab_llamacpp.native_first benchmarks/decode_split.py
+    python -m lab_llamacpp.native_first benchmarks/gpu_decode_gap/decode_split.py
         [--model embedded:smollm2] [--n-gpu-layers N] [--tokens 256] [--passes 8]
         [--picks host|gpu|host,gpu] [--bench-every 2] [--pin CPU]
 """
@@ -28,13 +28,9 @@ import argparse
 import os
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from decode_overhead import llama_bench_path, llama_bench_tg  # noqa: E402
-
+from benchmarks.decode_overhead import llama_bench_path, llama_bench_tg
 from lab.base.events import now  # noqa: E402
 from lab.kit import models  # noqa: E402
 

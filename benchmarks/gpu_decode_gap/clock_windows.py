@@ -9,7 +9,7 @@ baseline's measured tokens; for llama-bench, the whole side. Prints per
 window the SM and memory clocks seen, mean power, the highest temperature
 and the clock-event reasons (0x0: none held the clocks down).
 
-    python benchmarks/clock_windows.py CLOCKS.csv TIMELINE.txt [--utc-offset HOURS]
+    python -m benchmarks.gpu_decode_gap.clock_windows CLOCKS.csv TIMELINE.txt [--utc-offset HOURS]
 
 nvidia-smi prints local time; ``--utc-offset`` is that zone's offset (0
 where the machine runs on UTC).
