@@ -236,8 +236,6 @@ def main() -> int:
     ap.add_argument("--one-run", action="store_true",
                     help="(for --variants fresh) one lab run of the first --gpu-pick setting, printed as JSON")
     args = ap.parse_args()
-    from lab.registry import load_registry
-
     load_registry()  # model references (tiny:, synthetic:) resolve through the plugins' registry
     threads = args.threads or len(os.sched_getaffinity(0))
     if args.one_run:
