@@ -125,10 +125,13 @@ class Option:
                     return f"default {self.default!r} holds a value that is not a {self.item_type.__name__}"
             if self.choices is not None and self.default not in self.choices:
                 return f"default {self.default!r} is not one of its choices"
-        if not isinstance(self.requires, tuple) or not all(
+        # (value, (option names...)) pairs, or a mapping of the same
+        pairs = (list(self.requires.items()) if isinstance(self.requires, Mapping)
+                 else self.requires if isinstance(self.requires, tuple) else None)
+        if self.requires is not None and (pairs is None or not all(
             isinstance(r, tuple) and len(r) == 2 and isinstance(r[1], tuple) and all(isinstance(n, str) for n in r[1])
-            for r in self.requires
-        ):
+            for r in pairs
+        )):
             return "requires must be a tuple of (value, (option names...)) pairs"
         return None
 

@@ -94,10 +94,10 @@ def assert_identical_or_engine_cause(results: Rows, ids: Mapping[tuple[str, str]
         else:
             # ... and the prefix decoded one row at a time gives the baseline's.
             assert ev["kind"] == "kv cache" and ev["one_row_prefix_pick"] == ev["baseline_token"]
-        assert "lossless_repro.py" in ev["repro"] and "batch_invariant = true" in ev["bit_exact"]
+        assert "-m benchmarks.lossless_repro" in ev["repro"] and "batch_invariant = true" in ev["bit_exact"]
     if diverged:
         assert "engine batch variance, not the drafter" in report
-        assert "benchmarks/lossless_repro.py" in report and "batch_invariant = true" in report
+        assert "python -m benchmarks.lossless_repro" in report and "source checkout" in report and "batch_invariant = true" in report
     return diverged
 
 

@@ -29,7 +29,8 @@ def test_a_baseline_cell_splits_into_parts_that_add_up() -> None:
 def test_the_engine_is_as_it_was_after_the_block() -> None:
     from lab_llamacpp import engine, gpu_pick
     from lab_llamacpp.backend import LlamaCppBackend
-    from token_split import split_clocks
+
+    from benchmarks.gpu_decode_gap.token_split import split_clocks
 
     before = (engine.Context.decode, engine.Context.wait, engine.Context.argmax, gpu_pick.BackendGreedy.pick,
               LlamaCppBackend.generate)

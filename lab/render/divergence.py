@@ -73,7 +73,8 @@ def markdown_lines(divs: Sequence[Mapping[str, Any]], results: Sequence[Mapping[
     for stack, ev in notes.items():
         lines.append("")
         if ev.get("repro"):
-            lines += [f"Reproduce the {stack} engine's batch variance outside the lab, with its own API:", "",
+            lines += [f"Reproduce the {stack} engine's batch variance outside the lab, with its own API "
+                      "(from a speclab source checkout, at its root):", "",
                       "```sh", str(ev["repro"]), "```", ""]
         if ev.get("bit_exact"):
             lines.append(f"For a bit-exact comparison: {ev['bit_exact']}.")

@@ -205,7 +205,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
         model = self.arm.model or "MODEL"
         threads = self.ctx.run.threads or available_cores()
         return {
-            "repro": f"python benchmarks/lossless_repro.py --model {model} --width {(self.arm.n_max or 4) + 1} "
+            # the script ships with the source, not with an installed lab
+            "repro": f"python -m benchmarks.lossless_repro --model {model} --width {(self.arm.n_max or 4) + 1} "
                      f"--threads {threads}",
             "bit_exact": "options = { batch_invariant = true } on this arm and its baseline (and extra_bufts = false "
                          "for Q4_0, Q8_0 and K-quant weights): token-identical, at 0.55x the engine's decode speed "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Collection, Sequence
@@ -56,13 +57,42 @@ def _bind_row_address() -> Any:
     return _row_address
 
 
+# Ctrl-C or SIGTERM (which the lab turns into Ctrl-C) that arrived while
+# llama.cpp ran native code: Python runs the signal's handler at the next
+# Python code, which during a model load is the log callback, and ctypes
+# swallows what a callback raises ("Exception ignored on calling ctypes
+# callback function"): the stop was lost and the run went on. The hook below
+# keeps such an interrupt, and every native call that logs raises it again
+# once it returns (raise_swallowed).
+_swallowed: list[BaseException] = []
+_previous_hook: Any = None
+
+
+def _keep_interrupts(unraisable: Any) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _swallowed.append(unraisable.exc_value)
+        return
+    _previous_hook(unraisable)
+
+
+def raise_swallowed() -> None:
+    """Raise the Ctrl-C or SIGTERM a log callback swallowed, if one did."""
+    if _swallowed:
+        exc = _swallowed.pop()
+        _swallowed.clear()
+        raise exc
+
+
 def init_backend(verbose: bool = False) -> None:
     """Initialise llama.cpp once per process and route its log away unless
     verbose (it writes to stderr, which would tear through a TUI)."""
-    global _initialized, _log_callback
+    global _initialized, _log_callback, _previous_hook
     with _init_lock:
         if _initialized:
             return
+        if _previous_hook is None:
+            _previous_hook = sys.unraisablehook
+            sys.unraisablehook = _keep_interrupts
         if not verbose:
             @ll.llama_log_callback  # type: ignore[misc]
             def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
@@ -88,6 +118,10 @@ class Model:
         params.use_extra_bufts = extra_bufts
         self.path = path
         self.ptr = ll.llama_model_load_from_file(path.encode(), params)
+        if self.ptr and _swallowed:
+            ll.llama_model_free(self.ptr)
+            self.ptr = None
+        raise_swallowed()
         if not self.ptr:
             raise LlamaError(f"llama.cpp could not load {path}")
         self.vocab = ll.llama_model_get_vocab(self.ptr)
@@ -217,6 +251,10 @@ class Context:
         params.n_threads_batch = threads
         params.no_perf = True
         self.ptr = ll.llama_init_from_model(model.ptr, params)
+        if self.ptr and _swallowed:
+            ll.llama_free(self.ptr)
+            self.ptr = None
+        raise_swallowed()
         if not self.ptr:
             raise LlamaError("llama_init_from_model failed (out of memory?)")
         self.n_ctx = n_ctx
