@@ -117,6 +117,7 @@ class Model:
         # llama-bench and llama-server do by default.
         params.use_extra_bufts = extra_bufts
         self.path = path
+        _swallowed.clear()  # only what lands during this load counts
         self.ptr = ll.llama_model_load_from_file(path.encode(), params)
         if self.ptr and _swallowed:
             ll.llama_model_free(self.ptr)
@@ -250,6 +251,7 @@ class Context:
         params.n_threads = threads
         params.n_threads_batch = threads
         params.no_perf = True
+        _swallowed.clear()
         self.ptr = ll.llama_init_from_model(model.ptr, params)
         if self.ptr and _swallowed:
             ll.llama_free(self.ptr)
