@@ -195,6 +195,11 @@ class GenerationRequest:
     seed: int
     ignore_eos: bool
     n_max: int | None
+    # Unconditional rates per draft position (lab.base.acceptance): keep the
+    # drafted tokens of a step at these rates instead of by agreement with
+    # the target. None: the target decides. Only sent to a backend whose
+    # class says ``sets_acceptance``.
+    acceptance: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -322,6 +327,14 @@ class Backend(ResourceHints, ABC):
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         """Whether an arm with these options drafts; baselines do not."""
         return drafter is not None
+
+    @classmethod
+    def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
+        """Whether a drafting arm with these options can keep its drafted
+        tokens at set rates (``GenerationRequest.acceptance``, see
+        :mod:`lab.base.acceptance`) instead of by agreement with the target;
+        ``lab check`` refuses the arm key ``acceptance`` otherwise."""
+        return False
 
     @abstractmethod
     def load(self, emit: Emit) -> None:
@@ -586,6 +599,7 @@ METHOD = "method"
 CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
     Backend: {
         "name": str, "stack": str, "description": str, "options": tuple, "accepts_drafters": bool,
+        "sets_acceptance": METHOD,
         "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
         "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD,
     },

@@ -393,7 +393,7 @@ class Runner:
         return GenerationRequest(
             cell=cell, prompt=prompt.text, system=prompt.system, chat_template=run.chat_template,
             max_tokens=max_tokens, temperature=run.temperature, seed=run.seed,
-            ignore_eos=run.ignore_eos, n_max=arm.n_max,
+            ignore_eos=run.ignore_eos, n_max=arm.n_max, acceptance=arm.set_rates,
         )
 
     def _run_arm(self, arm: Arm) -> None:

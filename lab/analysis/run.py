@@ -82,6 +82,8 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             # busy-machine rounds (lab.telemetry.contention): all of them makes the verdict uncertain
             "contended_rounds": sum(1 for r in ok if r.get("contended")),
             "contended": bool(ok) and all(r.get("contended") for r in ok),
+            # rounds of one arm share its setting (lab.base.acceptance)
+            "set_acceptance": dict(first.get("set_acceptance") or {}),
         }
         econ = breakeven.economics(s)
         s["break_even_len"] = econ.break_even_len if econ else None

@@ -127,9 +127,21 @@ def classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:
     on a busy machine is not called pays, loses or either kind of even: its
     speed says as much about the other processes as about the drafter."""
     call = _classify(row, band)
-    if row.get("contended") and call.kind in (PAYS, EVEN, LOSES, STRUCTURAL):
+    measured = call.kind in (PAYS, EVEN, LOSES, STRUCTURAL)
+    if measured and row.get("set_acceptance"):
+        call = Call(call.kind, f"{call.line} [{set_acceptance_note(row['set_acceptance'])}]")
+    if row.get("contended") and measured:
         return Call(UNCERTAIN, f"uncertain, the machine was busy: measured {call.line}")
     return call
+
+
+def set_acceptance_note(setting: Mapping[str, Any]) -> str:
+    """What a verdict says of a row whose acceptance was set: the drafter's
+    cost is real, its acceptance is the profile's."""
+    rates = setting.get("rates") if isinstance(setting, Mapping) else None
+    if isinstance(rates, (list, tuple)) and all(isinstance(r, (int, float)) for r in rates):
+        return f"acceptance set: mean length {1.0 + sum(float(r) for r in rates):.2f}"
+    return "acceptance set"
 
 
 def _classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:

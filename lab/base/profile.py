@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from lab.base.acceptance import SetAcceptance
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -58,6 +60,16 @@ class Arm:
     stack: str
     group: str  # the profile entry a sweep came from
     sweep: Mapping[str, Any] = field(default_factory=dict)
+    # drafted tokens kept at set rates, not by agreement (lab.base.acceptance)
+    acceptance: SetAcceptance | None = None
+
+    @property
+    def set_rates(self) -> tuple[float, ...] | None:
+        """The unconditional rates per draft position this arm keeps drafted
+        tokens at, or None when the target decides (the usual case)."""
+        if self.acceptance is None or not self.n_max:
+            return None
+        return self.acceptance.rates(self.n_max)
 
 
 @dataclass(frozen=True)

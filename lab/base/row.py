@@ -126,6 +126,10 @@ class ResultRow(Mapping[str, Any]):
     concurrent_itl_p99_s: float | None = field(default=None, metadata=SERVING)
     aggregate_acceptance_rate: float | None = field(default=None, metadata=SERVING)
     server_url: str | None = field(default=None, metadata=SERVING)
+    # an arm whose drafted tokens were kept at set rates (lab.base.acceptance):
+    # the setting as given ("kind", "value") and the rates it made per
+    # position ("rates"); empty when the target decided
+    set_acceptance: Mapping[str, Any] = field(default_factory=dict)
     # keys a saved row has beyond these (a later version's), kept so that
     # reading and saving a row again loses nothing
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -145,7 +149,7 @@ class ResultRow(Mapping[str, Any]):
             return self.status.value
         if key == "text_origin":
             return None if value is None else [list(r) for r in value]
-        if key in ("sweep", "engine_report"):
+        if key in ("sweep", "engine_report", "set_acceptance"):
             return dict(value)
         return value
 
@@ -165,7 +169,7 @@ class ResultRow(Mapping[str, Any]):
         origin = known.get("text_origin")
         if origin is not None:
             known["text_origin"] = tuple((int(n), int(d)) for n, d in origin)
-        for key in ("sweep", "engine_report"):
+        for key in ("sweep", "engine_report", "set_acceptance"):
             if key in known:
                 known[key] = dict(known[key] or {})
         for key in ("verdict", "detail", "group", "stack", "contention_note"):

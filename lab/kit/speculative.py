@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest, Rehearsing
+from lab.base.acceptance import conditional
 from lab.base.events import Cell, Emit, Event, StepEvent, TokenEvent, now
 
 
@@ -180,6 +181,9 @@ class TraceStep:
         return 1 if self.accepted is None else self.accepted + 1
 
 
+# Seeds the draws of set acceptance apart from the sampler's.
+SET_ACCEPTANCE_STREAM = 0x5E7AC
+
 # A wait for the engine that takes longer than this found it still busy: the
 # events flushed before it ran while the engine worked (an idle
 # llama_synchronize returns in a few microseconds).
@@ -251,7 +255,8 @@ def generate(
     ``rehearsal_s``). ``trace``, when given, receives the timed pass's
     decodes."""
     report: dict[str, Any] = {}
-    if isinstance(drafter, Rehearsing) and req.temperature <= 0:
+    # a rehearsal makes a transcript agree with the target; set acceptance ignores agreement
+    if isinstance(drafter, Rehearsing) and req.temperature <= 0 and req.acceptance is None:
         report.update(rehearse(target, prompt_ids, req, cancelled, drafter))
     gen = _run(target, prompt_ids, req, emit, cancelled, drafter, stats, trace)
     gen.engine_report.update(report)
@@ -301,7 +306,7 @@ def _run(
     start = stats.mark()
     overlap = target if isinstance(target, Overlapping) else None
     out = OutputStream(target, req, emit, defer=overlap is not None)
-    rng = np.random.default_rng(req.seed)
+    accept = acceptor(req)
 
     t0 = now()
     target.reset()
@@ -355,10 +360,7 @@ def _run(
             raise Cancelled()
         t_c = now()
         not_step = ep.own_s + ep.held_s
-        if req.temperature <= 0:
-            accepted, correction = accept_greedy(target, drafted)
-        else:
-            accepted, correction = accept_sampled(target, drafted, draft_probs, rng)
+        accepted, correction = accept(target, drafted, draft_probs)
         target.truncate(base + 1 + accepted)
         t_d = now()
         if trace is not None:
@@ -387,6 +389,40 @@ def _run(
         prompt_s=t_prompt - t0, gen_s=t_end - t_prompt,
         engine_report=stats.cell_report(start),
     )
+
+
+Acceptor = Callable[[Target, Sequence[int], "Sequence[np.ndarray] | None"], tuple[int, int]]
+
+
+def acceptor(req: GenerationRequest) -> Acceptor:
+    """How a cell's verify decides what it keeps, as ``(accepted,
+    correction)``: set rates when the request sets acceptance, else
+    agreement (greedy) or speculative sampling. Draws come from generators
+    seeded by the request, so a cell repeats."""
+    if req.acceptance is not None:
+        chances = conditional(req.acceptance)
+        # its own stream, so the draws repeat whatever else samples
+        set_rng = np.random.default_rng([req.seed, SET_ACCEPTANCE_STREAM])
+        return lambda target, drafted, _probs: accept_set(target, drafted, chances, set_rng)
+    if req.temperature <= 0:
+        return lambda target, drafted, _probs: accept_greedy(target, drafted)
+    rng = np.random.default_rng(req.seed)
+    return lambda target, drafted, probs: accept_sampled(target, drafted, probs, rng)
+
+
+def accept_set(target: Target, drafted: Sequence[int], chances: Sequence[float],
+               rng: np.random.Generator) -> tuple[int, int]:
+    """Set acceptance (:mod:`lab.base.acceptance`): keep drafted token i with
+    the chance ``chances[i]`` given the ones before it were kept, whatever
+    the target picks. Every row up to the first rejection is still picked,
+    as a verify that decided by agreement would, so the step costs what a
+    real one does; the token after the last kept draft is the target's."""
+    for i in range(len(drafted)):
+        y = target.pick(i)
+        # a position past the rates given is never kept
+        if i >= len(chances) or rng.random() >= chances[i]:
+            return i, y
+    return len(drafted), target.pick(len(drafted))
 
 
 def accept_greedy(target: Target, drafted: Sequence[int]) -> tuple[int, int]:

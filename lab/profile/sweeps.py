@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from lab.base.acceptance import SetAcceptance
 from lab.base.limits import MAX_ARMS
 from lab.base.profile import Arm
 from lab.profile.errors import KeyPath, Source, shown
@@ -30,6 +31,7 @@ class ArmEntry:
     drafter_options: dict[str, list[Any]]
     baseline: str | None
     stack: str
+    acceptance: tuple[SetAcceptance | None, ...] = (None,)
 
 
 @dataclass(frozen=True)
@@ -41,14 +43,16 @@ class ArmDraft(Arm):
 
 
 def _axes(entry: ArmEntry) -> list[tuple[str, str, Sequence[Any]]]:
-    axes: list[tuple[str, str, Sequence[Any]]] = [("n_max", "n_max", entry.n_max)]
+    axes: list[tuple[str, str, Sequence[Any]]] = [("n_max", "n_max", entry.n_max), ("acceptance", "acceptance", entry.acceptance)]
     axes += [("options", k, v) for k, v in entry.options.items()]
     axes += [("drafter_options", k, v) for k, v in entry.drafter_options.items()]
     return axes
 
 
 def _axis_key(entry: ArmEntry, table: str, k: str) -> KeyPath:
-    return ["arms", entry.index, "n_max"] if table == "n_max" else ["arms", entry.index, table, k]
+    if table in ("n_max", "acceptance"):
+        return ["arms", entry.index, table]
+    return ["arms", entry.index, table, k]
 
 
 def expand(src: Source, entries: Sequence[ArmEntry]) -> list[ArmDraft]:
@@ -73,7 +77,8 @@ def expand(src: Source, entries: Sequence[ArmEntry]) -> list[ArmDraft]:
         swept_axes = [(t, k) for t, k, v in axes if len(v) > 1]
         for combo in itertools.product(*[v for _, _, v in axes]):
             values = {(t, k): val for (t, k, _), val in zip(axes, combo)}
-            sweep = {k: values[(t, k)] for t, k in swept_axes}
+            # a swept setting is saved (and names the arm) by its label
+            sweep = {k: _saved(values[(t, k)]) for t, k in swept_axes}
             name = swept_name(e.name, sweep)
             name_key: KeyPath = ["arms", e.index, "name"]
             problem = name_problem(name)
@@ -91,6 +96,11 @@ def expand(src: Source, entries: Sequence[ArmEntry]) -> list[ArmDraft]:
                     options={k: values[("options", k)] for k in e.options},
                     drafter_options={k: values[("drafter_options", k)] for k in e.drafter_options},
                     baseline=e.baseline, is_baseline=False, stack=e.stack, group=e.name, sweep=sweep,
+                    acceptance=values[("acceptance", "acceptance")],
                 )
             )
     return out
+
+
+def _saved(value: Any) -> Any:
+    return value.label() if isinstance(value, SetAcceptance) else value

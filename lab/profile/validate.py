@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from lab.base.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
 from lab.base.profile import Prompt, RunSettings
+from lab.profile import acceptance as set_acceptance
 from lab.profile import files
 from lab.profile.errors import KeyPath, Source, shown
 from lab.profile.names import UniqueNames, name_problem
@@ -29,7 +30,7 @@ TOP_KEYS = ("profile", "run", "prompts", "arms")
 PROFILE_KEYS = ("name", "description")
 PROMPT_KEYS = ("name", "text", "system", "file")
 ARM_KEYS = ("name", "backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline",
-            "url", "api_key_env", "concurrency")
+            "url", "api_key_env", "concurrency", "acceptance")
 # Arm keys that are spelled at the arm's level but are options of its
 # backend (a server arm's): they are checked as its options are.
 ARM_OPTION_KEYS = ("url", "api_key_env", "concurrency")
@@ -248,6 +249,7 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> A
             options = {**options, k: t[k]}
     drafter_options = table(src, t.get("drafter_options", {}), [*key, "drafter_options"])
     n_max = _n_max(src, t.get("n_max"), [*key, "n_max"])
+    acceptance = set_acceptance.parse(src, t.get("acceptance"), [*key, "acceptance"])
 
     stack = backend
     opt_axes: dict[str, list[Any]] = {k: [v] for k, v in options.items()}
@@ -276,7 +278,7 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> A
             raise src.error([*key, "drafter_options"], "drafter_options given but no drafter")
         if drafter is not None and t.get("n_max") is None:
             raise src.error([*key, "n_max"], "a drafter arm needs n_max (tokens drafted per step)")
-    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack)
+    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack, acceptance)
 
 
 def _n_max(src: Source, raw: Any, key: KeyPath) -> tuple[int | None, ...]:
@@ -300,6 +302,8 @@ def check_arm(src: Source, arm: ArmDraft, registry: Registry | None) -> None:
     key: list[str | int] = ["arms", arm.index]
     bcls = registry.backend(arm.backend)
     check_requires(src, arm.options, bcls.options, [*key, "options"], f"backend {arm.backend!r}")
+    set_acceptance.check(src, arm, bcls.sets_acceptance(arm.options), bcls.is_speculative(arm.options, arm.drafter),
+                         [*key, "acceptance"])
     if arm.drafter is not None:
         dcls = registry.drafter(arm.drafter)
         check_requires(src, arm.drafter_options, dcls.options, [*key, "drafter_options"], f"drafter {arm.drafter!r}")

@@ -24,7 +24,7 @@ from lab.base.events import RunEvent, RunFinished
 from lab.base.row import CSV_KEYS
 from lab.base.verdict import BUSY_WARNING, busy_warning
 from lab.render import categories as category_section
-from lab.render import conditions, divergence, serving
+from lab.render import conditions, divergence, serving, set_acceptance
 from lab.render import gpu as gpu_report
 from lab.render import latency as latency_section
 from lab.render import lossless as lossless_lines
@@ -186,6 +186,8 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
             verdict = kinds[0][1]
         else:
             verdict = "; ".join(f"{p}: {k}" for p, k in kinds)
+        if first is not None:
+            verdict += set_acceptance.verdict_mark(first)
         if any(busy_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
             verdict += f" {BUSY_WARNING}"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {accept} | {verdict} |")
@@ -363,7 +365,10 @@ def _divergence_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     divs = analysis.divergences(results)
     if not divs:
         checked = any(r.get("identical_to_baseline") is not None for r in results)
-        return ["Every speculative output is identical to its baseline." if checked else "No outputs to compare."]
+        lines = ["Every speculative output is identical to its baseline." if checked else "No outputs to compare."]
+        if any(r.get("set_acceptance") for r in results):
+            lines.append("Arms with set acceptance are not compared: their output is not the target's.")
+        return lines
     return divergence.markdown_lines(divs, results)
 
 
@@ -385,6 +390,9 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     lines += _writeup_table(results, summaries)
     lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
     lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
+    set_lines = set_acceptance.condition_lines(results, data.get("steps"))
+    if set_lines:
+        lines += [""] + set_lines
     lines += ["", "## Detail", ""] + _detail_table(summaries)
     econ = _economics_lines(summaries)
     if econ:

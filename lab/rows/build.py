@@ -96,7 +96,9 @@ def build_result(
     base_tps = baseline.get("tok_per_s") if baseline else None
     identical = None
     divergence = None
-    if ok and speculative and baseline and baseline.get("text") is not None and text is not None:
+    # output kept at set rates is not the target's: never held to its baseline's
+    set_rates = arm.set_rates
+    if ok and speculative and set_rates is None and baseline and baseline.get("text") is not None and text is not None:
         divergence = first_divergence(text, baseline["text"])
         identical = divergence is None
     origin = None
@@ -152,11 +154,18 @@ def build_result(
         itl_p99_s=_latency(latency, "itl_p99_s", ok),
         ttft_s=_ttft_without_rehearsal(latency, engine_report) if ok else None,
         **_prompt_keys(engine_report),
+        set_acceptance=_set_acceptance(arm, set_rates),
         **_contention_keys(contention, baseline),
     )
     if ok:
         row = dataclasses.replace(row, **serving.row_fields(engine_report, baseline))
     return dataclasses.replace(row, verdict=verdict(row))
+
+
+def _set_acceptance(arm: Arm, rates: tuple[float, ...] | None) -> dict[str, Any]:
+    if arm.acceptance is None or rates is None:
+        return {}
+    return {**arm.acceptance.to_json(), "rates": [round(r, 6) for r in rates]}
 
 
 def _prompt_keys(engine_report: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -56,6 +56,10 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
     def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
         return True  # lab check refuses an arm without one
 
+    @classmethod
+    def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
+        return True  # the lab's own loop decides (lab.kit.speculative.acceptor)
+
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.model: Model | None = None

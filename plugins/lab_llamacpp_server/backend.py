@@ -89,6 +89,11 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return cls.spec_type_of(arm_options) != "none"
 
+    @classmethod
+    def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
+        # --spec-synth-rates is a flag of a server the lab starts
+        return not arm_options.get("url")
+
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.info: ServerInfo | None = None
@@ -128,7 +133,7 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
             options["ctx_size"] = int(options.get("ctx_size") or run.n_ctx) * options["parallel"]
         return server_args(
             options, self.spec_type, self.arm.n_max, n_ctx=run.n_ctx, threads=run.threads,
-            port=self.port, model_path=model_path, draft_path=draft_path,
+            port=self.port, model_path=model_path, draft_path=draft_path, set_rates=self.arm.set_rates,
         )
 
     # -- life cycle ---------------------------------------------------------------

@@ -5,7 +5,7 @@ profile's raw extra arguments (last, so they win)."""
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from lab.api import EngineFailure, Option
 
@@ -94,7 +94,8 @@ def warn_options(options: Mapping[str, Any]) -> list[str]:
 
 
 def server_args(options: Mapping[str, Any], spec_type: str, n_max: int | None, *, n_ctx: int, threads: int,
-                port: int, model_path: str, draft_path: str | None) -> list[str]:
+                port: int, model_path: str, draft_path: str | None,
+                set_rates: Sequence[float] | None = None) -> list[str]:
     """The arguments after the binary. ``n_ctx`` and ``threads`` are the
     run's; the arm's options override the context size."""
 
@@ -118,6 +119,10 @@ def server_args(options: Mapping[str, Any], spec_type: str, n_max: int | None, *
         for key, flag in (("draft_n_min", "--spec-draft-n-min"), ("draft_p_min", "--spec-draft-p-min"), ("draft_ngl", "--spec-draft-ngl")):
             if opt(key) is not None:
                 args += [flag, str(opt(key))]
+        if set_rates is not None:
+            # the server keeps drafted tokens at these rates (benchmarking
+            # only): one per position up to n_max, seeded by each request
+            args += ["--spec-synth-rates", ",".join(f"{r:.9g}" for r in set_rates)]
     args += [
         "--host", "127.0.0.1", "--port", str(port),
         "--metrics", "--log-prefix", "--log-timestamps", "--log-colors", "off",

@@ -188,6 +188,10 @@ class MlxBackend(MlxSession, Drafting, DraftModelHost):
     description = "MLX (mlx-lm models, or GGUF Q4_0/Q4_1/Q8_0 through mx.load); runs drafter plugins"
     accepts_drafters = True
 
+    @classmethod
+    def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
+        return True  # the lab's own loop decides (lab.kit.speculative.acceptor)
+
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.drafter: Drafter | None = None

@@ -45,6 +45,10 @@ class MlxDFlashBackend(MlxSession):
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return True
 
+    @classmethod
+    def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
+        return True  # its loop decides with lab.kit.speculative.acceptor
+
     def pauses_between_steps(self) -> bool:
         return True  # each step's tokens are read back before the next check
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from lab.api import Cancelled, Generation, GenerationRequest
 from lab.base.events import ALL_MEASURED, STEP_ONLY, Emit, StepEvent, now
-from lab.kit.speculative import LoopStats, OutputStream, accept_greedy, accept_sampled, check_room
+from lab.kit.speculative import LoopStats, OutputStream, acceptor, check_room
 from lab_mlx.dflash_model import DFlashDraft
 from lab_mlx.target import MlxTarget
 
@@ -110,7 +110,7 @@ def generate_dflash(
     stats = stats if stats is not None else LoopStats()
     start = stats.mark()
     out = OutputStream(target, req, emit)
-    rng = np.random.default_rng(req.seed)
+    accept = acceptor(req)
     proposer = DFlashProposer(draft, req.seed)
 
     t0 = now()
@@ -154,10 +154,7 @@ def generate_dflash(
             drafted = target.ids_from(base + 1)
             draft_probs = None
         t_c = now()
-        if req.temperature <= 0:
-            accepted, correction = accept_greedy(target, drafted)
-        else:
-            accepted, correction = accept_sampled(target, drafted, draft_probs, rng)
+        accepted, correction = accept(target, drafted, draft_probs)
         verify_hidden = target.hidden
         target.truncate(base + 1 + accepted)
         # The draft's next context: the verified rows of this pass.

@@ -55,6 +55,11 @@ class VllmBackend(ServerBackend[ServerClient]):
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return str(arm_options.get("spec_method") or "none") != "none"
 
+    @classmethod
+    def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
+        # the synthetic rejection sampler is a setting of a server the lab starts
+        return not arm_options.get("url")
+
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.served_name = arm.name
@@ -94,6 +99,7 @@ class VllmBackend(ServerBackend[ServerClient]):
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", *server_args(
             self.arm.options, model_dir=self.model_dir, served_name=self.served_name, port=port,
             n_max=self.arm.n_max, draft_path=draft_dir, n_ctx=self.ctx.run.n_ctx, concurrency=self.concurrency,
+            set_rates=self.arm.set_rates,
         )]
         log_dir = self.ctx.run_dir or os.path.join(os.getcwd(), "runs", "_server-logs")
         log_path = os.path.join(log_dir, f"vllm-{self.arm.name}.log")

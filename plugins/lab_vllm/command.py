@@ -9,7 +9,7 @@ interpreter that has vLLM installed.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from lab.api import Option
 
@@ -36,8 +36,12 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-def speculative_config(options: Mapping[str, Any], n_max: int | None, draft_path: str | None) -> dict[str, Any] | None:
-    """The ``--speculative-config`` object, or None for a baseline."""
+def speculative_config(options: Mapping[str, Any], n_max: int | None, draft_path: str | None,
+                       set_rates: Sequence[float] | None = None) -> dict[str, Any] | None:
+    """The ``--speculative-config`` object, or None for a baseline. Set
+    acceptance goes as vLLM's synthetic rejection sampler with the lab's
+    rates per position (never vLLM's own mean-length schedule, which means
+    something else than the lab's)."""
     method = str(options.get("spec_method") or "none")
     if method == "none":
         return None
@@ -49,6 +53,9 @@ def speculative_config(options: Mapping[str, Any], n_max: int | None, draft_path
     for key in ("prompt_lookup_min", "prompt_lookup_max"):
         if options.get(key) is not None:
             config[key] = int(options[key])
+    if set_rates is not None:
+        config["rejection_sample_method"] = "synthetic"
+        config["synthetic_acceptance_rates"] = [float(r) for r in set_rates]
     extra = options.get("speculative_config")
     if extra:
         config.update(json.loads(extra))
@@ -56,7 +63,8 @@ def speculative_config(options: Mapping[str, Any], n_max: int | None, draft_path
 
 
 def server_args(options: Mapping[str, Any], *, model_dir: str, served_name: str, port: int, n_max: int | None,
-                draft_path: str | None, n_ctx: int, concurrency: int) -> list[str]:
+                draft_path: str | None, n_ctx: int, concurrency: int,
+                set_rates: Sequence[float] | None = None) -> list[str]:
     """The arguments after ``python -m vllm.entrypoints.openai.api_server``."""
     args = [
         "--model", model_dir, "--served-model-name", served_name,
@@ -69,7 +77,7 @@ def server_args(options: Mapping[str, Any], *, model_dir: str, served_name: str,
     ]
     if options.get("enforce_eager", True):
         args.append("--enforce-eager")
-    spec = speculative_config(options, n_max, draft_path)
+    spec = speculative_config(options, n_max, draft_path, set_rates)
     if spec is not None:
         # per-step drafted and accepted counts ride on each response
         args += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
