@@ -283,7 +283,7 @@ def test_the_good_probe_still_predicts(run: Path, capsys: pytest.CaptureFixture[
     assert main(["report", str(run)]) == 0
     out, err = capsys.readouterr()
     assert "not used" not in err
-    assert "| arm | prompt | n_max | measured | predicted |" in out
+    assert "| arm | prompt | n_max | measured | predicted (error) |" in out
 
 
 def test_a_probe_the_arithmetic_cannot_take_drops_the_prediction_with_a_line(run: Path) -> None:

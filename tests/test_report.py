@@ -144,7 +144,7 @@ def test_prediction_matches_what_the_backend_does(run_dir: Path, tmp_path: Path)
     path = probes.save(probe, tmp_path / "p.json")
     data = load_for_report(run_dir, path)
     md = render(data, "md")
-    assert "| arm | prompt | n_max | measured | predicted |" in md
+    assert "| arm | prompt | n_max | measured | predicted (error) | held out (error) |" in md
     preds = {(p["arm"], p["prompt"]): p for p in json.loads(render(data, "json"))["analysis"]["predictions"]}
     good = preds[("good", "prose")]
     assert good["predicted"] == pytest.approx(good["measured"], rel=0.05)

@@ -9,7 +9,7 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from lab.analysis import acceptance as acc
-from lab.analysis import equivalence, predict, stats
+from lab.analysis import equivalence, holdout, predict, stats
 from lab.analysis.predict import probe_for
 from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
@@ -148,6 +148,7 @@ def predictions(
         own = next((p for p in preds if p.n_max == inputs.n_max), None)
         top = predict.best(preds)
         measured = stats.paired_ratios(results, arm, prompt)
+        held = holdout.held_out(results, steps, arm, prompt, probe, inputs.n_max)
         out.append({
             "arm": arm, "prompt": prompt, "n_max": inputs.n_max,
             "probe_matches": probe.backend == rows[0].get("backend") and probe.model == rows[0].get("model"),
@@ -155,6 +156,10 @@ def predictions(
             "predicted": own.speedup if own else None,
             "best_n_max": top.n_max if top else None,
             "best_predicted": top.speedup if top else None,
+            # made before the row ran: nothing from the row itself (lab.analysis.holdout)
+            "held_out": held.predicted if held else None,
+            "held_out_acceptance_from": held.acceptance_from if held else None,
+            "held_out_costs_from": list(held.costs_from) if held else None,
             "measured_positions": len(pa.reached),
             "curve": [
                 {"n_max": p.n_max, "speedup": p.speedup, "landed": p.landed, "verify_cost": p.verify_cost,

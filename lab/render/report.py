@@ -303,8 +303,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
     if not preds:
         return lines + ["No speculative arm with steps to predict."]
     lines += [
-        "| arm | prompt | n_max | measured | predicted | best n_max | predicted there | curve (n_max: speedup) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| arm | prompt | n_max | measured | predicted (error) | held out (error) | best n_max | predicted there | curve (n_max: speedup) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for p in preds:
         curve = ", ".join(
@@ -315,7 +315,7 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         lines.append(
             f"| {p['arm']}{other} | {p['prompt']} | {_fmt(p['n_max'], 'd')} | "
             f"{_fmt(p['measured'])}{'x' if p['measured'] is not None else ''} | "
-            f"{_fmt(p['predicted'])}{'x' if p['predicted'] is not None else ''} | {_fmt(p['best_n_max'], 'd')} | "
+            f"{_predicted(p['predicted'], p['measured'])} | {_held_out(p)} | {_fmt(p['best_n_max'], 'd')} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
     lines += [
@@ -323,10 +323,34 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         "Predicted: expected tokens per step from the acceptance per position over a step's cost, "
         "T(n_max + 1) plus the drafter's measured seconds per drafted token and the loop's own measured "
         "seconds per step (where the backend reports them), in baseline tokens. "
-        "\\* marks n_max beyond the positions measured (the last position's acceptance carried on)."
+        "\\* marks n_max beyond the positions measured (the last position's acceptance carried on). "
+        "Held out: made before the row ran, from nothing of its own: acceptance per position from its set rates "
+        "or from another arm of the same drafter (named), draft and loop seconds from the drafter's other arms, "
+        "T(w) from the probe; — where the run has no other arm to take them from."
         + (" † the probe measured another backend or model than this arm runs." if any(not p["probe_matches"] for p in preds) else ""),
     ]
     return lines
+
+
+def _error(predicted: float | None, measured: float | None) -> str:
+    if predicted is None or not measured:
+        return ""
+    return f" ({(predicted / measured - 1) * 100:+.0f}%)"
+
+
+def _predicted(predicted: float | None, measured: float | None) -> str:
+    if predicted is None:
+        return "—"
+    return f"{predicted:.2f}x{_error(predicted, measured)}"
+
+
+def _held_out(p: Mapping[str, Any]) -> str:
+    value = p.get("held_out")
+    if value is None:
+        return "—"
+    source = p.get("held_out_acceptance_from")
+    where = "set rates" if source == "set rates" else f"acceptance of {source}"
+    return f"{value:.2f}x{_error(value, p.get('measured'))}, {where}"
 
 
 def _prediction_or_why(data: Mapping[str, Any], probe: Any) -> list[str]:

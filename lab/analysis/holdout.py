@@ -1,0 +1,101 @@
+"""Predictions made apart from the row they predict.
+
+The in-sample prediction (:func:`lab.analysis.predict.predict` on the row's
+own inputs) takes the row's acceptance per position, its draft seconds and
+its loop seconds, and only T(w) from the probe: a check of the arithmetic,
+not a forecast. The held-out one here takes nothing from the arm it
+predicts:
+
+- acceptance per position: the set rates when the arm's acceptance was set
+  (known before it ran), else the pooled steps of another arm of the same
+  drafter on the same model and prompt (the one drafting most per step, as
+  a sweep's largest n_max);
+- draft seconds per drafted token, loop seconds per step and the share of
+  plain iterations: the other arms of that drafter (every round, this prompt);
+- T(w): the probe; the baseline's seconds per token: the baseline's rows.
+
+Each input says where it came from, so the report can show it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from lab.analysis import predict
+from lab.analysis.acceptance import PositionAcceptance, per_position
+from lab.base.acceptance import conditional
+
+# Pseudo-counts that make set rates read as measured ones (the arithmetic
+# uses only their ratios).
+_SET_COUNT = 1_000_000
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    predicted: float
+    acceptance_from: str  # "set rates" or the arm whose steps gave it
+    costs_from: tuple[str, ...]  # the arms whose draft and loop seconds were used
+
+
+def kin(rows: Sequence[Mapping[str, Any]], arm: str) -> str | None:
+    """What makes arms the same drafter for this purpose: backend, model and
+    drafter (or, for an engine's own drafting, the backend and its group)."""
+    first = next((r for r in rows if r["arm"] == arm), None)
+    if first is None:
+        return None
+    drafter = first.get("drafter") or f"{first.get('backend')}:{first.get('group') or arm}"
+    return f"{first.get('backend')}|{first.get('model')}|{drafter}"
+
+
+def set_positions(setting: Mapping[str, Any] | None) -> PositionAcceptance | None:
+    """Set rates as per-position counts."""
+    rates = setting.get("rates") if isinstance(setting, Mapping) else None
+    if not rates:
+        return None
+    reached: list[int] = []
+    accepted: list[int] = []
+    survive = 1.0
+    for c in conditional([float(r) for r in rates]):
+        n = max(1, round(_SET_COUNT * survive))
+        reached.append(n)
+        accepted.append(round(n * c))
+        survive *= c
+        if survive <= 0:
+            break
+    return PositionAcceptance(tuple(reached), tuple(accepted))
+
+
+def held_out(
+    results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], arm: str, prompt: str,
+    probe: Any, n_max: int | None,
+) -> HeldOut | None:
+    """The held-out prediction of one arm x prompt, or None when the run has
+    no other arm to take its inputs from."""
+    if probe is None or not n_max:
+        return None
+    key = kin(results, arm)
+    own = [r for r in results if r["arm"] == arm and r["prompt"] == prompt and int(r.get("round", 1)) >= 1]
+    if key is None or not own:
+        return None
+    others = sorted({r["arm"] for r in results if r["arm"] != arm and not r.get("is_baseline") and kin(results, r["arm"]) == key})
+    donor_rows = [r for r in results if r["arm"] in others and r["prompt"] == prompt and int(r.get("round", 1)) >= 1]
+    inputs = predict.arm_inputs(donor_rows) if donor_rows else None
+    if inputs is None:
+        return None
+    positions = set_positions(own[0].get("set_acceptance"))
+    source = "set rates"
+    if positions is None:
+        # another arm's acceptance, never set rates: those say nothing of this drafter
+        candidates = [a for a in others if not any(r.get("set_acceptance") for r in results if r["arm"] == a)]
+        if not candidates:
+            return None
+        donor = max(candidates, key=lambda a: max((int(r.get("n_max") or 0) for r in results if r["arm"] == a), default=0))
+        donor_steps = [s for s in steps if s.get("arm") == donor and s.get("prompt") == prompt and int(s.get("round", 1)) >= 1]
+        if not donor_steps:
+            return None
+        positions, source = per_position(donor_steps), donor
+    preds = predict.predict(positions, probe, inputs, [n_max])
+    if not preds:
+        return None
+    return HeldOut(preds[0].speedup, source, tuple(others))

@@ -1,0 +1,63 @@
+"""The held-out prediction (lab.analysis.holdout) takes nothing from the row
+it predicts: changing that row's own acceptance, draft or loop seconds moves
+the in-sample prediction and leaves the held-out one where it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lab.analysis.holdout import held_out, set_positions
+from lab.analysis.run import predictions
+from lab.base.probe import Probe
+
+PROBE = Probe("llamacpp", "m", "decode", (1, 2, 3, 4, 5), ((0.010, 0.011, 0.012, 0.013, 0.014),))
+
+
+def _row(arm: str, n_max: int | None, draft_s: float, accepted: int, **kw: Any) -> dict[str, Any]:
+    base = n_max is None
+    row = {
+        "arm": arm, "prompt": "p", "round": 1, "status": "ok", "backend": "llamacpp", "model": "m",
+        "drafter": None if base else "draft-model", "group": arm.split("-")[0], "is_baseline": base,
+        "n_max": n_max, "tok_per_s": 100.0, "baseline_arm": None if base else "base",
+        "steps": None if base else 10, "drafted": None if base else 10 * n_max,
+        "accepted": None if base else accepted, "step_s": None if base else 0.02,
+        "step_cost_tokens": None if base else 2.0, "draft_s": None if base else draft_s,
+        "plain_tokens": None if base else 1, "speedup": None if base else 1.2,
+        "engine_report": {}, "set_acceptance": {},
+    }
+    row.update(kw)
+    return row
+
+
+def _steps(arm: str, n_max: int, accepted: list[int]) -> list[dict[str, Any]]:
+    return [{"arm": arm, "prompt": "p", "round": 1, "drafted": n_max, "accepted": a, "landed": a + 1} for a in accepted]
+
+
+def test_a_sweep_arm_is_predicted_from_its_siblings_alone() -> None:
+    rows = [_row("base", None, 0, 0), _row("d-n2", 2, 0.002, 12), _row("d-n4", 4, 0.004, 20)]
+    steps = _steps("d-n2", 2, [2, 1, 0, 2, 1, 2, 1, 1, 2, 0]) + _steps("d-n4", 4, [4, 2, 0, 1, 3, 4, 2, 1, 1, 2])
+    before = held_out(rows, steps, "d-n2", "p", PROBE, 2)
+    assert before is not None and before.acceptance_from == "d-n4" and before.costs_from == ("d-n4",)
+    # the row's own figures change: its acceptance, draft seconds
+    rows2 = [rows[0], _row("d-n2", 2, 0.05, 2), rows[2]]
+    steps2 = _steps("d-n2", 2, [0] * 10) + steps[10:]
+    after = held_out(rows2, steps2, "d-n2", "p", PROBE, 2)
+    assert after is not None and after.predicted == pytest.approx(before.predicted)
+    ins = {p["arm"]: p["predicted"] for p in predictions(rows, steps, PROBE)}
+    ins2 = {p["arm"]: p["predicted"] for p in predictions(rows2, steps2, PROBE)}
+    assert ins["d-n2"] != pytest.approx(ins2["d-n2"])
+
+
+def test_set_rates_give_the_acceptance_and_nothing_else_gives_none() -> None:
+    setting = {"kind": "rate", "value": 0.5, "rates": [0.5, 0.25]}
+    pos = set_positions(setting)
+    assert pos is not None and [round(r or 0, 6) for r in pos.rates] == [0.5, 0.5]
+    rows = [_row("base", None, 0, 0), _row("s-a", 2, 0.002, 5, set_acceptance=setting),
+            _row("s-b", 2, 0.002, 15, set_acceptance={"kind": "rate", "value": 0.9, "rates": [0.9, 0.81]})]
+    steps = _steps("s-a", 2, [0, 1, 0, 2, 0, 0, 1, 0, 0, 1]) + _steps("s-b", 2, [2] * 10)
+    h = held_out(rows, steps, "s-a", "p", PROBE, 2)
+    assert h is not None and h.acceptance_from == "set rates"
+    # alone, an arm has no one to take its costs from
+    assert held_out(rows[:2], steps[:10], "s-a", "p", PROBE, 2) is None
