@@ -22,7 +22,7 @@ from lab.base import economics as breakeven
 from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
 from lab.base.row import CSV_KEYS
-from lab.base.verdict import BUSY_WARNING, busy_warning
+from lab.base.verdict import BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning
 from lab.render import categories as category_section
 from lab.render import conditions, divergence, serving
 from lab.render import gpu as gpu_report
@@ -188,6 +188,8 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
             verdict = "; ".join(f"{p}: {k}" for p, k in kinds)
         if any(busy_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
             verdict += f" {BUSY_WARNING}"
+        if any(counts_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
+            verdict += f" {COUNTS_WARNING}"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {accept} | {verdict} |")
     return lines
 
@@ -215,7 +217,7 @@ def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
             f"| {s['arm']} | {s['prompt']} | {tps if s['rounds'] else s['status']} | {speed} | "
             f"{_pct(s['acceptance_rate'])} | {_fmt(s['mean_accepted_len'])} | {_ms(s['draft_s'])} | "
             f"{_ms(s['verify_s'])} | {cost} | {_fmt(s['break_even_len'])} | {_mib(s['peak_mem_bytes'])} | "
-            f"{ident} | {' '.join(x for x in (s['verdict'], busy_warning(s)) if x)} |"
+            f"{ident} | {' '.join(x for x in (s['verdict'], busy_warning(s), counts_warning(s)) if x)} |"
         )
     return lines
 
@@ -385,6 +387,9 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     lines += _writeup_table(results, summaries)
     lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
     lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
+    counts = conditions.count_check_lines(results)
+    if counts:
+        lines += ["", "Counts against the server's own:", ""] + counts
     lines += ["", "## Detail", ""] + _detail_table(summaries)
     econ = _economics_lines(summaries)
     if econ:
