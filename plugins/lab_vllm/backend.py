@@ -31,6 +31,7 @@ from lab.kit.server.sse import parse_sse_lines
 from lab_vllm import metrics
 from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
 from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, consume
+from lab_vllm.steptiming import time_steps
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm
@@ -60,6 +61,8 @@ class VllmBackend(ServerBackend[ServerClient]):
         self.served_name = arm.name
         self.model_dir: str | None = None
         self.concurrency = int(arm.options.get("concurrency") or 1)
+        # how the last request's steps were timed (lab_vllm.steptiming)
+        self._step_timing: list[str] = []
         self._totals: dict[str, float] = {}
 
     @property
@@ -274,26 +277,17 @@ class VllmBackend(ServerBackend[ServerClient]):
             client.close()
 
     def _steps(self, request: GenerationRequest, streamed: VllmStreamed, emit: Emit) -> list[StepEvent]:
-        """The request's steps from the server's per-step record. When every
-        chunk after the first is one step (the usual case: one engine
-        iteration per chunk), a step's seconds are its chunk's arrival gap."""
+        """The request's steps from the server's per-step record, each timed
+        by the chunk that carried it (:mod:`lab_vllm.steptiming`)."""
         per_step = streamed.per_step()
-        chunks = streamed.chunks
-        one_to_one = len(chunks) - 1 == len(per_step)
+        timed = time_steps([(c.t, len(c.ids)) for c in streamed.chunks], per_step)
         out: list[StepEvent] = []
-        landed_left = len(streamed.ids) - (len(chunks[0].ids) if chunks else 0)
-        for k, (drafted, accepted) in enumerate(per_step):
-            if one_to_one:
-                step_s, clock = chunks[k + 1].t - chunks[k].t, Clock.CLIENT
-                landed = len(chunks[k + 1].ids)
-            else:
-                step_s, clock = 0.0, Clock.UNKNOWN
-                landed = min(accepted + 1, max(landed_left, 0))
-            landed_left -= landed
-            event = StepEvent(request.cell, k, int(drafted), int(accepted), landed, None, None, step_s,
-                              clocks=StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=clock))
+        for k, ((drafted, accepted), t) in enumerate(zip(per_step, timed)):
+            event = StepEvent(request.cell, k, int(drafted), int(accepted), t.landed, None, None, t.step_s,
+                              clocks=StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=Clock.CLIENT))
             out.append(event)
             emit(event)
+        self._step_timing = sorted({t.how for t in timed})
         return out
 
     def _generation(self, streamed: VllmStreamed, steps: list[StepEvent], lead: StreamRecord,
@@ -313,6 +307,7 @@ class VllmBackend(ServerBackend[ServerClient]):
         report["usage"] = streamed.usage
         report["request_metrics"] = streamed.metrics
         report["steps_source"] = "vllm per-request spec decode metrics (detailed)"
+        report["step_timing"] = list(self._step_timing)
         d = metrics.delta(before, after) if before or after else {}
         report["metrics_delta"] = d
         report["metrics_accepted_per_pos"] = metrics.per_position(d)
