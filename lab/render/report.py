@@ -318,6 +318,9 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{_fmt(p['predicted'])}{'x' if p['predicted'] is not None else ''} | {_fmt(p['best_n_max'], 'd')} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
+    notes = _t1_notes(data["results"], preds, pool)
+    if notes:
+        lines += [""] + notes
     lines += [
         "",
         "Predicted: expected tokens per step from the acceptance per position over a step's cost, "
@@ -327,6 +330,27 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         + (" † the probe measured another backend or model than this arm runs." if any(not p["probe_matches"] for p in preds) else ""),
     ]
     return lines
+
+
+def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str, Any]], pool: Sequence[Any]) -> list[str]:
+    """⚠ beside each prediction whose probe's T(1) and whose baseline's
+    seconds per token disagree (lab.analysis.predict.t1_disagreement)."""
+    from lab.analysis.predict import probe_for, t1_disagreement
+
+    out = []
+    for p in preds:
+        rows = [r for r in results if r["arm"] == p["arm"] and r["prompt"] == p["prompt"]]
+        base_arm = rows[0].get("baseline_arm") if rows else None
+        if not base_arm:
+            continue
+        probe, _ = probe_for(rows[0], pool)
+        if probe is None:
+            continue
+        base = [r for r in results if r["arm"] == base_arm and r["prompt"] == p["prompt"]]
+        note = t1_disagreement(base, probe)
+        if note:
+            out.append(f"- ⚠ {p['arm']} / {p['prompt']}: {note}.")
+    return out
 
 
 def _prediction_or_why(data: Mapping[str, Any], probe: Any) -> list[str]:
