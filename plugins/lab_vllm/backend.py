@@ -30,8 +30,8 @@ from lab.kit.server.process import ServerProcess, free_port
 from lab.kit.server.sse import parse_sse_lines
 from lab_vllm import metrics
 from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
-from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, consume
 from lab_vllm.steptiming import time_steps
+from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, consume
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm
