@@ -267,6 +267,12 @@ class ResourceHints:
         counts them, and ``close`` must stop them."""
         return []
 
+    def engine_pids(self) -> list[int]:
+        """Processes that are this arm's engine, for the noise guard: the
+        ones it started and, for an attached local server, that server
+        (which the lab neither started nor stops)."""
+        return self.child_pids()
+
     def engine_bytes(self) -> int | None:
         """Bytes the engine reports for its own buffers, or None if it does
         not tell."""

@@ -414,7 +414,7 @@ class Runner:
             )
             # the noise guard: other processes' CPU use while this arm's cells run
             watcher = ContentionWatcher(
-                arm.name, type(backend).busy_cores(arm.options, self.profile.run.threads), backend.child_pids)
+                arm.name, type(backend).busy_cores(arm.options, self.profile.run.threads), backend.engine_pids)
             with sampler, watcher:
                 self.emit(StatusChanged(cell0, Status.LOADING, phase="loading"))
                 try:

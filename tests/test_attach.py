@@ -223,3 +223,20 @@ options = {{ spec_type = "draft-simple", draft_model = "embedded:smollm2" }}
         import re
 
         assert re.search(why, rows[0]["detail"]), rows[0]["detail"][:300]
+
+
+def test_a_local_attach_counts_its_server_as_the_engine() -> None:
+    """The noise guard finds an attached local server by its listening port
+    (here this test process listens), so it is the engine, not a neighbour."""
+    import os
+    import socket
+
+    from lab.kit.server.attach import local_listener_pid
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        assert local_listener_pid(f"http://127.0.0.1:{port}") == os.getpid()
+    assert local_listener_pid(f"http://127.0.0.1:{port}") is None
+    assert local_listener_pid("http://203.0.113.9:8080") is None

@@ -350,3 +350,53 @@ def test_doctor_shows_build_and_spec_types() -> None:
     assert check.ok
     assert "draft-mtp" in check.detail and "draft-dflash" in check.detail
     assert _INFO is not None and _INFO.build is not None and f"b{_INFO.build}" in check.detail
+
+
+@needs_server
+def test_a_server_count_mismatch_reaches_the_report(registry: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real server whose log loses one step line: the lab's steps no
+    longer add up to the server's own counters, and report.md shows it in
+    Conditions and beside the row's verdict."""
+    from lab_llamacpp_server import logparse
+
+    parse = logparse.parse_accepted
+    seen = [0]
+
+    def losing_one(line: logparse.LogLine) -> logparse.AcceptedLine | None:
+        got = parse(line)
+        if got is not None:
+            seen[0] += 1
+            if seen[0] == 2:
+                return None
+        return got
+
+    from lab.render.report import ReportWriter
+
+    monkeypatch.setattr(logparse, "parse_accepted", losing_one)
+    arms = """
+[[arms]]
+name = "llama-base"
+backend = "llamacpp-server"
+model = "tiny:llama"
+[[arms]]
+name = "llama-self"
+backend = "llamacpp-server"
+model = "tiny:llama"
+n_max = 4
+options = { spec_type = "draft-simple", draft_model = "tiny:llama" }
+"""
+    rows, run_dir = _run(registry, tmp_path, arms, listeners=(ReportWriter(),))
+    spec = next(r for r in rows if r["arm"] == "llama-self")
+    assert spec["status"] == "ok", spec["detail"][:300]
+    rep = spec["engine_report"]
+    assert rep["checks"]["steps_vs_slot_counters"] is False, rep["checks"]
+    assert rep["counts_match_server"] is False
+    # the three surfaces of the slot counter all disagree with the lab's steps
+    assert rep["slot_counter_surfaces"] == {"timings": False, "metrics": False, "request_summary": False}
+    assert rep["server_log_complete"] is True
+    md = (run_dir / "report.md").read_text()
+    assert "llama-self / p r1: failed steps_vs_slot_counters" in md.split("## Conditions")[1].split("## Detail")[0]
+    spec_line = next(ln for ln in md.split("## Detail")[1].splitlines() if ln.startswith("| llama-self |"))
+    assert "counts differ from the server's" in spec_line
+    assert _server_pids() == []

@@ -340,13 +340,87 @@ def test_draft_time_per_request_and_the_derived_split() -> None:
 def test_count_checks_catch_a_step_the_lab_lost() -> None:
     cell = Cell("a", "p", 1)
     steps = [StepEvent(cell, i, 4, a, a + 1, None, None, 0.01) for i, a in enumerate((4, 2, 0))]
-    report = {"draft_n": 12, "draft_n_accepted": 6, "metrics_accepted_per_pos": [2, 2, 1, 1],
-              "server_timings": {"predicted_n": 9}}
+    report = {"metrics_accepted_per_pos": [2, 2, 1, 1],
+              "server_timings": {"predicted_n": 9, "draft_n": 12, "draft_n_accepted": 6}}
     delta = {"spec_decode_num_draft_tokens_total": 12.0, "spec_decode_num_accepted_tokens_total": 6.0,
              "spec_decode_num_drafts_total": 3.0}
     summary = logparse.RequestSummary(accepted=6, generated=12, mean_len=3.0)
-    checks = crosscheck.count_checks(steps, report, delta, summary, True, 9)
-    assert checks == {"log_vs_timings": True, "log_vs_metrics": True, "per_position_vs_metrics": True,
-                      "log_vs_request_summary": True, "tokens_vs_timings": True}
-    lost = crosscheck.count_checks(steps[:2], report, delta, summary, True, 9)
-    assert not any(lost[k] for k in ("log_vs_timings", "log_vs_metrics", "log_vs_request_summary"))
+    checks, surfaces, missing = crosscheck.cross_check(steps, report, delta, summary, True, 9)
+    # timings, /metrics and the log summary are one counter of the server's slot: one check
+    assert checks == {"steps_vs_slot_counters": True, "per_position_vs_metrics": True, "tokens_vs_timings": True}
+    assert surfaces == {"timings": True, "metrics": True, "request_summary": True} and missing == []
+    lost, surfaces, _ = crosscheck.cross_check(steps[:2], report, delta, summary, True, 9)
+    assert lost["steps_vs_slot_counters"] is False and not any(surfaces.values())
+
+
+def test_a_missing_source_is_listed_not_passed() -> None:
+    cell = Cell("a", "p", 1)
+    steps = [StepEvent(cell, 0, 4, 2, 3, None, None, 0.01)]
+    # no /metrics delta, no log summary, no predicted_n: only the timings are read
+    report = {"server_timings": {"draft_n": 4, "draft_n_accepted": 2}}
+    checks, surfaces, missing = crosscheck.cross_check(steps, report, {}, None, True, 3)
+    assert checks == {"steps_vs_slot_counters": True}
+    assert surfaces == {"timings": True, "metrics": None, "request_summary": None}
+    assert "slot counters via metrics" in missing and "slot counters via request_summary" in missing
+    assert any("predicted_n" in m for m in missing)
+    # the token count is the server's or nothing: never the lab's own
+    assert "tokens_vs_timings" not in checks
+
+
+def _report_row(arm: str, baseline: bool, rep: dict[str, Any]) -> dict[str, Any]:
+    return {"arm": arm, "prompt": "p", "round": 1, "status": "ok", "backend": "llamacpp-server",
+            "drafter": None, "is_baseline": baseline, "baseline_arm": None if baseline else "base",
+            "tok_per_s": 100.0 if baseline else 120.0, "speedup": None if baseline else 1.2,
+            "steps": None if baseline else 2, "drafted": None if baseline else 8,
+            "accepted": None if baseline else 4, "acceptance_rate": None if baseline else 0.5,
+            "mean_accepted_len": None if baseline else 3.0, "step_s": 0.01, "draft_s": None, "verify_s": None,
+            "step_cost_tokens": None if baseline else 1.0, "max_yield": None if baseline else 5,
+            "n_max": None if baseline else 4, "peak_mem_bytes": None, "identical_to_baseline": None,
+            "first_divergence_char": None, "n_tokens": 6, "engine_report": rep}
+
+
+def test_a_mismatching_log_reaches_the_report() -> None:
+    """A server log whose summary contradicts the steps the lab took from
+    it: the row's check fails, and report.md says so in Conditions and
+    beside the verdict."""
+    from lab.render.report import render_markdown
+
+    log = ServerLog()
+    seen: list[logparse.AcceptedLine] = []
+    req = log.begin(seen.append)
+    for line in (
+        "0.00.100.000 I slot update_slots: id  0 | task 7 | accepted  3/ 4 draft tokens",
+        "0.00.200.000 I slot update_slots: id  0 | task 7 | accepted  1/ 4 draft tokens",
+        "0.00.300.000 I slot print_timing: id  0 | task 7 | draft acceptance = 0.62500 (    5 accepted /     8 "
+        "generated), mean len =  3.50",
+    ):
+        log.on_line(line)
+    assert not req.released.is_set()
+    log.on_line("0.00.400.000 I slot      release: id  0 | task 7 | stop processing: n_tokens = 40, truncated = 0")
+    assert req.released.is_set() and req.task_id == 7
+    log.end()
+    cell = Cell("spec", "p", 1)
+    steps = [StepEvent(cell, i, a.drafted, a.accepted, a.accepted + 1, None, None, 0.01) for i, a in enumerate(seen)]
+    report: dict[str, Any] = {"server_timings": {"predicted_n": 6, "predicted_per_second": 100.0,
+                                                 "draft_n": 8, "draft_n_accepted": 5}}
+    checks = crosscheck.fill_report(
+        report, n_tokens=6, gen_s=0.06, speculative=True, steps=steps, tracker=StepTracker(0.0),
+        logged_steps=len(seen), metrics_before={}, metrics_after={}, acc_per_pos=None, summary=req.summary,
+        draft_ms=None, draft_calls=None)
+    assert checks == {"steps_vs_slot_counters": False, "tokens_vs_timings": True}
+    assert report["counts_match_server"] is False
+    assert report["slot_counter_surfaces"] == {"timings": False, "metrics": None, "request_summary": False}
+
+    base_rep: dict[str, Any] = {"checks": {"tokens_vs_timings": True}, "counts_match_server": True}
+    data = {"profile": {"name": "x", "run": {"max_tokens": 6, "rounds": 1, "warmup": 0}},
+            "results": [_report_row("base", True, base_rep), _report_row("spec", False, report)]}
+    md = render_markdown(data)
+    conditions = md.split("## Conditions")[1].split("## Detail")[0]
+    assert "1 of 2 checked rows the server's own counts differ" in conditions
+    assert "spec / p r1: failed steps_vs_slot_counters (slot counters via timings, request_summary)" in conditions
+    assert "missing: slot counters via metrics" in conditions
+    spec_line = next(ln for ln in md.split("## Detail")[1].splitlines() if ln.startswith("| spec |"))
+    assert "counts differ from the server's (1 of 1 rounds)" in spec_line
+    # a row the server agrees with carries no mark
+    report["checks"] = {"steps_vs_slot_counters": True}
+    assert "counts differ" not in render_markdown(data).split("## Detail")[1]

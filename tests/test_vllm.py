@@ -95,6 +95,51 @@ def test_stream_chunks_and_the_per_step_record() -> None:
     assert out.usage["completion_tokens"] == 5
 
 
+def test_every_step_gets_the_seconds_of_the_chunk_that_carried_it() -> None:
+    from lab_vllm.steptiming import MEAN, ONE_PER_CHUNK, SHARED, time_steps
+
+    # an ngram stream: the prompt's token, a step landing 3, an iteration that
+    # drafted nothing (1 plain token, no step recorded), a step landing 1, then
+    # a chunk that merged two iterations (a step landing 2 and a plain token)
+    chunks = [(0.00, 1), (0.10, 3), (0.14, 1), (0.20, 1), (0.40, 3)]
+    per_step = [(4, 2), (4, 0), (4, 1)]
+    timed = time_steps(chunks, per_step)
+    assert [t.landed for t in timed] == [3, 1, 2]
+    assert [t.step_s for t in timed] == pytest.approx([0.10, 0.04, 0.10])
+    assert [t.how for t in timed] == [ONE_PER_CHUNK, ONE_PER_CHUNK, SHARED]
+    assert all(t.step_s > 0 for t in timed)
+    # max_tokens cut the last step short: it lands what arrived
+    cut = time_steps([(0.0, 1), (0.1, 3), (0.3, 2)], [(4, 2), (4, 3)])
+    assert [(t.landed, t.how) for t in cut] == [(3, ONE_PER_CHUNK), (2, ONE_PER_CHUNK)]
+    assert cut[1].step_s == pytest.approx(0.2)
+    # a record that fits no chunk still gets a cost: the phase's mean per iteration
+    lost = time_steps([(0.0, 1), (0.3, 3)], [(4, 2), (4, 2)])
+    assert lost[1].how == MEAN and lost[1].step_s == pytest.approx(0.3) and lost[1].landed == 0
+
+
+def test_an_ngram_row_with_unaligned_chunks_finds_its_baseline() -> None:
+    """The row the runner builds from such a stream has a step cost and a
+    verdict against its baseline (not "0.00/5" and "no baseline")."""
+    from lab_vllm.steptiming import time_steps
+
+    from lab.base.events import Cell, Clock, StepClocks, StepEvent
+    from lab.base.profile import Arm
+    from lab.rows.build import build_result
+
+    chunks = [(0.00, 1), (0.10, 3), (0.14, 1), (0.20, 1), (0.40, 3)]
+    per_step = [(4, 2), (4, 0), (4, 1)]
+    cell = Cell("ngram", "p", 1)
+    steps = [StepEvent(cell, i, d, a, t.landed, None, None, t.step_s, clocks=StepClocks(step=Clock.CLIENT))
+             for i, ((d, a), t) in enumerate(zip(per_step, time_steps(chunks, per_step)))]
+    arm = Arm(name="ngram", backend="vllm", model=None, drafter=None, n_max=4, options={}, drafter_options={},
+              baseline="base", is_baseline=False, stack="vllm", group="ngram")
+    base = {"arm": "base", "status": "ok", "tok_per_s": 12.0, "text": "x"}
+    row = build_result(arm=arm, prompt="p", round=1, status="ok", steps=steps, n_tokens=9, gen_s=0.4,
+                       text="x", baseline=base)
+    assert row["step_cost_tokens"] and row["step_cost_tokens"] > 0
+    assert "no baseline" not in row["verdict"], row["verdict"]
+
+
 def test_shipped_vllm_profiles_check() -> None:
     from lab.profile.load import check_profile
 
@@ -217,6 +262,9 @@ def test_ngram_arm_counts_equal_vllm_counters(ngram_run: tuple[list[Any], Path])
     assert spec["steps"] == d[metrics.DRAFTS]
     assert rep["counts_match_server"] is True, rep["checks"]
     assert rep["checks"]["per_position_vs_metrics"] is True
+    # every step has a real cost, so the verdict is against the baseline
+    assert spec["step_cost_tokens"] and spec["step_cost_tokens"] > 0, rep.get("step_timing")
+    assert "no baseline" not in spec["verdict"], spec["verdict"]
     # greedy: the speculative output is the plain one, or the divergence is named
     assert spec["identical_to_baseline"] is not None
     assert spec["identical_to_baseline"] or spec["first_divergence_char"] is not None

@@ -117,3 +117,31 @@ def probe_for(row: Mapping[str, Any], probes: Sequence[Probe]) -> tuple[Probe | 
     return (probes[0], False) if probes else (None, False)
 
 
+
+
+# The least disagreement flagged: one round has no spread, and a few percent
+# is within what two clocks on one machine differ by.
+T1_FLOOR = 0.03
+
+
+def t1_disagreement(baseline_rows: Sequence[Mapping[str, Any]], probe: Probe) -> str | None:
+    """A note when the probe's one-row pass, T(1) in seconds, and the run's
+    own baseline seconds per token disagree by more than the baseline
+    rounds' spread (at least :data:`T1_FLOOR`): the two were measured under
+    different conditions (load, clocks, another process), so a prediction
+    that prices steps from one and compares with the other is off by as
+    much. None when they agree or either is missing."""
+    secs = sorted(1.0 / float(r["tok_per_s"]) for r in baseline_rows
+                  if r.get("status") == "ok" and r.get("tok_per_s") and int(r.get("round", 1)) >= 1)
+    width = 1 if 1 in probe.widths else min(probe.widths)
+    if not secs or width != 1:
+        return None
+    mid = secs[len(secs) // 2] if len(secs) % 2 else (secs[len(secs) // 2 - 1] + secs[len(secs) // 2]) / 2
+    spread = (secs[-1] - secs[0]) / mid
+    t1 = probe.pass_seconds(1)
+    gap = (t1 - mid) / mid
+    if abs(gap) <= max(spread, T1_FLOOR):
+        return None
+    return (f"the probe's one-row pass took {t1 * 1000:.2f} ms but this run's baseline token took "
+            f"{mid * 1000:.2f} ms ({gap * 100:+.0f}% apart, rounds spread {spread * 100:.0f}%): measured "
+            "under different conditions, so the prediction is off by about as much")

@@ -15,6 +15,7 @@ from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
 from lab.base.probe import Probe
 from lab.base.row import LATENCY_KEYS
+from lab.base.verdict import failed_checks
 from lab.telemetry.latency import percentile
 
 
@@ -84,6 +85,8 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "contended": bool(ok) and all(r.get("contended") for r in ok),
             # rounds of one arm share its setting (lab.base.acceptance)
             "set_acceptance": dict(first.get("set_acceptance") or {}),
+            # rounds whose steps the server's own counters contradict (engine_report.checks)
+            "counts_failed_rounds": sum(1 for r in ok if failed_checks(r)),
         }
         econ = breakeven.economics(s)
         s["break_even_len"] = econ.break_even_len if econ else None

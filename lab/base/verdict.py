@@ -20,9 +20,11 @@ from typing import Any, Mapping
 
 from lab.base.economics import NEUTRAL_BAND, classify
 
-__all__ = ["BUSY_WARNING", "NEUTRAL_BAND", "busy_warning", "verdict", "verdict_kind"]
+__all__ = ["BUSY_WARNING", "COUNTS_WARNING", "NEUTRAL_BAND", "busy_warning", "counts_warning", "failed_checks",
+           "verdict", "verdict_kind"]
 
 BUSY_WARNING = "⚠ busy machine"
+COUNTS_WARNING = "⚠ counts differ from the server's"
 
 
 def verdict(row: Mapping[str, Any]) -> str:
@@ -47,3 +49,24 @@ def busy_warning(row: Mapping[str, Any]) -> str:
     if rounds and busy < rounds:
         return f"{BUSY_WARNING} ({busy} of {rounds} rounds)"
     return BUSY_WARNING
+
+
+def failed_checks(row: Mapping[str, Any]) -> list[str]:
+    """The engine's count cross-checks (``engine_report.checks``: the lab's
+    steps against the server's own counters) that this row failed."""
+    checks = (row.get("engine_report") or {}).get("checks") or {}
+    return [name for name, ok in checks.items() if ok is False]
+
+
+def counts_warning(row: Mapping[str, Any]) -> str:
+    """The mark a report sets beside a verdict whose counts the server
+    contradicts ("" if none): the failed checks of a row, or how many rounds
+    of a summary (``counts_failed_rounds``) failed one."""
+    failed = row.get("counts_failed_rounds")
+    if failed is None:
+        names = failed_checks(row)
+        return f"{COUNTS_WARNING} ({', '.join(names)})" if names else ""
+    if not failed:
+        return ""
+    rounds = row.get("rounds")
+    return f"{COUNTS_WARNING} ({failed} of {rounds} rounds)" if rounds else COUNTS_WARNING

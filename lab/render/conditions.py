@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from lab.base.verdict import failed_checks
 from lab.rows.build import pick_baseline
 
 
@@ -98,3 +99,39 @@ def _noise_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     for r in busy:
         lines.append(f"- {r['arm']} / {r['prompt']} r{r['round']}: {r.get('contention_note') or 'busy'}")
     return lines
+
+
+def count_check_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's count cross-check: how many rows the server's own
+    counters confirmed, each row they contradict (with the checks it
+    failed), and the sources a row could not read ([] when no row was
+    checked: an engine in the lab's process has no second count)."""
+    checked = [r for r in results if r.get("status") == "ok" and int(r.get("round", 1)) >= 1
+               and (r.get("engine_report") or {}).get("checks")]
+    if not checked:
+        return []
+    failed = [r for r in checked if failed_checks(r)]
+    names = sorted({k for r in checked for k in (r.get("engine_report") or {})["checks"]})
+    if not failed:
+        lines = [f"The server's own counts agree with the lab's on all {len(checked)} checked rows "
+                 f"({', '.join(names)})."]
+    else:
+        lines = [f"⚠ On {len(failed)} of {len(checked)} checked rows the server's own counts differ from the "
+                 "lab's: their steps, acceptance and step cost are not the server's.", ""]
+        for r in failed:
+            rep = r.get("engine_report") or {}
+            lines.append(f"- {r['arm']} / {r['prompt']} r{r['round']}: failed {', '.join(failed_checks(r))}"
+                         + (f" (slot counters via {_disagreeing(rep)})" if _disagreeing(rep) else ""))
+    missing: dict[str, list[str]] = {}
+    for r in checked:
+        for what in (r.get("engine_report") or {}).get("checks_missing") or ():
+            missing.setdefault(str(what), []).append(f"{r['arm']}/{r['prompt']} r{r['round']}")
+    for what, cells in missing.items():
+        shown = ", ".join(cells[:4]) + (f" and {len(cells) - 4} more" if len(cells) > 4 else "")
+        lines.append(f"- missing: {what}, not checked on {shown}")
+    return lines
+
+
+def _disagreeing(report: Mapping[str, Any]) -> str:
+    surfaces = report.get("slot_counter_surfaces") or {}
+    return ", ".join(k for k, v in surfaces.items() if v is False)

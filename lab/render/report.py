@@ -22,7 +22,7 @@ from lab.base import economics as breakeven
 from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
 from lab.base.row import CSV_KEYS
-from lab.base.verdict import BUSY_WARNING, busy_warning
+from lab.base.verdict import BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning
 from lab.render import categories as category_section
 from lab.render import conditions, divergence, serving, set_acceptance
 from lab.render import gpu as gpu_report
@@ -190,6 +190,8 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
             verdict += set_acceptance.verdict_mark(first)
         if any(busy_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
             verdict += f" {BUSY_WARNING}"
+        if any(counts_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
+            verdict += f" {COUNTS_WARNING}"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {accept} | {verdict} |")
     return lines
 
@@ -217,7 +219,7 @@ def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
             f"| {s['arm']} | {s['prompt']} | {tps if s['rounds'] else s['status']} | {speed} | "
             f"{_pct(s['acceptance_rate'])} | {_fmt(s['mean_accepted_len'])} | {_ms(s['draft_s'])} | "
             f"{_ms(s['verify_s'])} | {cost} | {_fmt(s['break_even_len'])} | {_mib(s['peak_mem_bytes'])} | "
-            f"{ident} | {' '.join(x for x in (s['verdict'], busy_warning(s)) if x)} |"
+            f"{ident} | {' '.join(x for x in (s['verdict'], busy_warning(s), counts_warning(s)) if x)} |"
         )
     return lines
 
@@ -318,6 +320,9 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{_predicted(p['predicted'], p['measured'])} | {_held_out(p)} | {_fmt(p['best_n_max'], 'd')} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
+    notes = _t1_notes(data["results"], preds, pool)
+    if notes:
+        lines += [""] + notes
     lines += [
         "",
         "Predicted: expected tokens per step from the acceptance per position over a step's cost, "
@@ -351,6 +356,27 @@ def _held_out(p: Mapping[str, Any]) -> str:
     source = p.get("held_out_acceptance_from")
     where = "set rates" if source == "set rates" else f"acceptance of {source}"
     return f"{value:.2f}x{_error(value, p.get('measured'))}, {where}"
+
+
+def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str, Any]], pool: Sequence[Any]) -> list[str]:
+    """⚠ beside each prediction whose probe's T(1) and whose baseline's
+    seconds per token disagree (lab.analysis.predict.t1_disagreement)."""
+    from lab.analysis.predict import probe_for, t1_disagreement
+
+    out = []
+    for p in preds:
+        rows = [r for r in results if r["arm"] == p["arm"] and r["prompt"] == p["prompt"]]
+        base_arm = rows[0].get("baseline_arm") if rows else None
+        if not base_arm:
+            continue
+        probe, _ = probe_for(rows[0], pool)
+        if probe is None:
+            continue
+        base = [r for r in results if r["arm"] == base_arm and r["prompt"] == p["prompt"]]
+        note = t1_disagreement(base, probe)
+        if note:
+            out.append(f"- ⚠ {p['arm']} / {p['prompt']}: {note}.")
+    return out
 
 
 def _prediction_or_why(data: Mapping[str, Any], probe: Any) -> list[str]:
@@ -417,6 +443,9 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     set_lines = set_acceptance.condition_lines(results, data.get("steps"))
     if set_lines:
         lines += [""] + set_lines
+    counts = conditions.count_check_lines(results)
+    if counts:
+        lines += ["", "Counts against the server's own:", ""] + counts
     lines += ["", "## Detail", ""] + _detail_table(summaries)
     econ = _economics_lines(summaries)
     if econ:

@@ -157,7 +157,7 @@ class ContentionWatcher(PeriodicSampler):
     """Reads the machine every ``interval`` seconds while an arm runs.
 
     ``own_pids`` names processes of the arm that are not descendants of this
-    one (none today: a server the lab starts is its child), ``engine_cores``
+    one (an attached local server: a server the lab starts is its child), ``engine_cores``
     the cores the arm's engine keeps busy. ``mark()`` and ``reading(mark)``
     bracket a cell."""
 

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 STACK = "llamacpp-server"
 # prompt_template of an attached server's rows when its model file is not here
 SERVER_TEMPLATE = "server"
+# The most a request's log may lag behind its final chunk: a limit for a
+# server that stopped logging, not a wait (the wait ends at the release line).
+LOG_WAIT_S = 60.0
 
 
 class LlamaServerBackend(ServerBackend[LlamaServerClient]):
@@ -335,7 +338,7 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
         try:
             with client.completion(body) as lines:
                 streamed = consume(parse_sse_lines(lines), t_sent, live.feed, landed, cancelled)
-            self._await_request_log(server, req)
+            log_complete = self._await_request_log(server, req)
             steps = live.finish()
         except (httpx.HTTPError, HttpFailure, StreamError) as exc:
             live.abandon()
@@ -355,6 +358,7 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
             metrics_before=before, metrics_after=after, acc_per_pos=req.acc_per_pos, summary=req.summary,
             draft_ms=draft_ms, draft_calls=draft_calls,
         )
+        gen.engine_report["server_log_complete"] = log_complete
         gen.engine_report["engine_buffers"] = dict(self.server_log.buffers)
         gen.engine_report.update(self.rendered.report())
         gen.engine_bytes = self.engine_bytes()
@@ -368,14 +372,18 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
             self.ctx.log(f"{self.arm.name} {request.cell}: count cross-check failed: {checks}")
         return gen
 
-    def _await_request_log(self, server: ServerProcess, req: RequestLog) -> None:
-        """The server logs a request's last lines (its final step, its
-        statistics, its timings) around the final chunk: let the reader
-        catch up so they are all in."""
-        req.ended.wait(3.0)
-        if self.speculative:
-            req.stats_seen.wait(2.0)
-        server.wait_log_quiet(0.3)
+    def _await_request_log(self, server: ServerProcess, req: RequestLog) -> bool:
+        """Wait until the server has logged this request's release line: it
+        comes after the request's last step, timings, acceptance and
+        statistics lines, so then they are all in. Bounded by the server
+        staying alive and by an overall limit; False when the line never
+        came (the sources that needed it are then listed as missing)."""
+        deadline = now() + LOG_WAIT_S
+        while not req.released.is_set():
+            if not server.alive() or now() >= deadline:
+                return False
+            req.released.wait(0.05)
+        return True
 
     def report(self) -> dict[str, Any]:
         info = self.info

@@ -61,29 +61,74 @@ def step_split(steps: Sequence[StepEvent], draft_ms: float | None, draft_calls: 
     }
 
 
-def count_checks(steps: Sequence[StepEvent], report: Mapping[str, Any], delta: Mapping[str, float],
-                 summary: RequestSummary | None, speculative: bool, n_tokens: int) -> dict[str, bool]:
-    """Each source the server offers against the steps the lab emitted."""
+# What each check compares, for the row's record. The final chunk's timings
+# (draft_n, draft_n_accepted), /metrics (spec_decode_num_*_total) and the
+# request's log summary ("draft acceptance = ...") all print one counter
+# inside the server, its slot's n_draft_tokens / n_draft_accepted /
+# n_draft_verif_steps: three surfaces of one source, so one check.
+SOURCES = {
+    "steps_vs_slot_counters": "the lab's steps (one per 'accepted N/M draft tokens' trace line) against the slot's "
+                              "own counters (n_draft_tokens, n_draft_accepted, n_draft_verif_steps), which the "
+                              "final chunk's timings, /metrics and the request's log summary all print: one "
+                              "counter read three ways, so one check",
+    "per_position_vs_metrics": "accepted tokens per draft position rebuilt from the steps against the slot's "
+                               "per-position array (/metrics spec_decode_num_accepted_tokens_per_pos_total)",
+    "tokens_vs_timings": "tokens the lab received against the server's generated-token count (timings.predicted_n)",
+}
+
+
+def cross_check(steps: Sequence[StepEvent], report: Mapping[str, Any], delta: Mapping[str, float],
+                summary: RequestSummary | None, speculative: bool,
+                n_tokens: int) -> tuple[dict[str, bool], dict[str, bool | None], list[str]]:
+    """Each independent source the server offers against the steps the lab
+    emitted: (checks, the surfaces of the slot counters and whether each
+    agreed (None: not read), the sources that were missing)."""
     drafted = sum(s.drafted for s in steps)
     accepted = sum(s.accepted for s in steps)
     checks: dict[str, bool] = {}
+    missing: list[str] = []
+    surfaces: dict[str, bool | None] = {}
     if speculative:
-        checks["log_vs_timings"] = (drafted, accepted) == (report["draft_n"], report["draft_n_accepted"])
-        if delta:
-            checks["log_vs_metrics"] = (
-                drafted == int(delta.get("spec_decode_num_draft_tokens_total", -1))
-                and accepted == int(delta.get("spec_decode_num_accepted_tokens_total", -1))
-                and len(steps) == int(delta.get("spec_decode_num_drafts_total", -1))
-            )
+        timings = report.get("server_timings") or {}
+        surfaces["timings"] = (
+            (drafted, accepted) == (timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
+            if timings else None
+        )
+        surfaces["metrics"] = (
+            drafted == int(delta.get("spec_decode_num_draft_tokens_total", -1))
+            and accepted == int(delta.get("spec_decode_num_accepted_tokens_total", -1))
+            and len(steps) == int(delta.get("spec_decode_num_drafts_total", -1))
+        ) if delta else None
+        # the server logs no summary for a request that drafted nothing
+        surfaces["request_summary"] = (
+            (drafted, accepted) == (summary.generated, summary.accepted) if summary is not None
+            else (True if drafted == 0 and timings else None)
+        )
+        for name, agreed in surfaces.items():
+            if agreed is None:
+                missing.append(f"slot counters via {name}")
+        read = [v for v in surfaces.values() if v is not None]
+        if read:
+            checks["steps_vs_slot_counters"] = all(read)
         metrics_pos = report.get("metrics_accepted_per_pos")
         if metrics_pos:
             # accepted tokens per draft position, rebuilt from the steps
             ours = [sum(1 for s in steps if s.accepted > i) for i in range(len(metrics_pos))]
             checks["per_position_vs_metrics"] = ours == metrics_pos
-        if summary is not None:
-            checks["log_vs_request_summary"] = (drafted, accepted) == (summary.generated, summary.accepted)
-    checks["tokens_vs_timings"] = n_tokens == report.get("server_timings", {}).get("predicted_n", n_tokens)
-    return checks
+        elif delta:
+            missing.append("per-position counters in /metrics")
+    predicted_n = (report.get("server_timings") or {}).get("predicted_n")
+    if predicted_n is None:
+        missing.append("timings.predicted_n (the server's token count)")
+    else:
+        checks["tokens_vs_timings"] = n_tokens == int(predicted_n)
+    return checks, surfaces, missing
+
+
+def count_checks(steps: Sequence[StepEvent], report: Mapping[str, Any], delta: Mapping[str, float],
+                 summary: RequestSummary | None, speculative: bool, n_tokens: int) -> dict[str, bool]:
+    """The independent checks alone (see :func:`cross_check`)."""
+    return cross_check(steps, report, delta, summary, speculative, n_tokens)[0]
 
 
 def fill_report(report: dict[str, Any], *, n_tokens: int, gen_s: float, speculative: bool,
@@ -122,7 +167,10 @@ def fill_report(report: dict[str, Any], *, n_tokens: int, gen_s: float, speculat
         clocks[step.clocks.step.value] = clocks.get(step.clocks.step.value, 0) + 1
     report["step_clock"] = clocks
     report["measured"] = dict(MEASURED)
-    checks = count_checks(steps, report, delta, summary, speculative, n_tokens)
+    checks, surfaces, missing = cross_check(steps, report, delta, summary, speculative, n_tokens)
     report["checks"] = checks
+    report["checks_sources"] = {k: SOURCES[k] for k in checks}
+    report["slot_counter_surfaces"] = surfaces
+    report["checks_missing"] = missing
     report["counts_match_server"] = all(checks.values()) if checks else None
     return checks

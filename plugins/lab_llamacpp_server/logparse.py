@@ -25,6 +25,8 @@ _REQ_ACCEPTANCE = re.compile(r"draft acceptance = ([\d.]+) \(\s*(\d+) accepted /
 _ACC_PER_POS = re.compile(r"acc per pos = \(([^)]*)\)")
 _EVAL_TIME = re.compile(r"^\s*eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 _TOTAL_TIME = re.compile(r"total time =\s*([\d.]+) ms")
+_SLOT_TASK = re.compile(r"slot\s+\S+: id\s+(\d+) \| task (-?\d+) \|")
+_RELEASED = re.compile(r"stop processing: n_tokens = ")
 _BUFFER = re.compile(r"(\S+)\s+(\w+) buffer size =\s*([\d.]+) MiB")
 _DRAFT_PHASE = re.compile(r"loading draft model|creating MTP draft context|draft model")
 
@@ -144,3 +146,16 @@ def starts_draft_phase(line: LogLine) -> bool:
 
 def is_oom(text: str) -> bool:
     return OOM_PATTERNS.search(text) is not None
+
+
+def slot_task(line: LogLine) -> tuple[int, int] | None:
+    """(slot id, task id) of a ``slot <func>: id N | task M | ...`` line."""
+    m = _SLOT_TASK.search(line.text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def is_released(line: LogLine) -> bool:
+    """The slot's release line: the server logs it after the request's
+    timings, acceptance and statistics lines and after its final chunk, so
+    once it is in, every log line of that request is."""
+    return _RELEASED.search(line.text) is not None

@@ -29,6 +29,9 @@ class RequestLog:
     ended: threading.Event = field(default_factory=threading.Event)
     stats_seen: threading.Event = field(default_factory=threading.Event)
     oom_lines: list[str] = field(default_factory=list)
+    # the server's task id for this request, from its first slot line
+    task_id: int | None = None
+    released: threading.Event = field(default_factory=threading.Event)
 
 
 class ServerLog:
@@ -86,6 +89,13 @@ class ServerLog:
     def _request_line(req: RequestLog, raw: str, line: logparse.LogLine) -> None:
         if logparse.is_oom(line.text) and line.level in ("E", "W", ""):
             req.oom_lines.append(raw)
+        owner = logparse.slot_task(line)
+        if owner is not None and owner[1] >= 0:
+            if req.task_id is None:
+                req.task_id = owner[1]
+            if owner[1] == req.task_id and logparse.is_released(line):
+                req.released.set()
+                return
         acc = logparse.parse_accepted(line)
         if acc is not None:
             if req.on_accepted is not None:

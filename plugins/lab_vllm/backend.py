@@ -30,6 +30,7 @@ from lab.kit.server.process import ServerProcess, free_port
 from lab.kit.server.sse import parse_sse_lines
 from lab_vllm import metrics
 from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
+from lab_vllm.steptiming import time_steps
 from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, consume
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class VllmBackend(ServerBackend[ServerClient]):
         self.served_name = arm.name
         self.model_dir: str | None = None
         self.concurrency = int(arm.options.get("concurrency") or 1)
+        # how the last request's steps were timed (lab_vllm.steptiming)
+        self._step_timing: list[str] = []
         self._totals: dict[str, float] = {}
 
     @property
@@ -280,26 +283,17 @@ class VllmBackend(ServerBackend[ServerClient]):
             client.close()
 
     def _steps(self, request: GenerationRequest, streamed: VllmStreamed, emit: Emit) -> list[StepEvent]:
-        """The request's steps from the server's per-step record. When every
-        chunk after the first is one step (the usual case: one engine
-        iteration per chunk), a step's seconds are its chunk's arrival gap."""
+        """The request's steps from the server's per-step record, each timed
+        by the chunk that carried it (:mod:`lab_vllm.steptiming`)."""
         per_step = streamed.per_step()
-        chunks = streamed.chunks
-        one_to_one = len(chunks) - 1 == len(per_step)
+        timed = time_steps([(c.t, len(c.ids)) for c in streamed.chunks], per_step)
         out: list[StepEvent] = []
-        landed_left = len(streamed.ids) - (len(chunks[0].ids) if chunks else 0)
-        for k, (drafted, accepted) in enumerate(per_step):
-            if one_to_one:
-                step_s, clock = chunks[k + 1].t - chunks[k].t, Clock.CLIENT
-                landed = len(chunks[k + 1].ids)
-            else:
-                step_s, clock = 0.0, Clock.UNKNOWN
-                landed = min(accepted + 1, max(landed_left, 0))
-            landed_left -= landed
-            event = StepEvent(request.cell, k, int(drafted), int(accepted), landed, None, None, step_s,
-                              clocks=StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=clock))
+        for k, ((drafted, accepted), t) in enumerate(zip(per_step, timed)):
+            event = StepEvent(request.cell, k, int(drafted), int(accepted), t.landed, None, None, t.step_s,
+                              clocks=StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=Clock.CLIENT))
             out.append(event)
             emit(event)
+        self._step_timing = sorted({t.how for t in timed})
         return out
 
     def _generation(self, streamed: VllmStreamed, steps: list[StepEvent], lead: StreamRecord,
@@ -319,13 +313,19 @@ class VllmBackend(ServerBackend[ServerClient]):
         report["usage"] = streamed.usage
         report["request_metrics"] = streamed.metrics
         report["steps_source"] = "vllm per-request spec decode metrics (detailed)"
+        report["step_timing"] = list(self._step_timing)
         d = metrics.delta(before, after) if before or after else {}
         report["metrics_delta"] = d
         report["metrics_accepted_per_pos"] = metrics.per_position(d)
         records = [lead, *side]
         lead.final = {"timings": {"draft_n": sum(s.drafted for s in steps),
                                   "draft_n_accepted": sum(s.accepted for s in steps)}}
-        checks: dict[str, bool] = {"tokens_vs_usage": n == int(streamed.usage.get("completion_tokens", n))}
+        checks: dict[str, bool] = {}
+        missing: list[str] = []
+        if streamed.usage.get("completion_tokens") is None:
+            missing.append("usage.completion_tokens (the server's token count)")
+        else:
+            checks["tokens_vs_usage"] = n == int(streamed.usage["completion_tokens"])
         if self.speculative:
             all_steps = [(s.drafted, s.accepted) for s in steps]
             for rec in side:
@@ -345,7 +345,8 @@ class VllmBackend(ServerBackend[ServerClient]):
                 if pos:
                     checks["per_position_vs_metrics"] = [sum(1 for _, a in all_steps if a > i) for i in range(len(pos))] == pos
         report["checks"] = checks
-        report["counts_match_server"] = all(checks.values())
+        report["checks_missing"] = missing
+        report["counts_match_server"] = all(checks.values()) if checks else None
         if "concurrency" in self.arm.options:
             report["concurrency"] = stream_figures(records)
         if checks and not all(checks.values()):

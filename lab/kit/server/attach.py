@@ -101,6 +101,27 @@ def target(options: dict[str, Any] | Any) -> Target:
     return Target(base, auth_headers(options.get("api_key_env")), loopback)
 
 
+def local_listener_pid(base_url: str) -> int | None:
+    """The pid of the process listening on ``base_url``'s port when the
+    host is this machine's loopback, found through psutil; None for a remote
+    host, a port nobody here listens on, or a listener whose owner this
+    user may not see."""
+    parts = urlsplit(base_url)
+    if not parts.hostname or not _is_loopback(parts.hostname):
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.status == "LISTEN" and c.laddr and c.laddr.port == port and c.pid:
+            return int(c.pid)
+    return None
+
+
 def detect(client: ServerClient) -> tuple[str, dict[str, Any]]:
     """The kind of server behind ``client`` and what it said about itself.
 

@@ -57,6 +57,8 @@ class ServerBackend(Backend, Generic[ClientT]):
         self.server: ServerProcess | None = None
         self._client: ClientT | None = None
         self.attached: str | None = None
+        # the attached server's pid where it listens on this machine (0: not found)
+        self._attached_pid: int | None = None
 
     def launch(self, server: ServerProcess, client: ClientT, emit: Emit, *, what: str, port: int,
                ready: Callable[[], bool], timeout: float, interval: float, not_ready: str) -> bool:
@@ -105,3 +107,10 @@ class ServerBackend(Backend, Generic[ClientT]):
         if self.server is not None and self.server.alive() and self.server.pid is not None:
             return [self.server.pid]
         return []
+
+    def engine_pids(self) -> list[int]:
+        if self.attached is not None:
+            if self._attached_pid is None:
+                self._attached_pid = attach.local_listener_pid(self.attached) or 0
+            return [self._attached_pid] if self._attached_pid else []
+        return self.child_pids()
