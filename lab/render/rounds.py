@@ -42,7 +42,7 @@ def drift_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
     for d in drift.round_drift(results):
         why = ("asked for (warm rounds)" if d.warm
-               else "the engine kept state across requests that no reset reached")
+               else "state the engine kept across requests that no reset reached, or a machine that changed under the run")
         out.append(f"- {NOT_REPEATS}: **{d.arm}** / {d.prompt}: "
                    + "; ".join(_phrase(t) for t in d.trends) + f" — {why}.")
     return out
