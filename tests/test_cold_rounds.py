@@ -61,8 +61,9 @@ def _drafted(rows: list[dict[str, Any]]) -> list[int]:
 
 @needs_server
 def test_cold_rounds_draft_as_the_first(tmp_path: Path) -> None:
-    from lab.api import ROUND_STATES
     from lab_llamacpp_server.backend import LlamaServerBackend
+
+    from lab.api import ROUND_STATES
 
     assert LlamaServerBackend.round_state({"spec_type": "ngram-mod"}) == "restart"
     assert LlamaServerBackend.round_state({"spec_type": "none"}) in ROUND_STATES

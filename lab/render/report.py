@@ -25,10 +25,10 @@ from lab.base.row import CSV_KEYS
 from lab.base.verdict import BUSY_WARNING, busy_warning
 from lab.render import categories as category_section
 from lab.render import conditions, divergence, serving
-from lab.render import rounds as rounds_section
 from lab.render import gpu as gpu_report
 from lab.render import latency as latency_section
 from lab.render import lossless as lossless_lines
+from lab.render import rounds as rounds_section
 from lab.rows.shape import unreadable_lines
 
 
