@@ -342,6 +342,35 @@ class Backend(ResourceHints, ABC):
         ``lab check`` refuses the arm key ``acceptance`` otherwise."""
         return False
 
+    @classmethod
+    def round_state(cls, arm_options: Mapping[str, Any]) -> str:
+        """What the engine of an arm with these options keeps from one
+        request to the next that changes the next one, and so how a cold
+        round meets it in the state the first round met (one of
+        :data:`ROUND_STATES`):
+
+        - ``"none"``: it keeps nothing (prompt caches off, a stateless
+          drafter); rounds are repeats as they come.
+        - ``"reset"``: :meth:`reset_round` clears that state in place.
+        - ``"restart"``: nothing short of a new engine clears it;
+          :meth:`reset_round` restarts it, outside any cell's clock.
+
+        The runner calls :meth:`reset_round` before every measured cell
+        that follows another generation on the same backend, unless the
+        profile asks for warm rounds (``[run] warm_rounds = true``).
+        """
+        return "none"
+
+    def reset_round(self, emit: Emit) -> None:
+        """Bring the engine back to the state the arm's first cell met (see
+        :meth:`round_state`); nothing to do for ``"none"``. Emits loading
+        statuses like ``load`` while it works.
+
+        Raises:
+            EngineFailure, EngineCrashed: as from ``load``; the cell is
+                recorded with that failure.
+        """
+
     @abstractmethod
     def load(self, emit: Emit) -> None:
         """Load the arm's model on the engine (start it, if it is a process).
@@ -575,6 +604,11 @@ class Drafter(ABC):
     # Whether it replays a baseline arm's output (DrafterContext.reference):
     # an arm using it then needs a baseline arm of the same stack.
     needs_baseline: ClassVar[bool] = False
+    # Whether what it drafts for a cell depends on the cells before it (a
+    # cache it builds from earlier requests' text). Cold rounds (the default)
+    # call ``forget`` before each measured cell so every round drafts as the
+    # first did; warm rounds let it learn, and the report shows the trend.
+    keeps_state: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
         self.opts = dict(options)
@@ -586,6 +620,10 @@ class Drafter(ABC):
     def begin(self, prompt_ids: Sequence[int], cell: Cell) -> None:
         """A new generation starts with these prompt tokens."""
 
+    def forget(self) -> None:
+        """Drop what earlier cells taught it (only called when
+        ``keeps_state``): the next cell drafts as the arm's first did."""
+
     @abstractmethod
     def draft(self, context: Sequence[int], k: int) -> Draft: ...
 
@@ -594,6 +632,10 @@ class Drafter(ABC):
 
     def memory_bytes(self) -> int | None:
         return None
+
+
+ROUND_STATES = ("none", "reset", "restart")
+"""What :meth:`Backend.round_state` may answer."""
 
 
 # Everything the core reads from a plugin class, per contract class, and
@@ -607,10 +649,10 @@ CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
         "name": str, "stack": str, "description": str, "options": tuple, "accepts_drafters": bool,
         "sets_acceptance": METHOD,
         "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
-        "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD,
+        "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
     },
     Drafter: {
         "name": str, "description": str, "options": tuple, "stacks": (frozenset, type(None)),
-        "needs_baseline": bool,
+        "needs_baseline": bool, "keeps_state": bool,
     },
 }

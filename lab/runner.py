@@ -340,6 +340,7 @@ class Runner:
             gpu_keys=self._gpu_keys(arm, cell, gen, steps),
             category=self._categories.get(cell.prompt),
             latency=latency.to_json() if latency is not None else None, contention=contention,
+            warm=self.profile.run.warm_rounds,
         )
         with self._rows_lock:
             self._rows.append(row)
@@ -433,7 +434,7 @@ class Runner:
                     self._log(traceback.format_exc())
                     self._fill(arm, Status.ERROR, f"load failed: {type(exc).__name__}: {exc}")
                     return
-                self._run_cells(arm, backend, sampler, watcher)
+                self._run_cells(arm, backend, sampler, watcher, drafter)
         finally:
             if drafter is not None:
                 try:
@@ -447,12 +448,26 @@ class Runner:
                     self._log(traceback.format_exc())
                 backend.close()
 
+    def _reset_round(self, arm: Arm, cell: Cell, backend: Backend, drafter: Drafter | None) -> float:
+        """Bring the engine (and a drafter that keeps state) back to the
+        state the arm's first cell met, before the cell's clock starts:
+        the seconds it took, kept out of every measurement."""
+        start = now()
+        if type(backend).round_state(arm.options) != "none":
+            self.emit(StatusChanged(cell, Status.LOADING, phase="resetting engine state between rounds"))
+            backend.reset_round(self.emit)
+        if drafter is not None and type(drafter).keeps_state:
+            drafter.forget()
+        return now() - start
+
     def _run_cells(self, arm: Arm, backend: Backend, sampler: MemorySampler,
-                   watcher: ContentionWatcher | None = None) -> None:
+                   watcher: ContentionWatcher | None = None, drafter: Drafter | None = None) -> None:
         cell0 = arm_cell(arm.name)
         run = self.profile.run
         warm_cells = [Cell(arm.name, self.profile.prompts[0].name, 0)] * run.warmup
         crashed: str | None = None
+        # whether the engine has generated since it loaded (or was last reset)
+        used = False
         for cell in [*warm_cells, *self._cells(arm)]:
             if crashed is not None:
                 if not cell.is_warmup:
@@ -488,7 +503,13 @@ class Runner:
                     clock.held(seconds)
                 return self.control.stop_requested
 
+            reset_s: float | None = None
             try:
+                if used and not cell.is_warmup and not run.warm_rounds:
+                    reset_s = self._reset_round(arm, cell, backend, drafter)
+                    used = False
+                    self.emit(StatusChanged(cell, status, phase="running"))
+                used = True
                 mark = watcher.mark() if watcher is not None else None
                 # the request goes in now: the time to first token counts from here
                 clock.start = now()
@@ -512,6 +533,8 @@ class Runner:
                     self._record(arm, cell, Status.ERROR, detail=f"{type(exc).__name__}: {exc}", peak=sampler.peak)
                 continue
             sampler.sample()
+            if reset_s is not None:
+                gen = dataclasses.replace(gen, engine_report={**gen.engine_report, "round_reset_s": round(reset_s, 3)})
             if held[0]:
                 # Held between steps: no step was timed across the pause,
                 # only the cell's generation clock ran on.

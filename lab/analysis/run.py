@@ -9,7 +9,7 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from lab.analysis import acceptance as acc
-from lab.analysis import equivalence, holdout, predict, stats
+from lab.analysis import drift, equivalence, holdout, predict, stats
 from lab.analysis.predict import probe_for
 from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
@@ -52,6 +52,8 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         call = stats.call_speedup(ratios) if not first.get("is_baseline") else None
         identical = [r["identical_to_baseline"] for r in ok if r["identical_to_baseline"] is not None]
         divergences = [r["first_divergence_char"] for r in ok if r["first_divergence_char"] is not None]
+        # warm rounds share engine state: a trend, so no interval as if they were repeats
+        warm = any(bool(r.get("warm")) for r in ok)
         s: dict[str, Any] = {
             "arm": arm, "prompt": prompt, "backend": first["backend"], "drafter": first["drafter"],
             "status": "ok" if statuses == ["ok"] else "/".join(statuses),
@@ -66,7 +68,12 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "spread_too_wide": bool(tps and tps.too_wide),
             "speedup": _median(r["speedup"] for r in ok),
             "speedup_geomean": call.interval.estimate if call and call.interval else None,
-            "speedup_ci": [call.interval.low, call.interval.high] if call and call.interval and call.interval.n > 1 else None,
+            "speedup_ci": [call.interval.low, call.interval.high]
+            if call and call.interval and call.interval.n > 1 and not warm else None,
+            "warm": warm,
+            "round_tok_per_s": list(drift.series(rows, "tok_per_s")),
+            "round_drafted": list(drift.series(rows, "drafted")),
+            "round_accepted": list(drift.series(rows, "accepted")),
             "call": call.call if call else None,
             "steps": _median(r["steps"] for r in ok),
             "drafted": _median(r["drafted"] for r in ok),

@@ -19,6 +19,11 @@ class RunSettings:
     # weights, builds kernels and graphs and fills allocators; its tokens
     # are thrown away, so it need not be as long as a measured cell.
     warmup_tokens: int = 64
+    # Rounds that share engine state: no reset between cells, so an engine
+    # that learns from earlier requests (llama-server's ngram-mod, vLLM's
+    # suffix decoding, a drafter that keeps state) drafts more in later
+    # rounds. Off: every round meets the engine as the first did.
+    warm_rounds: bool = False
     chat_template: bool = True
     ignore_eos: bool = True
     n_ctx: int = 4096

@@ -114,6 +114,10 @@ class ResultRow(Mapping[str, Any]):
     contended: bool | None = None
     contention: float | None = None
     contention_note: str = ""
+    # rounds that shared engine state ([run] warm_rounds): a later round
+    # met what the earlier ones left (caches, n-gram tables), so rounds are
+    # a trend, not repeats
+    warm: bool = False
     concurrency: int | None = field(default=None, metadata=SERVING)
     aggregate_tok_per_s: float | None = field(default=None, metadata=SERVING)
     aggregate_speedup: float | None = field(default=None, metadata=SERVING)

@@ -30,7 +30,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     for name, dcls in sorted(registry.drafters.items()):
         hosts = registry.drafter_backends(dcls)
         runs_on = f"runs on {', '.join(hosts)}" if hosts else "no installed backend runs it"
-        say(f"  {name}  [{runs_on}]  {dcls.description}")
+        # what rounds mean for it: a drafter that keeps state forgets it
+        # before each cold round, and learns across warm ones
+        state = ("keeps state across requests: forgotten between cold rounds" if dcls.keeps_state
+                 else "no state across requests")
+        say(f"  {name}  [{runs_on}; {state}]  {dcls.description}")
         for opt in dcls.options:
             say(f"      {opt.describe()}")
     # what every profile is held to before an engine starts, beside the plugins' own ranges

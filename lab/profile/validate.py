@@ -41,6 +41,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "rounds": (int,),
     "warmup": (int,),
     "warmup_tokens": (int,),
+    "warm_rounds": (bool,),
     "chat_template": (bool,),
     "ignore_eos": (bool,),
     "n_ctx": (int,),

@@ -28,6 +28,7 @@ from lab.render import conditions, divergence, serving, set_acceptance
 from lab.render import gpu as gpu_report
 from lab.render import latency as latency_section
 from lab.render import lossless as lossless_lines
+from lab.render import rounds as rounds_section
 from lab.rows.shape import unreadable_lines
 
 
@@ -158,6 +159,7 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
         if r["arm"] not in arms:
             arms.append(r["arm"])
     by = {(s["arm"], s["prompt"]): s for s in summaries}
+    drifted = rounds_section.flagged(results)
     head = "| arm | " + " | ".join(prompts) + f" | acceptance ({' / '.join(prompts)}) | verdict |"
     lines = [head, "|" + "---|" * (len(prompts) + 3)]
     for arm in arms:
@@ -192,6 +194,8 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
             verdict += f" {BUSY_WARNING}"
         if any(counts_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
             verdict += f" {COUNTS_WARNING}"
+        if arm in drifted:
+            verdict += f" {rounds_section.NOT_REPEATS}"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {accept} | {verdict} |")
     return lines
 
@@ -397,6 +401,9 @@ def _stats_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
             continue
         if s["call"] is None or s["rounds"] == 0:
             continue
+        if s["warm"]:
+            lines.append(rounds_section.warm_trend_line(s))
+            continue
         ci = f" [{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}]" if s["speedup_ci"] else ""
         gm = f"{s['speedup_geomean']:.2f}x" if s["speedup_geomean"] is not None else "—"
         spread = ""
@@ -437,7 +444,10 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         f"Started {data.get('started')}" + (" (cancelled)" if data.get("cancelled") else "") + ".",
         "",
     ]
+    lines += [rounds_section.mode_line(results), ""]
     lines += _writeup_table(results, summaries)
+    drifted = rounds_section.drift_lines(results)
+    lines += ["", *drifted] if drifted else []
     lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
     lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
     set_lines = set_acceptance.condition_lines(results, data.get("steps"))

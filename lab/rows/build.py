@@ -77,6 +77,7 @@ def build_result(
     category: str | None = None,
     latency: Mapping[str, float | None] | None = None,
     contention: Contention | None = None,
+    warm: bool = False,
 ) -> ResultRow:
     """Assemble one row. ``baseline`` is the baseline's row for the same
     prompt and round (or the nearest round), used for speedup, step cost and
@@ -156,6 +157,7 @@ def build_result(
         **_prompt_keys(engine_report),
         set_acceptance=_set_acceptance(arm, set_rates),
         **_contention_keys(contention, baseline),
+        warm=warm,
     )
     if ok:
         row = dataclasses.replace(row, **serving.row_fields(engine_report, baseline))

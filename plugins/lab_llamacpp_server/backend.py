@@ -33,7 +33,14 @@ from lab.kit.server.sse import parse_sse_lines
 from lab_llamacpp_server import crosscheck, failures
 from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, server_info
 from lab_llamacpp_server.client import LlamaServerClient
-from lab_llamacpp_server.command import COMMON_OPTIONS, NEEDS_DRAFT_MODEL, refuse_options, server_args, warn_options
+from lab_llamacpp_server.command import (
+    COMMON_OPTIONS,
+    NEEDS_DRAFT_MODEL,
+    STATEFUL_SPEC_TYPES,
+    refuse_options,
+    server_args,
+    warn_options,
+)
 from lab_llamacpp_server.concurrency import generate_streamed
 from lab_llamacpp_server.logparse import ImplStats
 from lab_llamacpp_server.metrics import device_bytes
@@ -114,6 +121,7 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
         self.server_kind: str | None = None
         self.server_props: dict[str, Any] = {}
         self.concurrency = int(arm.options.get("concurrency") or 1)
+        self._draft_path: str | None = None
 
     @property
     def speculative(self) -> bool:
@@ -164,7 +172,12 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
         if self.spec_type in NEEDS_DRAFT_MODEL and draft_ref is None:
             raise EngineFailure(f"arm {self.arm.name}: --spec-type {self.spec_type} needs a draft model (draft_model = ...)")
         draft_path = str(models.resolve(draft_ref)) if draft_ref else None
+        self._draft_path = draft_path
+        self._start(emit, model_path, draft_path)
 
+    def _start(self, emit: Emit, model_path: str, draft_path: str | None) -> None:
+        """Start the arm's server and wait until it serves."""
+        assert self.info is not None
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         argv = [self.info.path, *self.server_args(model_path, draft_path)]
@@ -188,6 +201,28 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
                 server.excerpt(30),
             )
         self._totals = client.metrics()
+
+    @classmethod
+    def round_state(cls, arm_options: Mapping[str, Any]) -> str:
+        # A server the lab did not start cannot be restarted: its state is
+        # the drift guard's to catch.
+        if arm_options.get("url"):
+            return "none"
+        # Prompts go with cache_prompt off, so only the speculative state
+        # carries over, and no HTTP call reaches it: a slot erase
+        # (POST /slots/N?action=erase, only with --slot-save-path) clears the
+        # slot's prompt tokens, while ngram-mod's hash table and the
+        # ngram-map key tables live in common_speculative, made once at load.
+        return "restart" if cls.spec_type_of(arm_options) in STATEFUL_SPEC_TYPES else "none"
+
+    def reset_round(self, emit: Emit) -> None:
+        if type(self).round_state(self.arm.options) != "restart" or self.server is None:
+            return
+        # the new server gets a new port and client; close() stops it as any
+        self.close()
+        self.server_log = ServerLog()
+        self._stats_last = {}
+        self._start(emit, self.model_path, self._draft_path)
 
     def _attach(self, emit: Emit) -> None:
         """Use the running server the arm names: the lab starts nothing,

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from lab.base.profile import Arm
 
 STACK = "vllm"
+# speculative_config methods whose state outlives a request
+STATEFUL_METHODS = frozenset({"suffix"})
 _OOM_MARKS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "insufficient memory",
               "no available memory for the cache blocks")
 
@@ -69,6 +71,7 @@ class VllmBackend(ServerBackend[ServerClient]):
         # how the last request's steps were timed (lab_vllm.steptiming)
         self._step_timing: list[str] = []
         self._totals: dict[str, float] = {}
+        self._draft_dir: str | None = None
 
     @property
     def speculative(self) -> bool:
@@ -98,6 +101,13 @@ class VllmBackend(ServerBackend[ServerClient]):
             draft_dir = str(hf_dir(draft_ref, python)) if draft_ref else None
         except RuntimeError as exc:
             raise EngineFailure(str(exc)) from exc
+        self._draft_dir = draft_dir
+        self._start(emit, python)
+
+    def _start(self, emit: Emit, python: str) -> None:
+        """Start the arm's server and wait until it lists its model."""
+        assert self.model_dir is not None
+        draft_dir = self._draft_dir
         port = free_port()
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", *server_args(
             self.arm.options, model_dir=self.model_dir, served_name=self.served_name, port=port,
@@ -113,6 +123,9 @@ class VllmBackend(ServerBackend[ServerClient]):
             "DO_NOT_TRACK": "1",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
+            # POST /reset_prefix_cache, which cold rounds call, is a dev-mode
+            # route; the server listens on loopback only
+            "VLLM_SERVER_DEV_MODE": "1",
         }
         if self.ctx.run.threads:
             env["OMP_NUM_THREADS"] = str(self.ctx.run.threads)
@@ -127,6 +140,31 @@ class VllmBackend(ServerBackend[ServerClient]):
                 raise EngineOOM(message + ": out of memory", excerpt)
             raise EngineFailure(message, excerpt)
         self._totals = self._metrics()
+
+    @classmethod
+    def round_state(cls, arm_options: Mapping[str, Any]) -> str:
+        if arm_options.get("url"):
+            return "none"  # not the lab's server: the drift guard watches it
+        # Suffix decoding keeps a tree of earlier requests' outputs that no
+        # route clears; ngram looks up the request's own tokens and the
+        # draft-model methods start from the prompt, so what is left is the
+        # prefix cache, which a route clears.
+        if str(arm_options.get("spec_method") or "none") in STATEFUL_METHODS:
+            return "restart"
+        return "reset"
+
+    def reset_round(self, emit: Emit) -> None:
+        if self.server is None or self._client is None:
+            return
+        if type(self).round_state(self.arm.options) == "restart":
+            python = str(self.server.argv[0])
+            self.close()
+            self._start(emit, python)
+            return
+        r = self._client.post("/reset_prefix_cache", json={})
+        raise_for_status(r)
+        if not r.json().get("success"):
+            raise EngineFailure(f"vLLM did not reset its prefix cache: {r.text[:200]}")
 
     def _models_listed(self) -> bool:
         """Whether the server lists its model (its name becomes the one
