@@ -392,3 +392,33 @@ def test_model_paths_resolve_from_the_profile_and_stay_inside_it(registry, tmp_p
     # registry references are names, not paths
     path = write(tmp_path, HEAD + BASE.replace("embedded:smollm2", "tiny:llama"))
     assert load_profile(path, registry).arms[0].model == "tiny:llama"
+
+
+def test_a_plugins_check_options_refuses_a_combination_with_file_and_line(tmp_path: Path) -> None:
+    from lab.api import Draft, Drafter, Option
+    from lab.hookspecs import hookimpl
+
+    class Span(Drafter):
+        name = "span-check"
+        options = (Option("low", int, 1, min=0), Option("high", int, 4, min=0))
+
+        @classmethod
+        def check_options(cls, options: dict[str, Any]) -> list[str]:
+            return [] if options["low"] <= options["high"] else ["low must not exceed high"]
+
+        def draft(self, context: Any, k: int) -> Draft:
+            return Draft(())
+
+    class Plugin:
+        @hookimpl
+        def lab_register_drafters(self, register: Any) -> None:
+            register(Span)
+
+    registry = load_registry(extra_plugins=[Plugin()])
+    arm = ('\n[[arms]]\nname = "s"\nbackend = "llamacpp"\nmodel = "embedded:smollm2"\ndrafter = "span-check"\n'
+           'n_max = 2\ndrafter_options = { low = LOW }\n')
+    load_profile(write(tmp_path, HEAD + BASE + arm.replace("LOW", "3")), registry)  # 3 <= the default 4
+    with pytest.raises(ProfileError) as info:
+        load_profile(write(tmp_path, HEAD + BASE + arm.replace("LOW", "[2, 7]")), registry)
+    assert info.value.key == "arms[1].drafter_options" and "low must not exceed high" in info.value.message
+    assert info.value.line is not None and "low = 7" in info.value.message
