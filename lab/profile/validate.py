@@ -16,7 +16,8 @@ from lab.api import with_defaults
 from lab.base.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
 from lab.base.profile import Prompt, RunSettings
 from lab.profile import files
-from lab.profile.errors import KeyPath, Source, clean as clean_text, shown
+from lab.profile.errors import KeyPath, Source, shown
+from lab.profile.errors import clean as clean_text
 from lab.profile.names import UniqueNames, name_problem
 from lab.profile.options import check_options, check_requires
 from lab.profile.read import no_unknown, table, typed
