@@ -109,6 +109,8 @@ def _value_problem(opt: Option, value: Any) -> str | None:
         return f"expected {opt.type.__name__}, got {type(value).__name__}"
     if opt.choices is not None and value not in opt.choices:
         return f"{value!r} is not one of {list(opt.choices)}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
     if opt.min is not None and value < opt.min:
         return f"{value} is below the minimum {opt.min}"
     if opt.max is not None and value > opt.max:
