@@ -93,7 +93,7 @@ def bench_profile(model: str, tokens: int, threads: int, ngl: int = 0, pick: str
     ``oracle_n_max`` is given. No probe: only the arms' own decoding counts."""
     options = (f'options = {{ batch_invariant = {str(invariant).lower()}, n_gpu_layers = {ngl}, '
                f'gpu_pick = "{pick}" }}')
-    text = (f"[run]\nmax_tokens = {tokens}\nrounds = 1\nwarmup = 1\nthreads = {threads}\nn_ctx = {n_ctx}\n"
+    text = (f"[run]\nallow_outside_paths = true\nmax_tokens = {tokens}\nrounds = 1\nwarmup = 1\nthreads = {threads}\nn_ctx = {n_ctx}\n"
             'chat_template = false\nignore_eos = true\nprobe = false\n\n[[prompts]]\nname = "p"\ntext = "The"\n\n'
             f'[[arms]]\nname = "base"\nbackend = "llamacpp"\nmodel = "{model}"\n{options}\n')
     if oracle_n_max is not None:

@@ -49,6 +49,7 @@ def _arm(backend: str, model: str, options: str = "") -> Any:
     text = f"""
 [run]
 n_ctx = 2048
+allow_outside_paths = true
 [[prompts]]
 name = "p"
 text = "x"

@@ -162,6 +162,13 @@ def _of_type(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
+def with_defaults(declared: Sequence[Option], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Every declared option, the profile's value where it set one and the
+    declared default elsewhere (values it does not declare kept as given):
+    what a plugin reads as ``self.opts``, so ``opts[name]`` always works."""
+    return {**{o.name: o.default for o in declared}, **values}
+
+
 class EngineFailure(Exception):
     """An engine failed in a way that is a result, not a bug in the lab."""
 
@@ -308,6 +315,18 @@ class Backend(ResourceHints, ABC):
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         self.arm = arm
         self.ctx = ctx
+        # the arm's options with every declared default filled in
+        self.opts = with_defaults(self.options, arm.options)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> list[str]:
+        """Problems with how options go together that no single option's
+        type or range can say (``a must be below b``), one line each; empty:
+        none. Called by ``lab check`` and ``lab run`` before anything loads,
+        once per arm a sweep makes, with every declared option present (the
+        defaults filled in); a problem is refused with the profile's file,
+        line and the arm's ``options`` key."""
+        return []
 
     @classmethod
     def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
@@ -611,8 +630,17 @@ class Drafter(ABC):
     keeps_state: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
-        self.opts = dict(options)
+        # every declared option, the default where the profile set none
+        self.opts = with_defaults(self.options, options)
         self.ctx = ctx
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> list[str]:
+        """Problems with how the drafter's options go together (one line
+        each; empty: none), as :meth:`Backend.check_options` does for a
+        backend: refused at profile check time with file, line and the
+        arm's ``drafter_options`` key."""
+        return []
 
     def load(self) -> None:
         """Load models or tables. Called once before the first cell."""
@@ -650,9 +678,10 @@ CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
         "sets_acceptance": METHOD,
         "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
         "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
+        "check_options": METHOD,
     },
     Drafter: {
         "name": str, "description": str, "options": tuple, "stacks": (frozenset, type(None)),
-        "needs_baseline": bool, "keeps_state": bool,
+        "needs_baseline": bool, "keeps_state": bool, "check_options": METHOD,
     },
 }

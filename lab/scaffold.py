@@ -1,5 +1,7 @@
 """`lab new-drafter NAME [--dir DIR]`: write a complete, minimal drafter
-plugin package a user installs and runs at once, then edits.
+plugin package a user installs and runs at once, then edits: its unit
+test drives ``draft()`` against the lab's fake target
+(:mod:`lab.kit.testing`).
 
 The package holds a pyproject.toml with the ``lab.drafters`` entry point,
 one module with a Drafter subclass that declares one option and works
@@ -73,8 +75,8 @@ class {cls}(Drafter):
 
     def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
         super().__init__(options, ctx)
-        # self.opts holds what the profile set; fall back to the declared default
-        self.window = int(self.opts.get("window", 256))
+        # self.opts holds every declared option: the profile's value, else its default
+        self.window = int(self.opts["window"])
 
     def begin(self, prompt_ids: Sequence[int], cell: Cell) -> None:
         """A new generation (one arm x prompt x round) starts: reset any state."""
@@ -96,8 +98,33 @@ def lab_register_drafters(register: Any) -> None:
     register({cls})
 '''
 
+TEST = '''\
+"""Unit tests for {cls}, against the lab's fake target (no model needed):
+{pytest} -q"""
+
+from __future__ import annotations
+
+from lab.kit.testing import FakeTarget, make_drafter, run_drafter
+
+from {module} import {cls}
+
+
+def test_it_learns_a_repeating_text() -> None:
+    target = FakeTarget()  # greedy next token: the one after the last in a cycle of 10
+    drafter = make_drafter({cls}, {{"window": 64}}, target)
+    run = run_drafter(drafter, list(target.pattern) * 2, max_tokens=48, n_max=4, target=target)
+    assert len(run.ids) == 48
+    # the cycle is in the prompt already: every proposal is the target's own
+    assert run.drafted > 0 and run.acceptance == 1.0
+
+
+def test_options_left_out_take_their_declared_default() -> None:
+    drafter = make_drafter({cls})
+    assert drafter.opts["window"] == 256
+'''
+
 PROFILE = """\
-# lab run {name}.toml   (after pip install -e .)
+# {lab} run {name}.toml   (after {pip} install -e .)
 [profile]
 name = "{name}"
 description = "baseline vs the {name} drafter on the embedded SmolLM2"
@@ -131,11 +158,15 @@ A drafter plugin for speclab. Install it into the environment the lab runs
 in, check the lab sees it, and run it against its baseline:
 
 ```sh
-pip install -e .
-lab plugins                 # lists {name} and the backends that run it
-lab run {name}.toml         # baseline vs {name} at n_max 2 and 4
-lab lossless -d {name}      # at temperature > 0: does it keep the target's distribution?
+{pip} install -e .
+{lab} plugins     # lists {name} and the backends that run it
+{lab} run {name}.toml     # baseline vs {name} at n_max 2 and 4
+{lab} lossless -d {name}     # at temperature > 0: does it keep the target's distribution?
+{pytest} -q     # tests/: draft() against the lab's fake target, no model
 ```
+
+(These name the lab's own environment; with it activated,
+`source {activate}`, plain `pip`, `lab` and `pytest` do the same.)
 
 `{module}.py` holds the drafter: `draft(context, k)` gets the prompt and
 every token generated so far and returns at most `k` (the arm's `n_max`)
@@ -197,10 +228,14 @@ def write_drafter_package(name: str, directory: str | Path | None = None, taken:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ScaffoldError(f"{target} exists and is not an empty directory; pick another with --dir")
     module, cls = module_name(name), class_name(name)
-    fields = {"name": name, "dist": dist, "module": module, "cls": cls}
+    from lab.base.machine import own_tool
+
+    fields = {"name": name, "dist": dist, "module": module, "cls": cls, "pip": own_tool("pip"),
+              "lab": own_tool("lab"), "pytest": own_tool("pytest"), "activate": own_tool("activate")}
     contents = {
         "pyproject.toml": PYPROJECT,
         f"{module}.py": MODULE,
+        f"tests/test_{module}.py": TEST,
         f"{name}.toml": PROFILE,
         "README.md": README,
     }
@@ -208,6 +243,7 @@ def write_drafter_package(name: str, directory: str | Path | None = None, taken:
     written = []
     for filename, template in contents.items():
         path = target / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(template.format(**fields), encoding="utf-8")
         written.append(path)
     return Scaffold(name, target, tuple(written))

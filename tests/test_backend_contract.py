@@ -270,7 +270,7 @@ def test_failure_becomes_a_status_row(backend: str, registry: Registry, tmp_path
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"this is not a model\n" * 64)
     before = _children()
-    arms = _arm("broken", case.broken.replace("{broken}", str(broken))) + _arm("base", case.baseline)
+    arms = _arm("broken", case.broken.replace("{broken}", broken.name)) + _arm("base", case.baseline)
     events = _run(registry, tmp_path, arms, max_tokens=8)
     rows = {c.arm: r for c, r in _rows(events).items()}
     assert rows["broken"]["status"] in (Status.ERROR, Status.CRASHED, Status.OOM), rows["broken"]

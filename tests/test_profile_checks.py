@@ -354,7 +354,8 @@ def test_check_profile_refuses_models_that_are_not_there(registry, tmp_path: Pat
             check_profile(path, registry)
         assert info.value.key == "arms[0].model" and info.value.line == 11 and fragment in info.value.message
     (tmp_path / "sub" / "here.gguf").write_bytes(b"GGUF")
-    path = write(tmp_path, HEAD + BASE.replace("embedded:smollm2", str(tmp_path / "sub" / "here.gguf")))
+    # a model path is read from the profile's directory, like a prompt file
+    path = write(tmp_path, HEAD + BASE.replace("embedded:smollm2", "here.gguf"))
     assert check_profile(path, registry).arms[0].model == str(tmp_path / "sub" / "here.gguf")
 
 
@@ -362,3 +363,62 @@ def test_check_profile_refuses_models_that_are_not_there(registry, tmp_path: Pat
 def test_shipped_profiles_on_built_in_models_pass_the_check(registry, name: str) -> None:
     root = Path(__file__).resolve().parent.parent / "profiles"
     check_profile(root / f"{name}.toml", registry)
+
+
+def test_model_paths_resolve_from_the_profile_and_stay_inside_it(registry, tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "sub" / "models").mkdir(parents=True)
+    (tmp_path / "sub" / "models" / "t.gguf").write_bytes(b"GGUF")
+    (tmp_path / "outside.gguf").write_bytes(b"GGUF")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the working directory plays no part
+    drafter = ('\n[[arms]]\nname = "dm"\nbackend = "llamacpp"\nmodel = "models/t.gguf"\ndrafter = "draft-model"\n'
+               'n_max = 2\ndrafter_options = { model = "models/t.gguf" }\n')
+    path = write(tmp_path, HEAD + BASE.replace("embedded:smollm2", "models/t.gguf") + drafter)
+    profile = check_profile(path, registry)
+    want = str(tmp_path / "sub" / "models" / "t.gguf")
+    assert profile.arms[0].model == want
+    assert profile.arms[1].drafter_options["model"] == want  # an option marked model_ref follows the same rule
+    for outside, fragment in (("../outside.gguf", "leads outside"), (str(tmp_path / "outside.gguf"), "absolute path"),
+                              ("~/m.gguf", "starts with ~")):
+        path = write(tmp_path, HEAD + BASE.replace("embedded:smollm2", outside))
+        with pytest.raises(ProfileError) as info:
+            load_profile(path, registry)
+        assert info.value.key == "arms[0].model" and fragment in info.value.message
+        assert "allow_outside_paths" in info.value.message
+    path = write(tmp_path, HEAD.replace("[run]\n", "[run]\nallow_outside_paths = true\n")
+                 + BASE.replace("embedded:smollm2", "../outside.gguf"))
+    assert Path(check_profile(path, registry).arms[0].model).resolve() == (tmp_path / "outside.gguf").resolve()
+    # registry references are names, not paths
+    path = write(tmp_path, HEAD + BASE.replace("embedded:smollm2", "tiny:llama"))
+    assert load_profile(path, registry).arms[0].model == "tiny:llama"
+
+
+def test_a_plugins_check_options_refuses_a_combination_with_file_and_line(tmp_path: Path) -> None:
+    from lab.api import Draft, Drafter, Option
+    from lab.hookspecs import hookimpl
+
+    class Span(Drafter):
+        name = "span-check"
+        options = (Option("low", int, 1, min=0), Option("high", int, 4, min=0))
+
+        @classmethod
+        def check_options(cls, options: dict[str, Any]) -> list[str]:
+            return [] if options["low"] <= options["high"] else ["low must not exceed high"]
+
+        def draft(self, context: Any, k: int) -> Draft:
+            return Draft(())
+
+    class Plugin:
+        @hookimpl
+        def lab_register_drafters(self, register: Any) -> None:
+            register(Span)
+
+    registry = load_registry(extra_plugins=[Plugin()])
+    arm = ('\n[[arms]]\nname = "s"\nbackend = "llamacpp"\nmodel = "embedded:smollm2"\ndrafter = "span-check"\n'
+           'n_max = 2\ndrafter_options = { low = LOW }\n')
+    load_profile(write(tmp_path, HEAD + BASE + arm.replace("LOW", "3")), registry)  # 3 <= the default 4
+    with pytest.raises(ProfileError) as info:
+        load_profile(write(tmp_path, HEAD + BASE + arm.replace("LOW", "[2, 7]")), registry)
+    assert info.value.key == "arms[1].drafter_options" and "low must not exceed high" in info.value.message
+    assert info.value.line is not None and "low = 7" in info.value.message

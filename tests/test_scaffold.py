@@ -7,6 +7,7 @@ validator accepts."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_scaffold_writes_a_complete_package(tmp_path: Path) -> None:
     made = write_drafter_package("look-back", tmp_path / "pkg")
     names = {p.name for p in made.files}
-    assert names == {"pyproject.toml", "lab_look_back.py", "look-back.toml", "README.md"}
+    assert names == {"pyproject.toml", "lab_look_back.py", "look-back.toml", "README.md", "test_lab_look_back.py"}
     pyproject = (tmp_path / "pkg" / "pyproject.toml").read_text()
     assert '[project.entry-points."lab.drafters"]\nlook-back = "lab_look_back"' in pyproject
     module = (tmp_path / "pkg" / "lab_look_back.py").read_text()
@@ -175,3 +176,49 @@ def test_the_readme_plugin_section_is_the_scaffold(tmp_path: Path) -> None:
     namespace: dict[str, object] = {}
     exec(compile(python, "readme", "exec"), namespace)  # noqa: S102 - the README's own example
     assert made.name == "lookback"
+
+
+def test_the_scaffolds_own_test_passes_against_the_fake_target(tmp_path: Path) -> None:
+    made = write_drafter_package("echo-back", tmp_path / "pkg", taken=[])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(made.directory), str(ROOT), str(ROOT / "plugins")])}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    done = subprocess.run(cmd, cwd=made.directory, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
+    # the same test fails for a drafter that proposes what the target never says
+    module = made.directory / "lab_echo_back.py"
+    module.write_text(module.read_text().replace("return Draft(tuple(context[i + 1:i + 1 + k]))",
+                                                 "return Draft(tuple([0] * k))"))
+    done = subprocess.run(cmd, cwd=made.directory, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "acceptance" in done.stdout, done.stdout
+
+
+def test_the_fake_target_refuses_a_draft_the_loop_would(tmp_path: Path) -> None:
+    from lab.api import Draft, Drafter
+    from lab.kit.testing import ContractBroken, make_drafter, run_drafter
+
+    class Wild(Drafter):
+        name = "wild"
+
+        def draft(self, context, k):  # type: ignore[no-untyped-def]
+            return Draft((10_000,))
+
+    with pytest.raises(ContractBroken, match="not an id in the vocabulary"):
+        run_drafter(make_drafter(Wild), [2, 3], max_tokens=8)
+    with pytest.raises(ValueError, match="no option"):
+        make_drafter(Wild, {"nope": 1})
+
+
+def test_printed_commands_name_the_labs_own_environment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lab.base.machine import own_tool
+    from lab.cli.doctor import own_tools
+
+    pip = own_tool("pip")
+    assert pip != "pip" and (Path(pip).exists() or pip.endswith(" -m pip"))
+    assert own_tools('pip install -e ".[mlx]"') == f'{pip} install -e ".[mlx]"'
+    assert own_tools("bash scripts/setup.sh llamacpp") == "bash scripts/setup.sh llamacpp"
+    assert main(["new-drafter", "venvy", "--dir", str(tmp_path / "v")]) == 0
+    nxt = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("next:")][0]
+    assert f"next: {pip} install -e" in nxt and " pip install" not in nxt.replace(pip, "")
+    readme = (tmp_path / "v" / "README.md").read_text()
+    assert f"{pip} install -e ." in readme

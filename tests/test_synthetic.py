@@ -191,6 +191,7 @@ def run_arms(tmp_path: Path, models: dict[str, Path]) -> dict[str, list[dict[str
     target = models["llama-8b"]
     text = f"""
 [run]
+allow_outside_paths = true  # models from the cache
 max_tokens = 40
 rounds = 1
 warmup = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +50,26 @@ def cache_path(part: str) -> Path:
     path = Path(root) / part
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def own_tool(name: str) -> str:
+    """How to run ``name`` (``pip``, ``lab``, ``pytest``, ``activate``) from
+    the environment the lab itself runs in, so that a command the lab prints
+    installs into that environment and not a system Python: the script
+    beside this interpreter (``.venv/bin/pip``, relative when under the
+    working directory), else ``<python> -m pip`` for pip and the bare name
+    for the rest."""
+    here = Path(sys.executable).parent
+    tool = here / name
+    if tool.exists():
+        return _short(tool)
+    if name == "pip":
+        return f"{_short(Path(sys.executable))} -m pip"
+    return name
+
+
+def _short(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

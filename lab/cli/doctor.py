@@ -47,5 +47,22 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if not check.ok:
             ok = False if check.required else ok
             if check.fix:
-                print(f"      fix: {check.fix}")
+                print(f"      fix: {own_tools(check.fix)}")
     return 0 if ok else 1
+
+
+def own_tools(fix: str) -> str:
+    """A fix line with a leading ``pip``/``lab`` (and each after ``&&``)
+    naming the lab's own environment's tool, so it cannot land in a system
+    Python; other commands (``bash scripts/setup.sh``) are left as given."""
+    from lab.base.machine import own_tool
+
+    parts = []
+    for part in fix.split("&&"):
+        lead = part.lstrip()
+        for tool in ("pip", "lab"):
+            if lead == tool or lead.startswith(tool + " "):
+                part = part[:len(part) - len(lead)] + own_tool(tool) + lead[len(tool):]
+                break
+        parts.append(part)
+    return "&&".join(parts)

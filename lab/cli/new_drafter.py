@@ -27,5 +27,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return 2
     for path in made.files:
         print(f"wrote {path}")
-    print(f"\nnext: pip install -e {made.directory} && lab plugins && lab run {made.directory / (made.name + '.toml')}")
+    from lab.base.machine import own_tool
+
+    pip, lab = own_tool("pip"), own_tool("lab")
+    print(f"\nnext: {pip} install -e {made.directory} && {lab} plugins && "
+          f"{lab} run {made.directory / (made.name + '.toml')}")
     return 0

@@ -1,4 +1,11 @@
-"""Files a profile reads: prompt ``file`` and ``[run] probe``.
+"""Files a profile reads: prompt ``file``, ``[run] probe`` and model paths.
+
+One rule for every path a profile names, models included (an arm's
+``model`` and any option a plugin marks ``model_ref``, such as
+``draft_model``): it is read relative to the profile's own directory, never
+the working directory. A registry reference (``embedded:smollm2``,
+``tiny:llama``, ``synthetic:llama-8b``: a namespace, a colon, a name) is no
+path and is passed on unchanged.
 
 They are resolved relative to the profile's directory and must stay inside
 its tree, so that a profile someone hands you cannot read (and echo into a
@@ -11,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +106,23 @@ def check_probe(src: Source, base: Path, value: str, key: KeyPath, allow_outside
         Probe.from_json(data, "probe")
     except (ProbeError, AttributeError) as exc:
         raise src.error(key, f"probe {shown(str(path))}: {clean(str(exc))[:200]}") from None
+
+
+_REGISTRY_REF = re.compile(r"[A-Za-z][A-Za-z0-9_-]+:")
+
+
+def is_registry_ref(value: str) -> bool:
+    """``embedded:``, ``tiny:``, ``synthetic:`` and any namespace a plugin
+    registers; a one-letter prefix (``C:``) stays a path."""
+    return _REGISTRY_REF.match(value) is not None
+
+
+def model_path(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bool) -> str:
+    """A model reference as the backends will open it: a registry reference
+    unchanged, a path resolved from the profile's directory and held inside
+    it unless allowed (the rule prompt files follow)."""
+    if is_registry_ref(value):
+        return value
+    if value.startswith("~") and not allow_outside:
+        raise src.error(key, f"{shown(value)} starts with ~ (outside the profile's directory); {_HOW_TO_ALLOW}")
+    return str(resolve(src, base, value, key, allow_outside))

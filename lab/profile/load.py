@@ -102,8 +102,8 @@ def _model_options(arm: Arm, registry: Registry) -> list[tuple[str, Any, dict[st
 
 def _check_model(src: Source, ref: str, key: Sequence[str | int]) -> None:
     """A model reference names a built-in model the plugins register or a
-    path that exists (relative paths from the working directory, as the
-    backends resolve them)."""
+    path that exists (already resolved from the profile's directory by
+    :func:`lab.profile.files.model_path`)."""
     from lab.kit import models
 
     known = models.known_models()
@@ -117,4 +117,5 @@ def _check_model(src: Source, ref: str, key: Sequence[str | int]) -> None:
         return
     if re.match(r"[A-Za-z][A-Za-z0-9_-]+:", ref):
         raise src.error(key, f"no built-in model {shown(ref)}; known: {', '.join(known)}")
-    raise src.error(key, f"model {shown(ref)}: no such file or directory")
+    raise src.error(key, f"model {shown(ref)}: no such file or directory (a model path is read from the "
+                         "profile's directory)")

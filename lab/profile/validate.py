@@ -12,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from lab.api import with_defaults
 from lab.base.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
 from lab.base.profile import Prompt, RunSettings
 from lab.profile import acceptance as set_acceptance
 from lab.profile import files
 from lab.profile.errors import KeyPath, Source, shown
+from lab.profile.errors import clean as clean_text
 from lab.profile.names import UniqueNames, name_problem
 from lab.profile.options import check_options, check_requires
 from lab.profile.read import no_unknown, table, typed
@@ -69,7 +71,7 @@ def validate(src: Source, data: dict[str, Any], registry: Registry | None, defau
     name, description = validate_meta(src, data.get("profile", {}), default_name)
     run = validate_run(src, data.get("run", {}))
     prompts = validate_prompts(src, data.get("prompts"), run)
-    arms = validate_arms(src, data.get("arms"), registry)
+    arms = validate_arms(src, data.get("arms"), registry, run)
     return Checked(name, description, run, prompts, arms)
 
 
@@ -172,12 +174,15 @@ def validate_prompts(src: Source, raw: Any, run: RunSettings) -> tuple[Prompt, .
     return tuple(out)
 
 
-def validate_arms(src: Source, raw: Any, registry: Registry | None) -> tuple[ArmEntry, ...]:
+def validate_arms(
+    src: Source, raw: Any, registry: Registry | None, run: RunSettings | None = None
+) -> tuple[ArmEntry, ...]:
     if raw is None:
         raise src.error(["arms"], "a profile needs at least one [[arms]] entry")
     if not isinstance(raw, list) or not raw:
         raise src.error(["arms"], "expected an array of tables ([[arms]])")
-    return tuple(validate_arm(src, i, item, registry) for i, item in enumerate(raw))
+    allow = files.outside_allowed(run.allow_outside_paths if run is not None else False)
+    return tuple(validate_arm(src, i, item, registry, allow) for i, item in enumerate(raw))
 
 
 def _text(src: Source, t: dict[str, Any], k: str, key: KeyPath) -> str | None:
@@ -221,7 +226,7 @@ def _misplaced_options(src: Source, t: Mapping[str, Any], key: KeyPath, registry
                                        f"{where}; see `lab plugins`")
 
 
-def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> ArmEntry:
+def validate_arm(src: Source, i: int, item: Any, registry: Registry | None, allow_outside: bool = False) -> ArmEntry:
     key: list[str | int] = ["arms", i]
     t = table(src, item, key)
     _misplaced_options(src, t, key, registry)
@@ -235,6 +240,9 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> A
         raise src.error([*key, "name"], f"arm name {shown(name)}: {problem}")
     backend = typed(src, t["backend"], (str,), [*key, "backend"])
     model = _text(src, t, "model", key)
+    base = files.base_dir(src.path)
+    if model is not None:
+        model = files.model_path(src, base, model, [*key, "model"], allow_outside)
     drafter = t.get("drafter")
     if drafter is not None:
         typed(src, drafter, (str,), [*key, "drafter"])
@@ -265,6 +273,7 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> A
         if model is None and bcls.needs_model(options):
             raise src.error([*key, "model"], f"backend {backend!r} runs a target model: add model = \"...\"")
         opt_axes = check_options(src, options, bcls.options, [*key, "options"], f"backend {backend!r}")
+        _model_paths(src, base, opt_axes, bcls.options, [*key, "options"], allow_outside)
         if drafter is not None:
             try:
                 dcls = registry.drafter(drafter)
@@ -275,11 +284,24 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None) -> A
             if dcls.stacks is not None and stack not in dcls.stacks:
                 raise src.error([*key, "drafter"], f"drafter {drafter!r} drafts for {sorted(dcls.stacks)}, not {stack!r}")
             dopt_axes = check_options(src, drafter_options, dcls.options, [*key, "drafter_options"], f"drafter {drafter!r}")
+            _model_paths(src, base, dopt_axes, dcls.options, [*key, "drafter_options"], allow_outside)
         elif drafter_options:
             raise src.error([*key, "drafter_options"], "drafter_options given but no drafter")
         if drafter is not None and t.get("n_max") is None:
             raise src.error([*key, "n_max"], "a drafter arm needs n_max (tokens drafted per step)")
     return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack, acceptance)
+
+
+def _model_paths(
+    src: Source, base: Any, axes: dict[str, list[Any]], declared: Any, key: KeyPath, allow_outside: bool
+) -> None:
+    """Options a plugin marks ``model_ref`` (``draft_model``) follow the
+    arm's ``model``: paths from the profile's directory."""
+    refs = {o.name for o in declared if o.model_ref}
+    for name, values in axes.items():
+        if name in refs:
+            axes[name] = [files.model_path(src, base, v, [*key, name], allow_outside) if isinstance(v, str) else v
+                          for v in values]
 
 
 def _n_max(src: Source, raw: Any, key: KeyPath) -> tuple[int | None, ...]:
@@ -305,6 +327,25 @@ def check_arm(src: Source, arm: ArmDraft, registry: Registry | None) -> None:
     check_requires(src, arm.options, bcls.options, [*key, "options"], f"backend {arm.backend!r}")
     set_acceptance.check(src, arm, bcls.sets_acceptance(arm.options), bcls.is_speculative(arm.options, arm.drafter),
                          [*key, "acceptance"])
+    _plugin_check(src, bcls.check_options, with_defaults(bcls.options, arm.options), [*key, "options"],
+                  f"backend {arm.backend!r}", arm.options)
     if arm.drafter is not None:
         dcls = registry.drafter(arm.drafter)
         check_requires(src, arm.drafter_options, dcls.options, [*key, "drafter_options"], f"drafter {arm.drafter!r}")
+        _plugin_check(src, dcls.check_options, with_defaults(dcls.options, arm.drafter_options),
+                      [*key, "drafter_options"], f"drafter {arm.drafter!r}", arm.drafter_options)
+
+
+def _plugin_check(src: Source, check: Any, options: dict[str, Any], key: KeyPath, owner: str,
+                  given: Mapping[str, Any]) -> None:
+    """A plugin's own cross-option check (``check_options``): its first
+    problem refuses the arm, at the options table's line."""
+    try:
+        problems = check(options)
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug, named as such
+        raise src.error(key, f"{owner}: its check_options failed: {type(exc).__name__}: {clean_text(str(exc))}") from None
+    if not isinstance(problems, (list, tuple)):
+        raise src.error(key, f"{owner}: check_options returned {type(problems).__name__}, not a list of problems")
+    if problems:
+        where = ", ".join(f"{k} = {v!r}" for k, v in given.items()) or "the defaults"
+        raise src.error(key, f"{owner}: {clean_text(str(problems[0]))} (with {where})")
