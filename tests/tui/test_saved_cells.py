@@ -230,3 +230,36 @@ options = { token_delay_s = 0.02 }
         assert "gpu 2.0/141 GiB" in figures and "util 90%" in figures and "300 W" in figures
         await run_finished(pilot)
         await pilot.press("q")
+
+
+async def test_a_finished_live_runs_cells_follow_the_comparison_table_only(tmp_path: Path) -> None:
+    path = tmp_path / "profile.toml"
+    path.write_text(profile_toml(DIVERGING, max_tokens=30, prompts=("prose", "code")), encoding="utf-8")
+    app = LabApp(str(path), registry=fake_registry(), runs_dir=tmp_path / "runs")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        await pilot.press("s")
+        await run_finished(pilot)
+        await pilot.pause(0.2)
+        # the lanes still show what streamed last; the rebuilt tables did not move them
+        assert screen.viewed is None
+        streamed = screen.lane("spec").text.text
+        screen.action_show_tab("tab-categories")
+        await pilot.pause()
+        from lab.tui.widgets.categories import CategoryTable
+
+        cats = screen.query_one(CategoryTable)
+        cats.move_cursor(row=max(0, cats.row_count - 1))
+        await pilot.pause()
+        assert screen.viewed is None and screen.lane("spec").text.text == streamed
+        screen.action_show_tab("tab-comparison")
+        table = screen.query_one(ComparisonTable)
+        table.move_cursor(row=table.lines().index(row_key("spec", "prose")))
+        await pilot.pause()
+        assert screen.viewed == ("spec", "prose", 1)
+        rows = screen.rows()
+        want = next(r for r in rows if (r.arm, r.prompt) == ("spec", "prose")).text
+        assert screen.lane("spec").text.text == want
+        assert "differs from base" in str(screen.lane("spec").query_one(DiffCaption).render())
+        await pilot.press("q")

@@ -199,6 +199,7 @@ class RunScreen(Screen[None]):
         self._plots_dirty = True
         self._failures_shown: set[str] = set()
         self.viewed: tuple[str, str, int] | None = None  # the cell the lanes show: arm, prompt, round
+        self._highlighted: object = None  # the table row last highlighted
 
     @classmethod
     def live(cls, profile: Profile) -> RunScreen:
@@ -315,10 +316,13 @@ class RunScreen(Screen[None]):
             self._select(names.index(arm))
         return row
 
-    @on(ComparisonTable.RowHighlighted)
+    @on(ComparisonTable.RowHighlighted, "#comparison")
     def _row_highlighted(self, event: ComparisonTable.RowHighlighted) -> None:
         key = event.row_key.value
-        if key is None or not self.can_view_cells():
+        # a table rebuilt (a cell finished, a resize) highlights its row
+        # again: only a move to another row changes what the lanes show
+        moved, self._highlighted = key != self._highlighted, key
+        if key is None or not moved or not self.can_view_cells():
             return
         arm, _, prompt = str(key).partition("\x1f")
         if self.viewed is None or self.viewed[:2] != (arm, prompt):

@@ -119,6 +119,7 @@ class ArmLane(Vertical):
         a baseline text; the marked diff in place of the text when they differ
         (identical, the text keeps its drafted tokens marked)."""
         self.query_one(DiffCaption).display = caption
+        self.set_class(caption, "-viewed")
         self.query_one(CellDiff).display = differs
         self.query_one(StreamText).display = not differs
 
