@@ -46,5 +46,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     except ImportError as exc:
         print(f"lab: the TUI is not available ({exc}); use `lab run PROFILE`", file=sys.stderr)
         return 2
-    return run_app(args.profile or str(default_profile()), args.refresh_hz,
-                   tuple(args.compare) if args.compare else None)
+    profile = args.profile or str(default_profile())
+    if args.compare:
+        return run_app(profile, args.refresh_hz, compare=(args.compare[0], args.compare[1]))
+    return run_app(profile, args.refresh_hz)
