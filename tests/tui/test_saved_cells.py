@@ -187,6 +187,20 @@ def test_the_cli_refuses_a_compare_of_a_folder_that_is_no_run(tmp_path: Path, ca
     assert "not a saved run directory" in capsys.readouterr().err
 
 
+def test_lab_compare_opens_the_tui_on_both_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lab.tui.app
+    from lab.cli import main
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "results.json").write_text("{}")
+    opened: list[Any] = []
+    monkeypatch.setattr(lab.tui.app, "run_app", lambda path, hz=None, compare=None: opened.append(compare) or 0)
+    assert main(["--compare", str(a), str(b)]) == 0
+    assert opened == [(str(a), str(b))]
+
+
 class Card:
     """A scripted GPU: 2 GiB held by the lab's process, 90 % busy, 300 W."""
 
