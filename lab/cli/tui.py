@@ -19,6 +19,9 @@ def parser() -> argparse.ArgumentParser:
         "--refresh-hz", type=float, metavar="HZ",
         help="how often lanes repaint while a run streams (default: 30, or 5 when the engine's threads "
         "take every core, so the view does not slow the engine it measures)")
+    p.add_argument(
+        "--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+        help="open two saved run directories side by side (what `lab report RUN_A --compare RUN_B` says)")
     return p
 
 
@@ -32,10 +35,18 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.refresh_hz is not None and not 0 < args.refresh_hz <= 120:
         print("lab: --refresh-hz must be above 0 and at most 120", file=sys.stderr)
         return 2
+    if args.compare:
+        for run_dir in args.compare:
+            if not os.path.isfile(os.path.join(run_dir, "results.json")):
+                print(f"lab: {run_dir}: not a saved run directory (no results.json)", file=sys.stderr)
+                return 2
     try:
         # Textual loads only when the TUI opens, never for a headless command.
         from lab.tui.app import run_app
     except ImportError as exc:
         print(f"lab: the TUI is not available ({exc}); use `lab run PROFILE`", file=sys.stderr)
         return 2
-    return run_app(args.profile or str(default_profile()), args.refresh_hz)
+    profile = args.profile or str(default_profile())
+    if args.compare:
+        return run_app(profile, args.refresh_hz, compare=(args.compare[0], args.compare[1]))
+    return run_app(profile, args.refresh_hz)

@@ -60,8 +60,11 @@ class LabApp(App[int]):
         profiles_dir: str | Path | None = None,
         saved_run: str | Path | None = None,
         refresh_hz: float | None = None,
+        compare: tuple[str, str] | None = None,
     ) -> None:
+        """``compare``: two saved run directories to open side by side."""
         super().__init__()
+        self.compare_runs = compare
         self.refresh_hz = refresh_hz
         self.profile_path = profile_path
         self._lab_registry = registry
@@ -96,6 +99,16 @@ class LabApp(App[int]):
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._sigterm)
         except (NotImplementedError, RuntimeError, ValueError):  # no signals here (not the main thread)
             pass
+        if self.compare_runs is not None:
+            from lab.tui.screens.compare import CompareScreen
+
+            self.push_screen(PickerScreen(self.profiles_dir, self.runs_dir), self._picked)
+            screen = CompareScreen.open(*self.compare_runs)
+            if isinstance(screen, str):
+                self.show_error("cannot compare", screen)
+            else:
+                self.push_screen(screen)
+            return
         if self.saved_run is not None:
             self.push_screen(PickerScreen(self.profiles_dir, self.runs_dir), self._picked)
             self.open_saved(str(self.saved_run))
@@ -332,15 +345,18 @@ class LabApp(App[int]):
                 ("Stop run (x)", "Cancel every remaining cell", "stop"),
                 ("Save comparison (w)", "Write report.md and comparison.csv into the run directory", "save"),
                 ("Export comparison (e)", "Markdown, CSV or JSON to a path", "export"),
+                ("Next round (r)", "Show the highlighted row's next round in its lane, against the baseline",
+                 "next_round"),
+                ("Compare with another run (m)", "Two saved runs side by side (lab report --compare)", "compare"),
                 ("Back (escape)", "Close this saved run", "close"),
             ):
                 if screen.check_action(action, ()):
                     yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
 
 
-def run_app(profile_path: str, refresh_hz: float | None = None) -> int:
-    """Entry point of `lab` / `lab PROFILE.toml`."""
-    app = LabApp(profile_path, refresh_hz=refresh_hz)
+def run_app(profile_path: str, refresh_hz: float | None = None, compare: tuple[str, str] | None = None) -> int:
+    """Entry point of `lab` / `lab PROFILE.toml` / `lab --compare RUN_A RUN_B`."""
+    app = LabApp(profile_path, refresh_hz=refresh_hz, compare=compare)
     try:
         code = app.run()
     finally:

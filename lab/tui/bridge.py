@@ -39,12 +39,15 @@ from lab.base.events import (
 )
 from lab.base.probe import ProbeReported
 from lab.runner import RunControl
+from lab.telemetry.gpu import GpuSampled
 from lab.tui.cadence import FULL, Cadence
 from lab.tui.messages import (
     ArmMetrics,
     ArmMetricsUpdated,
     ArmStatusChanged,
     CellFinished,
+    GpuReading,
+    GpuSampledLive,
     PauseChanged,
     ProbeProgress,
     RunBegan,
@@ -72,14 +75,18 @@ class _Live:
     last_verify_ms: float | None = None
     mem_bytes: int | None = None
     peak_mem_bytes: int | None = None
+    started_t: float | None = None  # the cell's RUNNING/WARMUP status
+    ttft_s: float | None = None
     segments: list[tuple[str, bool]] = field(default_factory=list)
     pending_steps: list[StepEvent] = field(default_factory=list)
     dirty: bool = False
     metrics_dirty: bool = False
     metrics_posted_at: float = float("-inf")
 
-    def start_cell(self, prompt: str, round: int) -> None:
+    def start_cell(self, prompt: str, round: int, t: float | None = None) -> None:
         self.prompt, self.round = prompt, round
+        self.started_t = t
+        self.ttft_s = None
         self.tokens = self.first_tokens = self.steps = self.drafted = self.accepted = self.landed = 0
         self.first_t = self.last_t = None
         self.last_draft_ms = self.last_verify_ms = None
@@ -97,6 +104,7 @@ class _Live:
             self.arm, self.prompt, self.round, self.tokens, self.tok_per_s(), self.steps,
             self.drafted, self.accepted, self.landed, self.last_draft_ms, self.last_verify_ms,
             self.mem_bytes, self.peak_mem_bytes,
+            self.ttft_s,
         )
 
 
@@ -160,6 +168,8 @@ class EventBridge:
                 live = self._arm(event.cell.arm)
                 if live.first_t is None:
                     live.first_t = event.t
+                    if live.started_t is not None:
+                        live.ttft_s = max(0.0, event.t - live.started_t)
                     live.first_tokens = len(event.ids) + live.tokens
                 live.tokens += len(event.ids)
                 live.last_t = event.t
@@ -184,6 +194,12 @@ class EventBridge:
                 live.mem_bytes = event.rss_bytes
                 live.peak_mem_bytes = max(live.peak_mem_bytes or 0, event.rss_bytes)
                 live.dirty = live.metrics_dirty = True
+            return
+        if isinstance(event, GpuSampled):
+            if event.arm:  # between arms a reading belongs to no lane
+                self.post(GpuSampledLive(GpuReading(
+                    event.arm, event.name, event.card_used_bytes, event.card_total_bytes, event.process_bytes,
+                    event.utilization_pct, event.power_w)))
             return
         if isinstance(event, Held):
             with self._lock:
@@ -229,7 +245,7 @@ class EventBridge:
                 self.cadence = self.cadences.get(cell.arm, self.cadence)
         if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
             with self._lock:
-                self._arm(cell.arm).start_cell(cell.prompt, cell.round)
+                self._arm(cell.arm).start_cell(cell.prompt, cell.round, event.t)
         with self._lock:
             self._flush_locked()
             self.post(ArmStatusChanged(event))

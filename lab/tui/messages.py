@@ -35,6 +35,7 @@ class ArmMetrics:
     last_verify_ms: float | None
     mem_bytes: int | None
     peak_mem_bytes: int | None
+    ttft_s: float | None = None  # from the cell's start to its first token, once it landed
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -43,6 +44,29 @@ class ArmMetrics:
     @property
     def mean_accepted_len(self) -> float | None:
         return metrics.mean_accepted_len(self.landed, self.steps)
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """A live GPU reading (lab.telemetry.gpu.GpuSampled) taken while ``arm``
+    ran: its processes' device memory (None where the driver does not tell
+    per process), the card's, utilization and power."""
+
+    arm: str
+    name: str
+    card_used_bytes: int
+    card_total_bytes: int
+    process_bytes: int | None
+    utilization_pct: float | None
+    power_w: float | None
+
+
+@dataclass
+class GpuSampledLive(Message, bubble=False):
+    reading: GpuReading
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, GpuSampledLive) and message.reading.arm == self.reading.arm
 
 
 @dataclass

@@ -27,6 +27,9 @@ accepted; plain text is what the target produced itself.
 | `tab` | move the focus between the tables (`↑` `↓` move the table's cursor) |
 | `w` | save the comparison into the run directory (report.md, comparison.csv) |
 | `e` | export Markdown, CSV or JSON |
+| `↑` `↓` in the table | once no run streams (a saved run, a finished one): the highlighted row's cell shows in its arm's lane, its text against the baseline's for the same prompt and round |
+| `r` | that cell's next round |
+| `m` | compare this run with another saved run, side by side (what `lab report A --compare B` says; `lab --compare A B` opens it directly) |
 | `o` | open a profile or a saved run (read-only) |
 | `escape` | back: close a saved run, a dialog, this help |
 | `f2` | plugins: backends, drafters, load errors |
@@ -47,7 +50,11 @@ Cancelled and skipped cells were stopped, not measured: they are never
 counted as failures.
 
 A run writes the same run directory as `lab run`: `runs/<time>-<profile>/`.
-A reopened run shows each cell's text with its drafted tokens marked.
+A reopened run shows each cell's text with its drafted tokens marked; where
+it differs from its baseline's text, the common prefix is plain, `▶` marks
+the first divergence, and the words the baseline does not have there are
+marked in red. When the run samples a GPU, each lane shows its memory,
+utilization and power live.
 
 Lanes repaint 30 times a second, or 5 when the engine's threads take every
 core (the header says so): each repaint costs the UI thread a few

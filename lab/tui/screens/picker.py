@@ -51,23 +51,26 @@ def list_runs(folder: Path, limit: int = 20) -> list[tuple[Path, str]]:
 class PickerScreen(Screen[Choice | None]):
     BINDINGS = [Binding("escape", "cancel", "Back")]
 
-    def __init__(self, profiles_dir: Path, runs_dir: Path) -> None:
+    def __init__(self, profiles_dir: Path, runs_dir: Path, *, runs_only: bool = False, title: str = "") -> None:
+        """``runs_only``: saved runs alone (picking one to compare with)."""
         super().__init__()
         self.profiles_dir = profiles_dir
         self.runs_dir = runs_dir
+        self.runs_only = runs_only
+        self.title_text = title or f"Open a profile ({profiles_dir}) or a saved run ({runs_dir}, read-only)"
         self.choices: dict[str, Choice] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Label(f"Open a profile ({self.profiles_dir}) or a saved run ({self.runs_dir}, read-only)", id="picker-title")
+        yield Label(self.title_text, id="picker-title", markup=False)
         options: list[Option | None] = []
-        profiles = list_profiles(self.profiles_dir)
-        options.append(Option("[b]Profiles[/b]", disabled=True))
-        for i, (path, desc) in enumerate(profiles):
-            key = f"profile-{i}"
-            self.choices[key] = ("profile", str(path))
-            options.append(Option(f"  {path.name}  [dim]{desc}[/dim]", id=key))
-        options.append(None)
+        if not self.runs_only:
+            options.append(Option("[b]Profiles[/b]", disabled=True))
+            for i, (path, desc) in enumerate(list_profiles(self.profiles_dir)):
+                key = f"profile-{i}"
+                self.choices[key] = ("profile", str(path))
+                options.append(Option(f"  {path.name}  [dim]{desc}[/dim]", id=key))
+            options.append(None)
         options.append(Option("[b]Recent runs[/b]", disabled=True))
         for i, (path, desc) in enumerate(list_runs(self.runs_dir)):
             key = f"run-{i}"

@@ -36,6 +36,7 @@ from lab.tui.messages import (
     ArmMetricsUpdated,
     ArmStatusChanged,
     CellFinished,
+    GpuSampledLive,
     PauseChanged,
     ProbeProgress,
     RunBegan,
@@ -143,6 +144,8 @@ class RunScreen(Screen[None]):
         Binding("x", "stop", "Stop", tooltip="Stop the run"),
         Binding("w", "save", "Save"),
         Binding("e", "export", "Export"),
+        Binding("r", "next_round", "Round", show=False),
+        Binding("m", "compare", "Compare", show=False),
         # the tab strip names the views with their keys; the footer groups them
         *(Binding(key, f"show_tab('{tab}')", title, group=TAB_KEYS) for key, tab, title in TABS),
         # priority: the arrows mean "lane" whatever has focus (the tab
@@ -195,6 +198,8 @@ class RunScreen(Screen[None]):
         self._probe_lines: list[str] = []
         self._plots_dirty = True
         self._failures_shown: set[str] = set()
+        self.viewed: tuple[str, str, int] | None = None  # the cell the lanes show: arm, prompt, round
+        self._highlighted: object = None  # the table row last highlighted
 
     @classmethod
     def live(cls, profile: Profile) -> RunScreen:
@@ -268,9 +273,101 @@ class RunScreen(Screen[None]):
             if not rows:
                 continue
             ok = [r for r in rows if r.ok]
-            self.lane(arm.name).show_saved((ok or rows)[-1])
+            last = (ok or rows)[-1]
+            self.lane(arm.name).show_saved(last, self._baseline_of(last))
         self.series.update(series_from_saved(self.saved["profile"].get("arms", []), results, self.saved_steps))
         self._plots_dirty = True
+
+    # -- viewing a finished cell ------------------------------------------------
+    def _baseline_of(self, row: ResultRow) -> ResultRow | None:
+        """The baseline's cell of ``row``'s prompt and round (the one its
+        text is compared with), None for a baseline or without one."""
+        base = row.baseline_arm or next((a.baseline for a in self.arms if a.name == row.arm), None)
+        if not base or base == row.arm:
+            return None
+        return next((r for r in self.rows() if (r.arm, r.prompt, r.round) == (base, row.prompt, row.round)), None)
+
+    def _cell_rounds(self, arm: str, prompt: str) -> list[ResultRow]:
+        """The measured rounds of one arm x prompt, in order (warmups aside)."""
+        return sorted((r for r in self.rows() if (r.arm, r.prompt) == (arm, prompt) and r.round > 0),
+                      key=lambda r: r.round)
+
+    def can_view_cells(self) -> bool:
+        """Any finished cell can be looked at once no run is streaming into
+        the lanes (a saved run, or a live one that ended)."""
+        return self.session is None or not self.session.running
+
+    def view_cell(self, arm: str, prompt: str, round: int | None = None) -> ResultRow | None:
+        """Show one cell in its arm's lane (its last ok round unless
+        ``round``), with its difference from the baseline's text for the
+        same prompt and round, and select that lane."""
+        rows = self._cell_rounds(arm, prompt)
+        if not rows or not self.can_view_cells():
+            return None
+        if round is None:
+            ok = [r for r in rows if r.ok]
+            row = (ok or rows)[-1]
+        else:
+            row = next((r for r in rows if r.round == round), rows[-1])
+        self.lane(arm).show_saved(row, self._baseline_of(row))
+        self.viewed = (arm, prompt, row.round)
+        names = [a.name for a in self.arms]
+        if arm in names and names.index(arm) != self.selected:
+            self._select(names.index(arm))
+        return row
+
+    @on(ComparisonTable.RowHighlighted, "#comparison")
+    def _row_highlighted(self, event: ComparisonTable.RowHighlighted) -> None:
+        key = event.row_key.value
+        # a table rebuilt (a cell finished, a resize) highlights its row
+        # again: only a move to another row changes what the lanes show
+        moved, self._highlighted = key != self._highlighted, key
+        if key is None or not moved or not self.can_view_cells():
+            return
+        arm, _, prompt = str(key).partition("\x1f")
+        if self.viewed is None or self.viewed[:2] != (arm, prompt):
+            self.view_cell(arm, prompt)
+
+    def action_next_round(self) -> None:
+        if self.viewed is None:
+            table = self.query_one(ComparisonTable)
+            keys = list(table.lines())
+            if not keys:
+                return
+            arm, _, prompt = keys[min(table.cursor_row, len(keys) - 1)].partition("\x1f")
+            self.view_cell(arm, prompt)
+            return
+        arm, prompt, rnd = self.viewed
+        rounds = [r.round for r in self._cell_rounds(arm, prompt)]
+        if rounds:
+            nxt = rounds[(rounds.index(rnd) + 1) % len(rounds)] if rnd in rounds else rounds[0]
+            self.view_cell(arm, prompt, nxt)
+
+    def action_compare(self) -> None:
+        """Pick another saved run and show both side by side."""
+        if self.saved_dir is None and self.run_dir() is None:
+            return
+        from lab.tui.screens.compare import CompareScreen
+        from lab.tui.screens.picker import PickerScreen
+
+        here = str(self.run_dir())
+        runs_dir = Path(here).parent
+
+        def picked(choice: tuple[str, str] | None) -> None:
+            if choice is None:
+                return
+            kind, path = choice
+            if kind != "run":
+                self.notify("pick a saved run to compare with", severity="warning")
+                return
+            screen = CompareScreen.open(here, path)
+            if isinstance(screen, str):
+                self.notify(screen, severity="error")
+            else:
+                self.app.push_screen(screen)
+
+        self.app.push_screen(PickerScreen(runs_dir, runs_dir, runs_only=True,
+                                          title=f"Compare {Path(here).name} with a saved run"), picked)
 
     def on_resize(self) -> None:
         self._layout()
@@ -395,6 +492,10 @@ class RunScreen(Screen[None]):
             if message.rate is not None:
                 series.add_rate((cell.prompt, cell.round), message.rate)
             self._plots_dirty = True
+
+    def on_gpu_sampled_live(self, message: GpuSampledLive) -> None:
+        if message.reading.arm in self.series:
+            self.lane(message.reading.arm).set_gpu(message.reading)
 
     def on_arm_metrics_updated(self, message: ArmMetricsUpdated) -> None:
         self.lane(message.metrics.arm).set_metrics(message.metrics)
@@ -544,6 +645,10 @@ class RunScreen(Screen[None]):
             return True if running else None
         if action == "show_tab":
             return bool(parameters) and bool(self.query(f"#{parameters[0]}"))
+        if action == "next_round":
+            return self.can_view_cells() and bool(self.rows())
+        if action == "compare":
+            return self.can_view_cells() and self.run_dir() is not None and bool(self.rows())
         if action == "close":
             # a saved run opened over another screen (the command palette
             # on top does not count)
@@ -564,6 +669,7 @@ class RunScreen(Screen[None]):
         if self.session is not None:
             self._reset_for_run()
         self.session = session
+        self.viewed = None
         self.state = "starting"
         self.stopping = False
         self._failures_shown.clear()
@@ -581,6 +687,7 @@ class RunScreen(Screen[None]):
             lane = self.lane(arm.name)
             lane.set_held("")
             lane.text.clear()
+            lane.clear_viewed()
             lane.metrics = lane.final = None
         self._plots_dirty = True
 

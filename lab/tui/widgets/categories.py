@@ -20,6 +20,7 @@ from textual.widgets import DataTable
 
 from lab.analysis.categories import ALL, CategoryRow, category_table
 from lab.analysis.stats import FASTER, SLOWER
+from lab.base.verdict import BUSY_WARNING
 from lab.tui.widgets.fmt import DASH, num, pct, speedup
 
 COLUMNS = (
@@ -32,7 +33,16 @@ def row_key(arm: str, category: str) -> str:
     return f"{arm}\x1f{category}"
 
 
-def category_cells(r: CategoryRow) -> list[str | Text]:
+def busy_arms(rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Arms with a measured round taken on a busy machine, theirs or their
+    baseline's: their "faster"/"slower" calls rest on a machine that was
+    doing other work."""
+    busy = {r.get("arm") for r in rows if r.get("contended") and r.get("status") == "ok"}
+    return {str(r.get("arm")) for r in rows
+            if r.get("arm") in busy or (r.get("baseline_arm") and r.get("baseline_arm") in busy)}
+
+
+def category_cells(r: CategoryRow, busy: bool = False) -> list[str | Text]:
     interval = DASH
     if r.speedup_low is not None and r.speedup_high is not None:
         interval = f"{r.speedup_low:.2f}–{r.speedup_high:.2f}"
@@ -40,7 +50,9 @@ def category_cells(r: CategoryRow) -> list[str | Text]:
     category = Text(r.category, style="bold") if r.category == ALL else r.category
     return [
         r.arm, category, str(r.prompts), pct(r.acceptance_rate), num(r.mean_accepted_len, ".2f"),
-        speedup(r.speedup), interval, Text(r.call, style=style),
+        speedup(r.speedup), interval,
+        Text(r.call, style=style) + (Text(" " + BUSY_WARNING, style="yellow") if busy and r.call in (FASTER, SLOWER)
+                                     else Text("")),
     ]
 
 
@@ -64,5 +76,6 @@ class CategoryTable(DataTable[Any]):
         if not self.columns:  # not mounted yet: on_mount shows them
             return
         self.clear()
+        busy = busy_arms(self._rows)
         for r in category_table(self._rows):
-            self.add_row(*category_cells(r), key=row_key(r.arm, r.category))
+            self.add_row(*category_cells(r, r.arm in busy), key=row_key(r.arm, r.category))

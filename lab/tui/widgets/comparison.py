@@ -156,6 +156,10 @@ class ComparisonTable(DataTable[Any]):
             self._lines[row_key(s["arm"], s["prompt"])] = (summary_cells(s), s)
         self._rebuild()
 
+    def lines(self) -> list[str]:
+        """The row keys, in table order."""
+        return list(self._lines)
+
     def summary(self, key: str) -> Mapping[str, Any] | None:
         line = self._lines.get(key)
         return line[1] if line else None

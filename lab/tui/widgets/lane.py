@@ -13,7 +13,8 @@ from textual.widgets import ProgressBar, Static
 from lab.base.events import Status, StatusChanged
 from lab.base.profile import Arm
 from lab.base.row import ResultRow
-from lab.tui.messages import ArmMetrics
+from lab.tui.messages import ArmMetrics, GpuReading
+from lab.tui.widgets.cell_diff import CellDiff, DiffCaption, diff_caption
 from lab.tui.widgets.fmt import mib, ms, num, pct
 from lab.tui.widgets.stream_text import StreamText
 
@@ -85,6 +86,8 @@ class ArmLane(Vertical):
         self.held = ""  # "pausing" or "paused" while the run holds in this arm
         self.waiting = ""  # what a pending arm waits for (the probe)
         self.compact = False  # one line of title, two of figures
+        self.gpu: GpuReading | None = None  # the latest reading while this arm runs on a GPU
+        self.baseline_arm = ""  # a saved cell's diff is against this arm's text
 
     def _title_text(self) -> str:
         sep = "  " if self.compact else "\n"
@@ -96,12 +99,29 @@ class ArmLane(Vertical):
             yield StatusBadge(self._status_text(), classes="status pending")
             yield ProgressBar(total=1.0, show_eta=False, show_percentage=False, classes="load-progress")
         yield LaneNote("", markup=False)
+        yield DiffCaption("")
         yield StreamText()
+        yield CellDiff()
         yield LaneMetrics(self._metrics_text())
 
     def on_mount(self) -> None:
         self.query_one(ProgressBar).display = False
         self.query_one(LaneNote).display = False
+        self._show_diff(False, False)
+
+    def clear_viewed(self) -> None:
+        """Back to streaming: no saved cell's diff on show."""
+        self.baseline_arm = ""
+        self._show_diff(False, False)
+
+    def _show_diff(self, caption: bool, differs: bool) -> None:
+        """A saved cell against its baseline: the caption whenever there is
+        a baseline text; the marked diff in place of the text when they differ
+        (identical, the text keeps its drafted tokens marked)."""
+        self.query_one(DiffCaption).display = caption
+        self.set_class(caption, "-viewed")
+        self.query_one(CellDiff).display = differs
+        self.query_one(StreamText).display = not differs
 
     def _show_note(self) -> None:
         note = self.query_one(LaneNote)
@@ -185,6 +205,14 @@ class ArmLane(Vertical):
         # fixed height: no layout needed for new figures
         self.query_one(LaneMetrics).update(self._metrics_text(), layout=False)
 
+    def set_gpu(self, reading: GpuReading) -> None:
+        """A live GPU reading taken while this arm runs."""
+        first = self.gpu is None
+        self.gpu = reading
+        if first:
+            self.add_class("-gpu")  # one more line of figures, laid out once
+        self.query_one(LaneMetrics).update(self._metrics_text(), layout=first)
+
     def apply_result(self, row: ResultRow) -> None:
         """A cell finished: show its measured figures instead of live ones."""
         self.final = row
@@ -193,11 +221,22 @@ class ArmLane(Vertical):
             self._show_note()
         self.query_one(LaneMetrics).update(self._metrics_text())
 
-    def show_saved(self, row: ResultRow) -> None:
+    def show_saved(self, row: ResultRow, baseline: ResultRow | None = None) -> None:
         """Read-only view of a saved cell: its text (drafted tokens marked
-        where the run recorded them), status and figures."""
+        where the run recorded them), status and figures. With
+        ``baseline`` (the baseline's cell of the same prompt and round, its
+        text saved), the text shows its difference from the baseline's."""
         self.text.clear()
         self.text.append(saved_pieces(row.text or "", row.text_origin))
+        against = baseline.text if baseline is not None and row.text is not None else None
+        self.baseline_arm = baseline.arm if baseline is not None and against is not None else ""
+        differs = against is not None and against != row.text
+        if against is not None:
+            self.query_one(DiffCaption).update(diff_caption(row.text or "", against, self.baseline_arm))
+        if differs:
+            assert against is not None
+            self.query_one(CellDiff).show(row.text or "", against)
+        self._show_diff(against is not None, differs)
         self.cell_label = f"{row.prompt} r{row.round}"
         self.status = row.status
         self.detail = row.detail
@@ -238,11 +277,11 @@ class ArmLane(Vertical):
             # a lane alone has the width: the figures on two lines
             spec = (f" · accept {pct(acc)} · len {num(length, '.2f')} · {timing} draft {num(draft_ms)}"
                     f" · verify {num(verify_ms)} ms") if self.speculative else ""
-            ttft = r.ttft_s if r is not None and r.ok else None
-            itl = r.itl_p50_s if r is not None and r.ok else None
+            ttft, itl = self._latency()
             return Content.assemble(
-                "tok/s ", (num(tps), "bold"), spec, f"\nmem {mib(mem)} · peak {mib(peak)} · ttft "
-                f"{ms(ttft * 1000 if ttft is not None else None)} · itl p50 {ms(itl * 1000 if itl is not None else None)}",
+                "tok/s ", (num(tps), "bold"), spec, f"\nmem {mib(mem)} · peak {mib(peak)}", self._gpu_text(" · "),
+                f" · ttft {ms(ttft * 1000 if ttft is not None else None)} · itl p50 "
+                f"{ms(itl * 1000 if itl is not None else None)}",
             )
         lines = ["\n\n", "\n"]
         if self.speculative:
@@ -250,10 +289,28 @@ class ArmLane(Vertical):
                 f"\naccept {pct(acc)} · len {num(length, '.2f')}\n",
                 f"{timing} draft {num(draft_ms)} · verify {num(verify_ms)} ms\n",
             ]
-        # latency of the finished cell, where the row carries it (rows of
-        # runs saved before it was measured do not)
-        ttft = r.ttft_s if r is not None and r.ok else None
-        itl = r.itl_p50_s if r is not None and r.ok else None
+        ttft, itl = self._latency()
         latency = f"\nttft {ms(ttft * 1000 if ttft is not None else None)} · itl p50 " \
                   f"{ms(itl * 1000 if itl is not None else None)}"
-        return Content.assemble("tok/s ", (num(tps), "bold"), *lines, f"mem {mib(mem)} · peak {mib(peak)}", latency)
+        return Content.assemble("tok/s ", (num(tps), "bold"), *lines, f"mem {mib(mem)} · peak {mib(peak)}", latency,
+                                self._gpu_text("\n"))
+
+    def _latency(self) -> tuple[float | None, float | None]:
+        """TTFT and ITL p50: the finished cell's, where the row carries them
+        (rows of runs saved before they were measured do not); while the
+        cell runs, TTFT as soon as its first token landed."""
+        r, m = self.final, self.metrics
+        if r is not None:
+            return (r.ttft_s, r.itl_p50_s) if r.ok else (None, None)
+        return (m.ttft_s if m is not None else None), None
+
+    def _gpu_text(self, sep: str) -> str:
+        """The latest GPU reading of this arm: its processes' memory (else
+        the card's), the card's total, utilization and power."""
+        g = self.gpu
+        if g is None:
+            return ""
+        used = g.process_bytes if g.process_bytes is not None else g.card_used_bytes
+        util = "—" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
+        power = "—" if g.power_w is None else f"{g.power_w:.0f} W"
+        return f"{sep}gpu {used / 2**30:.1f}/{g.card_total_bytes / 2**30:.0f} GiB · util {util} · {power}"
