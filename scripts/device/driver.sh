@@ -186,6 +186,14 @@ draft_run() { lab run "$repo/profiles/h200-draft.toml" --out "$W/runs" > "$R/lab
 probe_ab() { ab_runs "own shared"; }
 probe_ab_reverse() { ab_runs "shared own"; }
 
+set_acceptance() {
+  # a 1B draft's cost at set acceptance 0.5 / 0.7 / 0.9, in process and on llama-server, llama-bench tg256 before
+  local m8; m8=$(model_path llama-8b)
+  llama-bench -m "$m8" -ngl 99 -p 0 -n 256 -r 3 -o json > "$R/set-acceptance-llama-bench.json" 2>/dev/null
+  lab run "$repo/profiles/h200-set-acceptance.toml" --out "$W/runs/set-acceptance" > "$R/set-acceptance.txt" 2> "$W/set-acceptance.log"
+  llama-bench -m "$m8" -ngl 99 -p 0 -n 256 -r 3 -o json > "$R/set-acceptance-llama-bench-after.json" 2>/dev/null
+}
+
 baseline_only() {
   # the same baseline with no probe at all and no speculative arm, llama-bench tg256 just before
   local m8; m8=$(model_path llama-8b)
