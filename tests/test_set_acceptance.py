@@ -274,3 +274,11 @@ def test_llama_server_spec_types_at_set_acceptance(tmp_path: Path) -> None:
         _honoured(rows, run_dir, arm, at_most=arm == "dflash")
     log = (run_dir / "llama-server-simple.log").read_text(errors="replace")
     assert "synthetic acceptance" in log
+
+
+def test_every_cell_draws_its_own_sequence() -> None:
+    from lab.base.acceptance import draw_seed
+
+    seeds = {draw_seed(0, p, r) for p in ("prose", "code") for r in (1, 2)}
+    assert len(seeds) == 4 and draw_seed(0, "prose", 1) == draw_seed(0, "prose", 1)
+    assert draw_seed(1, "prose", 1) != draw_seed(0, "prose", 1)

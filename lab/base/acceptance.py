@@ -26,6 +26,7 @@ greedy identity, and every row and report says its acceptance was set.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -80,6 +81,15 @@ class SetAcceptance:
     def to_json(self) -> dict[str, Any]:
         value = list(self.value) if isinstance(self.value, tuple) else self.value
         return {"kind": self.kind, "value": value}
+
+
+def draw_seed(seed: int, prompt: str, round: int) -> int:
+    """The seed of one cell's set-acceptance draws: the run's seed, the
+    prompt and the round, so that no two cells draw the same sequence (with
+    one seed for all, every cell of an arm would keep and refuse at the same
+    steps, and pooling them would count one sample many times)."""
+    key = f"{int(seed)}\x00{prompt}\x00{int(round)}".encode()
+    return zlib.crc32(key) & 0x7FFFFFFF
 
 
 def per_token_rate(mean_length: float, n_max: int) -> float:

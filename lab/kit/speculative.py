@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest, Rehearsing
-from lab.base.acceptance import conditional
+from lab.base.acceptance import conditional, draw_seed
 from lab.base.events import Cell, Emit, Event, StepEvent, TokenEvent, now
 
 
@@ -402,7 +402,8 @@ def acceptor(req: GenerationRequest) -> Acceptor:
     if req.acceptance is not None:
         chances = conditional(req.acceptance)
         # its own stream, so the draws repeat whatever else samples
-        set_rng = np.random.default_rng([req.seed, SET_ACCEPTANCE_STREAM])
+        set_rng = np.random.default_rng(
+            [draw_seed(req.seed, req.cell.prompt, req.cell.round), SET_ACCEPTANCE_STREAM])
         return lambda target, drafted, _probs: accept_set(target, drafted, chances, set_rng)
     if req.temperature <= 0:
         return lambda target, drafted, _probs: accept_greedy(target, drafted)

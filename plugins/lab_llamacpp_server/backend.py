@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option
+from lab.base.acceptance import draw_seed
 from lab.base.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
 from lab.kit import models
 from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
@@ -294,7 +295,8 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
             "prompt": prompt,
             "n_predict": request.max_tokens,
             "temperature": request.temperature,
-            "seed": request.seed,
+            # the request's seed also seeds the server's set-acceptance draws: one sequence per cell
+            "seed": request.seed if request.acceptance is None else draw_seed(request.seed, request.cell.prompt, request.cell.round),
             "ignore_eos": request.ignore_eos,
             "stream": True,
             "timings_per_token": True,
