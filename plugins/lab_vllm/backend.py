@@ -55,6 +55,10 @@ class VllmBackend(ServerBackend[ServerClient]):
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return str(arm_options.get("spec_method") or "none") != "none"
 
+    @classmethod
+    def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
+        return attach.refuse_key(arm_options)
+
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.served_name = arm.name
@@ -194,7 +198,7 @@ class VllmBackend(ServerBackend[ServerClient]):
     def _stream(self, client: ServerClient, body: dict[str, Any], on_chunk: Callable[[VllmChunk], None],
                 cancelled: Callable[[], bool]) -> VllmStreamed:
         t_sent = now()
-        with client.completion(body, path="/v1/completions") as lines:
+        with client.completion(body, path="/v1/completions", stop=cancelled) as lines:
             return consume(parse_sse_lines(lines), t_sent, on_chunk, cancelled)
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
