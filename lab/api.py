@@ -311,6 +311,9 @@ class Backend(ResourceHints, ABC):
     options: ClassVar[tuple[Option, ...]] = ()
     # True exactly when the class is a Drafting backend (the registry checks).
     accepts_drafters: ClassVar[bool] = False
+    # Tokens a generation may deliver beyond the request's max_tokens, as the
+    # engine documents it (a row with more is an error: lab.rows.plausible).
+    max_overshoot_tokens: ClassVar[int] = 0
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         self.arm = arm
@@ -676,7 +679,7 @@ CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
     Backend: {
         "name": str, "stack": str, "description": str, "options": tuple, "accepts_drafters": bool,
         "sets_acceptance": METHOD,
-        "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
+        "max_overshoot_tokens": int, "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
         "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
         "check_options": METHOD,
     },

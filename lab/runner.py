@@ -341,6 +341,7 @@ class Runner:
             category=self._categories.get(cell.prompt),
             latency=latency.to_json() if latency is not None else None, contention=contention,
             warm=self.profile.run.warm_rounds,
+            max_tokens=self._max_tokens(cell), overshoot=self._overshoot(arm),
         )
         with self._rows_lock:
             self._rows.append(row)
@@ -348,6 +349,17 @@ class Runner:
         # reads as that form (ResultRow is a Mapping of it).
         self.emit(Finished(cell, row))
         return row
+
+    def _max_tokens(self, cell: Cell) -> int:
+        """What the cell's request asked for (as :meth:`_request` sets it)."""
+        run = self.profile.run
+        return min(run.max_tokens, run.warmup_tokens) if cell.is_warmup and run.warmup_tokens else run.max_tokens
+
+    def _overshoot(self, arm: Arm) -> int:
+        try:
+            return int(self.registry.backend(arm.backend).max_overshoot_tokens)
+        except Exception:  # noqa: BLE001 - an arm whose backend is gone records its failure row all the same
+            return 0
 
     def _record_stopped(self, arm: Arm, cell: Cell, peak: int | None) -> None:
         status = self.control.stop_status(arm.name)
@@ -388,9 +400,7 @@ class Runner:
     def _request(self, cell: Cell, arm: Arm) -> GenerationRequest:
         run = self.profile.run
         prompt = next(p for p in self.profile.prompts if p.name == cell.prompt)
-        max_tokens = run.max_tokens
-        if cell.is_warmup and run.warmup_tokens:
-            max_tokens = min(max_tokens, run.warmup_tokens)
+        max_tokens = self._max_tokens(cell)
         return GenerationRequest(
             cell=cell, prompt=prompt.text, system=prompt.system, chat_template=run.chat_template,
             max_tokens=max_tokens, temperature=run.temperature, seed=run.seed,

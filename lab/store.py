@@ -31,6 +31,7 @@ from lab.base.events import ArmReported, Finished, Logged, RunEvent, RunFinished
 from lab.base.profile import Profile
 from lab.base.row import ResultRow
 from lab.base.strictjson import BoundedNumbers, FileRefused, dumps, read_bounded
+from lab.base.textsafe import printable
 from lab.rows.shape import check_run, check_step
 
 SCHEMA_VERSION = 1
@@ -287,7 +288,8 @@ class RunStore:
         self._write_results()
 
     def log(self, text: str) -> None:
-        line = text.rstrip("\n") + "\n"
+        # lab.log is read in a terminal: a server's escape sequences are written escaped
+        line = printable(text.rstrip("\n"), keep="\n\t") + "\n"
         self._log_lines.append(line)
 
         def write() -> None:

@@ -36,6 +36,21 @@ def printable(text: object, keep: str = "") -> str:
     return "".join(_escape(ch) if ch not in keep and unicodedata.category(ch) in _HIDDEN else ch for ch in s)
 
 
+# What the lab keeps of a text a server sent about itself or its failure
+# (a build string, an error message): enough to read, never megabytes.
+MAX_SERVER_TEXT = 500
+
+
+def clipped(text: object, limit: int = MAX_SERVER_TEXT) -> str:
+    """``text`` made printable (:func:`printable`) and cut to about ``limit``
+    characters, saying how much was left out: for text a server sent, kept
+    in results, logs and reports."""
+    s = text if isinstance(text, str) else str(text)
+    cut = len(s) > limit
+    head = printable(s[:limit])
+    return f"{head}... ({len(s) - limit:,} more characters)" if cut else head
+
+
 class PrintableStream:
     """A text stream that passes everything written through
     :func:`printable`, keeping newlines and tabs: for listeners that print

@@ -22,6 +22,7 @@ from lab.base import economics as breakeven
 from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
 from lab.base.row import CSV_KEYS
+from lab.base.textsafe import printable
 from lab.base.verdict import BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning
 from lab.render import categories as category_section
 from lab.render import conditions, divergence, serving, set_acceptance
@@ -108,7 +109,9 @@ def write_report(run_dir: str | Path) -> Path:
     and any probe attached (so the per-position acceptance and the
     prediction are in it too)."""
     path = Path(run_dir) / "report.md"
-    path.write_text(render_markdown(load_for_report(run_dir)), encoding="utf-8")
+    # a report is read with cat as often as in an editor: whatever a server or
+    # a saved run put in it (escape sequences, OSC 52) is written escaped
+    path.write_text(printable(render_markdown(load_for_report(run_dir)), keep="\n\t"), encoding="utf-8")
     return path
 
 

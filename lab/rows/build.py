@@ -17,6 +17,7 @@ from lab.base.events import StepEvent
 from lab.base.row import GPU_KEYS, ResultRow, RowT
 from lab.base.verdict import verdict
 from lab.rows import serving
+from lab.rows.plausible import impossible_figure
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm
@@ -78,11 +79,25 @@ def build_result(
     latency: Mapping[str, float | None] | None = None,
     contention: Contention | None = None,
     warm: bool = False,
+    max_tokens: int | None = None,
+    overshoot: int = 0,
 ) -> ResultRow:
     """Assemble one row. ``baseline`` is the baseline's row for the same
     prompt and round (or the nearest round), used for speedup, step cost and
-    greedy equivalence."""
+    greedy equivalence.
+
+    An ``ok`` row is held to what is possible first
+    (:func:`lab.rows.plausible.impossible_figure`, against the request's
+    ``max_tokens`` and the engine's documented ``overshoot``): an impossible
+    figure makes it an error row naming the figure, the backend's detail kept.
+    """
     status = Status(status)
+    if status == Status.OK:
+        wrong = impossible_figure(n_tokens=n_tokens, max_tokens=max_tokens, overshoot=overshoot,
+                                  steps=steps, gen_s=gen_s, prompt_s=prompt_s)
+        if wrong is not None:
+            status = Status.ERROR
+            detail = f"impossible figure: {wrong}" + (f"; {detail}" if detail else "")
     ok = status == Status.OK
     speculative = not arm.is_baseline
     counted = speculative and ok

@@ -78,7 +78,7 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
 
     @classmethod
     def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
-        return refuse_options(arm_options)
+        return refuse_options(arm_options) or attach.refuse_key(arm_options)
 
     @classmethod
     def warn_options(cls, arm_options: Mapping[str, Any]) -> list[str]:
@@ -373,7 +373,7 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
             live.poll()
 
         try:
-            with client.completion(body) as lines:
+            with client.completion(body, stop=cancelled) as lines:
                 streamed = consume(parse_sse_lines(lines), t_sent, live.feed, landed, cancelled)
             log_complete = self._await_request_log(server, req)
             steps = live.finish()

@@ -56,7 +56,7 @@ def _side_stream(base_url: str, headers: dict[str, str], body: dict[str, Any], r
         def landed(chunk: Chunk, ids: list[int], from_draft: bool) -> None:
             record.arrivals.append((chunk.t, chunk.n_tokens))
 
-        with client.completion(body) as lines:
+        with client.completion(body, deadline=record.t_sent + timeout_s, stop=stop.is_set) as lines:
             streamed = consume(parse_sse_lines(lines), record.t_sent, tracker.feed, landed, stop.is_set)
         record.final = streamed.final
     except Cancelled:
@@ -137,7 +137,8 @@ def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: 
             return cancelled() or now() > deadline
 
         try:
-            with client.completion(body) as lines:
+            # the deadline is checked on every piece the server sends, comments included
+            with client.completion(body, deadline=deadline, stop=stop_asked) as lines:
                 streamed = consume(parse_sse_lines(lines), lead.t_sent, live.feed, landed, stop_asked)
         except Cancelled:
             live.abandon()

@@ -12,11 +12,13 @@ with no race against the log.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from lab.api import Cancelled, Generation
 from lab.base.events import now
+from lab.base.textsafe import clipped
 
 
 @dataclass
@@ -113,27 +115,91 @@ class StepTracker:
         return n > 0 and drafted_here == n
 
 
-def chunk_from(obj: dict[str, Any], prev_predicted: int, t: float) -> Chunk:
+# The most tokens one chunk may stand for: a speculative step lands at most
+# n_max + 1 (n_max is at most 1024); a server holding back an incomplete
+# UTF-8 character adds a few. A counter that jumps further is not a count.
+MAX_CHUNK_TOKENS = 2048
+# A running counter beyond this is no count of one request's tokens.
+MAX_COUNT = 1 << 31
+
+
+class StreamError(RuntimeError):
+    """The server reported an error inside the stream, or sent a figure no
+    generation can have (the message names the figure)."""
+
+
+def _count(timings: dict[str, Any], key: str, default: int) -> int:
+    """A running counter of ``timings``: a whole number in 0..MAX_COUNT."""
+    if key not in timings:
+        return default
+    value = timings[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
+        raise StreamError(f"the server sent timings.{key} = {clipped(value, 40)}, not a count of tokens")
+    return value
+
+
+def _token_id(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    raise StreamError(f"the server sent a token id {clipped(value, 40)}")
+
+
+def chunk_from(obj: dict[str, Any], prev_predicted: int, t: float, prev: Chunk | None = None) -> Chunk:
+    """One chunk, its counters held to what a stream can say: whole numbers
+    that never go down, at most MAX_CHUNK_TOKENS new tokens in one chunk, no
+    more accepted than drafted, a finite non-negative generation clock.
+
+    Raises:
+        StreamError: naming the figure, with the server's value.
+    """
     timings = obj.get("timings") or {}
-    ids = [int(x) for x in obj.get("tokens") or []]
-    predicted = int(timings.get("predicted_n", prev_predicted + len(ids)))
+    if not isinstance(timings, dict):
+        raise StreamError(f"the server sent timings = {clipped(timings, 40)}, not an object")
+    tokens = obj.get("tokens") or []
+    if not isinstance(tokens, list) or len(tokens) > MAX_CHUNK_TOKENS:
+        raise StreamError(f"the server sent {len(tokens) if isinstance(tokens, list) else clipped(tokens, 40)} "
+                          f"token ids in one chunk (at most {MAX_CHUNK_TOKENS})")
+    ids = [_token_id(x) for x in tokens]
+    predicted = _count(timings, "predicted_n", prev_predicted + len(ids))
+    if predicted < prev_predicted:
+        raise StreamError(f"timings.predicted_n went down from {prev_predicted} to {predicted}")
     n = predicted - prev_predicted if timings else len(ids)
+    if n > MAX_CHUNK_TOKENS:
+        raise StreamError(f"timings.predicted_n jumped from {prev_predicted} to {predicted} in one chunk "
+                          f"(at most {MAX_CHUNK_TOKENS} tokens a chunk)")
+    draft_n = _count(timings, "draft_n", 0)
+    accepted = _count(timings, "draft_n_accepted", 0)
+    if accepted > draft_n:
+        raise StreamError(f"timings.draft_n_accepted = {accepted} is more than timings.draft_n = {draft_n}")
+    if prev is not None and "draft_n" in timings:
+        if draft_n < prev.draft_n or accepted < prev.draft_n_accepted:
+            raise StreamError(f"timings.draft_n / draft_n_accepted went down from {prev.draft_n} / "
+                              f"{prev.draft_n_accepted} to {draft_n} / {accepted}")
+        if draft_n - prev.draft_n > MAX_CHUNK_TOKENS:
+            raise StreamError(f"timings.draft_n jumped from {prev.draft_n} to {draft_n} in one chunk "
+                              f"(at most {MAX_CHUNK_TOKENS} drafted a step)")
+    server_ms = None
+    if "predicted_ms" in timings:
+        raw = timings["predicted_ms"]
+        server_ms = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else math.nan
+        if not math.isfinite(server_ms) or server_ms < 0:
+            raise StreamError(f"the server sent timings.predicted_ms = {clipped(raw, 40)}")
+        if prev is not None and prev.server_ms is not None and server_ms < prev.server_ms:
+            raise StreamError(f"timings.predicted_ms went down from {prev.server_ms} to {server_ms}")
     return Chunk(
         text=str(obj.get("content", "")),
         ids=ids,
         n_tokens=n,
         predicted_n=predicted,
-        draft_n=int(timings.get("draft_n", 0)),
-        draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
+        draft_n=draft_n,
+        draft_n_accepted=accepted,
         t=t,
-        server_ms=float(timings["predicted_ms"]) if "predicted_ms" in timings else None,
+        server_ms=server_ms,
         final=bool(obj.get("stop", False)),
         timings=dict(timings),
     )
-
-
-class StreamError(RuntimeError):
-    """The server reported an error inside the stream."""
 
 
 @dataclass
@@ -176,13 +242,16 @@ def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk
     last_t: float | None = None
     final: dict[str, Any] = {}
     prev_predicted = 0
+    prev: Chunk | None = None
     for obj in objs:
         if "error" in obj:
             err = obj["error"]
-            raise StreamError(str(err.get("message", err)) if isinstance(err, dict) else str(err))
+            # the server's own words, kept short and printable
+            raise StreamError(clipped(err.get("message", err) if isinstance(err, dict) else err))
         t = now()
-        chunk = chunk_from(obj, prev_predicted, t)
+        chunk = chunk_from(obj, prev_predicted, t, prev)
         prev_predicted = chunk.predicted_n
+        prev = chunk
         if chunk.n_tokens > 0:
             if first_t is None:
                 first_t = t
@@ -200,6 +269,9 @@ def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk
             break
         if cancelled():
             raise Cancelled()
+    if not final:
+        # closed early, an empty body: what arrived is not the generation asked for
+        raise StreamError(f"the stream ended before its stop chunk, after {len(ids)} tokens (truncated)")
     return Streamed("".join(text_parts), ids, final, t_sent, first_t, last_t)
 
 

@@ -63,6 +63,10 @@ class VllmBackend(ServerBackend[ServerClient]):
         # the synthetic rejection sampler is a setting of a server the lab starts
         return not arm_options.get("url")
 
+    @classmethod
+    def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
+        return attach.refuse_key(arm_options)
+
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.served_name = arm.name
@@ -241,7 +245,7 @@ class VllmBackend(ServerBackend[ServerClient]):
     def _stream(self, client: ServerClient, body: dict[str, Any], on_chunk: Callable[[VllmChunk], None],
                 cancelled: Callable[[], bool]) -> VllmStreamed:
         t_sent = now()
-        with client.completion(body, path="/v1/completions") as lines:
+        with client.completion(body, path="/v1/completions", stop=cancelled) as lines:
             return consume(parse_sse_lines(lines), t_sent, on_chunk, cancelled)
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 
 from lab.api import Cancelled
 from lab.base.events import now
+from lab.base.textsafe import clipped
 
 
 class VllmStreamError(RuntimeError):
@@ -56,22 +57,37 @@ class VllmStreamed:
 def consume(objs: Iterable[dict[str, Any]], t_sent: float, on_chunk: Callable[[VllmChunk], None],
             cancelled: Callable[[], bool]) -> VllmStreamed:
     out = VllmStreamed(t_sent)
+    finished = False
     for obj in objs:
         if "error" in obj and "choices" not in obj:
             err = obj["error"]
             raise VllmStreamError(str(err.get("message", err)) if isinstance(err, dict) else str(err))
         t = now()
         for choice in obj.get("choices") or []:
-            ids = [int(x) for x in choice.get("token_ids") or []]
+            if not isinstance(choice, dict):
+                raise VllmStreamError(f"a chunk's choice is not an object: {clipped(choice, 80)}")
+            finished = finished or bool(choice.get("finish_reason"))
+            ids = [_token_id(x) for x in choice.get("token_ids") or []]
             text = str(choice.get("text") or "")
             if ids or text:
                 chunk = VllmChunk(text, ids, t)
                 out.chunks.append(chunk)
                 on_chunk(chunk)
         if obj.get("usage"):
+            # asked for (include_usage), it comes once, after the last token
+            finished = True
             out.usage = dict(obj["usage"])
         if obj.get("metrics"):
             out.metrics = dict(obj["metrics"])
         if cancelled():
             raise Cancelled()
+    if not finished:
+        # closed early, an empty body: what arrived is not the generation asked for
+        raise VllmStreamError(f"the stream ended before its last chunk (no finish_reason, no usage) after {len(out.ids)} tokens")
     return out
+
+
+def _token_id(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31:
+        return value
+    raise VllmStreamError(f"token_ids holds {clipped(value, 40)}, not a token id")

@@ -18,10 +18,11 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import urlsplit
 
 from lab.api import Option
+from lab.base.textsafe import clipped
 
 if TYPE_CHECKING:
     from lab.kit.server.client import ServerClient
@@ -85,15 +86,49 @@ def check_url(url: str, allow_remote: bool = False) -> tuple[str, bool]:
     return base, loopback
 
 
-def auth_headers(api_key_env: str | None, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The Authorization header from the variable the arm names, if any."""
+def key_problem(key: str) -> str | None:
+    """Why an API key cannot go into an HTTP header, or None. Says what is
+    wrong with it, never the key."""
+    if not key.strip():
+        return "it is empty or only whitespace"
+    bad = next((i for i, ch in enumerate(key) if not 0x21 <= ord(ch) <= 0x7E), None)
+    if bad is not None:
+        what = "a newline" if key[bad] in "\r\n" else "a space" if key[bad] == " " else "a character no HTTP header may carry"
+        return f"it holds {what} (position {bad + 1} of {len(key)})"
+    return None
+
+
+def auth_headers(api_key_env: str | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Authorization header from the variable the arm names, if any.
+
+    Raises:
+        AttachError: the variable is unset, or its key cannot be sent (a
+            newline in it made every request fail, seen as a server never ready).
+    """
     if not api_key_env:
         return {}
     env = os.environ if environ is None else environ
     key = env.get(api_key_env)
     if not key:
         raise AttachError(f"api_key_env = {api_key_env!r}: that environment variable is not set")
+    problem = key_problem(key)
+    if problem:
+        raise AttachError(f"api_key_env = {api_key_env!r}: the key in that environment variable cannot be sent: {problem}")
     return {"Authorization": f"Bearer {key}"}
+
+
+def refuse_key(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """``(option, why)`` for ``lab check``: a key the arm's variable holds
+    that no request could carry. An unset variable is left to the run (the
+    profile may be checked where the key is not)."""
+    name = options.get("api_key_env")
+    if not name or not options.get("url"):
+        return None
+    key = (os.environ if environ is None else environ).get(str(name))
+    problem = key_problem(key) if key else None
+    if problem:
+        return ("api_key_env", f"the key in environment variable {name} cannot be sent: {problem}")
+    return None
 
 
 def target(options: dict[str, Any] | Any) -> Target:
@@ -145,10 +180,12 @@ def detect(client: ServerClient) -> tuple[str, dict[str, Any]]:
         except ValueError:
             body = None
         if isinstance(body, dict) and ("default_generation_settings" in body or "build_info" in body):
+            slots = body.get("total_slots")
+            # what the server says of itself goes to lab.log and results.json: kept short and printable
             return LLAMA_SERVER, {
-                "build_info": body.get("build_info"),
-                "model_path": body.get("model_path"),
-                "total_slots": body.get("total_slots"),
+                "build_info": _said(body.get("build_info")),
+                "model_path": _said(body.get("model_path")),
+                "total_slots": slots if isinstance(slots, int) and not isinstance(slots, bool) and 0 <= slots < 1 << 20 else None,
             }
     metrics = get("/metrics")
     if metrics is not None and metrics.status_code == 200 and "vllm:" in metrics.text:
@@ -160,8 +197,14 @@ def detect(client: ServerClient) -> tuple[str, dict[str, Any]]:
         except ValueError:
             body = None
         if isinstance(body, dict):
-            return SGLANG, {"version": body.get("version")}
+            return SGLANG, {"version": _said(body.get("version"))}
     return UNKNOWN, {}
+
+
+def _said(value: Any) -> str | None:
+    """A string the server sent about itself, capped (a 20 MB build_info
+    was copied whole into lab.log and results.json)."""
+    return None if value is None else clipped(value, 200)
 
 
 ATTACH_OPTIONS: tuple[Option, ...] = (

@@ -1,0 +1,68 @@
+"""Whether a cell's figures are possible, before its row may say ``ok``.
+
+A backend reports what its engine said; an engine (or a server the lab
+attached to) can say anything: more tokens than were asked for, more
+accepted than drafted, a generation of 1e-300 s. Saved as ``ok``, such a
+figure becomes a speedup in every report. So every row of every backend,
+in-process ones included, is held here to what a generation can be; the
+first impossible figure turns the row into an error that names it.
+
+The bounds are loose on purpose: they catch what no engine can do, never a
+fast machine.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from lab.base.events import StepEvent
+from lab.base.limits import N_MAX
+
+# No engine generates a token in less than a microsecond (the fastest rows
+# measured, tiny models in process, take tens of microseconds a token).
+MIN_TOKEN_S = 1e-6
+
+
+def _bad_seconds(value: float | None) -> bool:
+    return value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0)
+
+
+def impossible_figure(*, n_tokens: int | None, max_tokens: int | None, overshoot: int = 0,
+                      steps: Sequence[StepEvent] = (), gen_s: float | None = None,
+                      prompt_s: float | None = None) -> str | None:
+    """What is impossible about a cell's figures, or None when they all can be.
+
+    ``max_tokens`` is what the request asked for; ``overshoot`` the tokens
+    its engine documents it may deliver beyond that (0 for every built-in
+    backend).
+    """
+    if n_tokens is not None:
+        if n_tokens < 0:
+            return f"n_tokens = {n_tokens}"
+        if max_tokens is not None and n_tokens > max_tokens + overshoot:
+            return f"n_tokens = {n_tokens} for max_tokens = {max_tokens}" + (f" (+{overshoot} allowed)" if overshoot else "")
+    for step in steps:
+        where = f"step {step.index}"
+        if step.drafted < 0 or step.accepted < 0 or step.landed < 0:
+            return f"{where}: drafted {step.drafted}, accepted {step.accepted}, landed {step.landed}"
+        if step.accepted > step.drafted:
+            return f"{where}: accepted {step.accepted} > drafted {step.drafted}"
+        if step.drafted > N_MAX.high:  # type: ignore[operator]
+            return f"{where}: drafted {step.drafted} (a step drafts at most {N_MAX.describe()})"
+        if step.landed > step.accepted + 1:
+            return f"{where}: landed {step.landed} tokens for accepted {step.accepted} (at most accepted + 1)"
+        for name in ("step_s", "draft_s", "verify_s"):
+            if _bad_seconds(getattr(step, name)):
+                return f"{where}: {name} = {getattr(step, name)!r}"
+    if n_tokens is not None and steps:
+        landed = sum(s.landed for s in steps)
+        if landed > n_tokens:
+            return f"steps landed {landed} tokens of a generation of {n_tokens}"
+    if _bad_seconds(gen_s):
+        return f"gen_s = {gen_s!r}"
+    if _bad_seconds(prompt_s):
+        return f"prompt_s = {prompt_s!r}"
+    if gen_s is not None and n_tokens is not None and n_tokens > 1 and gen_s < n_tokens * MIN_TOKEN_S:
+        return f"gen_s = {gen_s:.3g} s for {n_tokens} tokens (under {MIN_TOKEN_S:g} s a token)"
+    return None
