@@ -247,7 +247,7 @@ def test_bounded_lines_checks_its_deadline_on_every_piece() -> None:
 
 
 def test_bounded_lines_caps_a_line_and_the_body() -> None:
-    from lab.kit.server.sse import StreamLimit, bounded_lines, parse_sse_lines
+    from lab.kit.server.sse import StreamLimit, bounded_lines
 
     with pytest.raises(StreamLimit, match="line"):
         list(bounded_lines(iter([b"data: " + b"x" * 1000] * 10), max_line=4096))
