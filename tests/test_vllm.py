@@ -45,6 +45,18 @@ def test_speculative_config_from_the_profile() -> None:
     assert cfg == {"method": "draft_model", "num_speculative_tokens": 3, "model": "/m/draft", "draft_tensor_parallel_size": 1}
 
 
+def test_set_acceptance_goes_as_the_synthetic_sampler_with_the_labs_rates() -> None:
+    cfg = speculative_config({"spec_method": "ngram"}, 3, None, (0.9, 0.81, 0.729))
+    assert cfg is not None and cfg["rejection_sample_method"] == "synthetic"
+    assert cfg["synthetic_acceptance_rates"] == [0.9, 0.81, 0.729]
+    # never vLLM's own mean-length schedule, which means something else
+    assert "synthetic_acceptance_length" not in cfg
+    args = server_args({"spec_method": "ngram"}, model_dir="/m", served_name="a", port=1, n_max=3, draft_path=None,
+                       n_ctx=512, concurrency=1, set_rates=(0.5, 0.25, 0.125))
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec["synthetic_acceptance_rates"] == [0.5, 0.25, 0.125]
+
+
 def test_server_args_bind_loopback_and_pass_extra_args_last() -> None:
     args = server_args({"spec_method": "ngram", "extra_args": ["--seed", "7"]}, model_dir="/m", served_name="a",
                        port=1234, n_max=4, draft_path=None, n_ctx=512, concurrency=2)
