@@ -282,3 +282,37 @@ def test_every_cell_draws_its_own_sequence() -> None:
     seeds = {draw_seed(0, p, r) for p in ("prose", "code") for r in (1, 2)}
     assert len(seeds) == 4 and draw_seed(0, "prose", 1) == draw_seed(0, "prose", 1)
     assert draw_seed(1, "prose", 1) != draw_seed(0, "prose", 1)
+
+
+MLX_ARMS = """
+[[arms]]
+name = "mlx-base"
+backend = "mlx"
+model = "tiny:qwen3"
+[[arms]]
+name = "mlx-draft"
+backend = "mlx"
+model = "tiny:qwen3"
+drafter = "draft-model"
+n_max = 3
+drafter_options = { model = "tiny:qwen3-draft" }
+acceptance = 0.6
+[[arms]]
+name = "mlx-dflash"
+backend = "mlx-dflash"
+model = "tiny:qwen3"
+n_max = 3
+options = { draft = "tiny:qwen3-dflash" }
+acceptance = { rates = [0.8, 0.5, 0.3] }
+"""
+
+
+@pytest.mark.engine
+def test_mlx_loops_at_set_acceptance(tmp_path: Path) -> None:
+    pytest.importorskip("mlx.core", reason="MLX is not installed here (bash scripts/setup.sh all,test)")
+    rows, run_dir = _run(tmp_path, MLX_ARMS, max_tokens=120)
+    assert all(r["status"] == "ok" for r in rows), [(r["arm"], r["detail"][:300]) for r in rows]
+    for arm in ("mlx-draft", "mlx-dflash"):
+        spec = [r for r in rows if r["arm"] == arm]
+        assert all(r["identical_to_baseline"] is None and r["set_acceptance"] for r in spec)
+        _honoured(rows, run_dir, arm)
