@@ -355,20 +355,23 @@ def test_doctor_shows_build_and_spec_types() -> None:
 @needs_server
 def test_a_server_count_mismatch_reaches_the_report(registry: Any, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real server whose log loses one step line: the lab's steps no
-    longer add up to the server's own counters, and report.md shows it in
-    Conditions and beside the row's verdict."""
+    """A real server whose log miscounts one step (one drafted token more on
+    a short step near the end, still a possible step): the lab's steps no longer add up to the server's
+    own counters, and report.md shows it in Conditions and beside the row's
+    verdict. (A step line lost whole makes the tokens landed impossible: that
+    row is an error, lab.rows.plausible.)"""
+    import dataclasses
+
     from lab_llamacpp_server import logparse
 
     parse = logparse.parse_accepted
-    seen = [0]
+    done = [False]
 
     def losing_one(line: logparse.LogLine) -> logparse.AcceptedLine | None:
         got = parse(line)
-        if got is not None:
-            seen[0] += 1
-            if seen[0] == 2:
-                return None
+        if got is not None and not done[0] and got.drafted < 4:
+            done[0] = True
+            return dataclasses.replace(got, drafted=got.drafted + 1)
         return got
 
     from lab.render.report import ReportWriter
