@@ -46,7 +46,6 @@ from lab.tui.messages import (
     ArmMetricsUpdated,
     ArmStatusChanged,
     CellFinished,
-    GpuReading,
     GpuSampledLive,
     PauseChanged,
     ProbeProgress,
@@ -197,9 +196,7 @@ class EventBridge:
             return
         if isinstance(event, GpuSampled):
             if event.arm:  # between arms a reading belongs to no lane
-                self.post(GpuSampledLive(GpuReading(
-                    event.arm, event.name, event.card_used_bytes, event.card_total_bytes, event.process_bytes,
-                    event.utilization_pct, event.power_w)))
+                self.post(GpuSampledLive(event))
             return
         if isinstance(event, Held):
             with self._lock:

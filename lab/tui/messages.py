@@ -14,6 +14,7 @@ from textual.message import Message
 from lab.base import metrics
 from lab.base.events import Cell, StatusChanged, StepEvent
 from lab.base.row import ResultRow
+from lab.telemetry.gpu import GpuSampled
 
 
 @dataclass(frozen=True)
@@ -46,24 +47,9 @@ class ArmMetrics:
         return metrics.mean_accepted_len(self.landed, self.steps)
 
 
-@dataclass(frozen=True)
-class GpuReading:
-    """A live GPU reading (lab.telemetry.gpu.GpuSampled) taken while ``arm``
-    ran: its processes' device memory (None where the driver does not tell
-    per process), the card's, utilization and power."""
-
-    arm: str
-    name: str
-    card_used_bytes: int
-    card_total_bytes: int
-    process_bytes: int | None
-    utilization_pct: float | None
-    power_w: float | None
-
-
 @dataclass
 class GpuSampledLive(Message, bubble=False):
-    reading: GpuReading
+    reading: GpuSampled
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, GpuSampledLive) and message.reading.arm == self.reading.arm

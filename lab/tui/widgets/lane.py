@@ -13,7 +13,8 @@ from textual.widgets import ProgressBar, Static
 from lab.base.events import Status, StatusChanged
 from lab.base.profile import Arm
 from lab.base.row import ResultRow
-from lab.tui.messages import ArmMetrics, GpuReading
+from lab.telemetry.gpu import GpuSampled
+from lab.tui.messages import ArmMetrics
 from lab.tui.widgets.cell_diff import CellDiff, DiffCaption, diff_caption
 from lab.tui.widgets.fmt import mib, ms, num, pct
 from lab.tui.widgets.stream_text import StreamText
@@ -86,7 +87,7 @@ class ArmLane(Vertical):
         self.held = ""  # "pausing" or "paused" while the run holds in this arm
         self.waiting = ""  # what a pending arm waits for (the probe)
         self.compact = False  # one line of title, two of figures
-        self.gpu: GpuReading | None = None  # the latest reading while this arm runs on a GPU
+        self.gpu: GpuSampled | None = None  # the latest reading while this arm runs on a GPU
         self.baseline_arm = ""  # a saved cell's diff is against this arm's text
 
     def _title_text(self) -> str:
@@ -205,7 +206,7 @@ class ArmLane(Vertical):
         # fixed height: no layout needed for new figures
         self.query_one(LaneMetrics).update(self._metrics_text(), layout=False)
 
-    def set_gpu(self, reading: GpuReading) -> None:
+    def set_gpu(self, reading: GpuSampled) -> None:
         """A live GPU reading taken while this arm runs."""
         first = self.gpu is None
         self.gpu = reading
