@@ -92,6 +92,8 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "contended": bool(ok) and all(r.get("contended") for r in ok),
             # rounds of one arm share its setting (lab.base.acceptance)
             "set_acceptance": dict(first.get("set_acceptance") or {}),
+            # the first round whose output loops or writes markers (lab.rows.output_check)
+            "degenerate_output": next((r.get("degenerate_output") for r in ok if r.get("degenerate_output")), None),
             # rounds whose steps the server's own counters contradict (engine_report.checks)
             "counts_failed_rounds": sum(1 for r in ok if failed_checks(r)),
         }

@@ -130,9 +130,15 @@ def classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:
     measured = call.kind in (PAYS, EVEN, LOSES, STRUCTURAL)
     if measured and row.get("set_acceptance"):
         call = Call(call.kind, f"{call.line} [{set_acceptance_note(row['set_acceptance'])}]")
+    if row.get("degenerate_output") and (measured or call.kind == BASELINE):
+        call = Call(call.kind, f"{call.line} [{DEGENERATE_NOTE}]")
     if row.get("contended") and measured:
         return Call(UNCERTAIN, f"uncertain, the machine was busy: measured {call.line}")
     return call
+
+
+# beside the verdict of a row whose output loops or writes template markers
+DEGENERATE_NOTE = "degenerate output: acceptance is not representative"
 
 
 def set_acceptance_note(setting: Mapping[str, Any]) -> str:

@@ -134,6 +134,10 @@ class ResultRow(Mapping[str, Any]):
     # the setting as given ("kind", "value") and the rates it made per
     # position ("rates"); empty when the target decided
     set_acceptance: Mapping[str, Any] = field(default_factory=dict)
+    # why the output text is one a drafter predicts trivially (a loop, a run
+    # of template markers; lab.rows.output_check), None when it is not: the
+    # row's acceptance is then not representative
+    degenerate_output: str | None = None
     # keys a saved row has beyond these (a later version's), kept so that
     # reading and saving a row again loses nothing
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)

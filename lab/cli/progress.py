@@ -10,6 +10,7 @@ from lab.base.events import Finished, RunEvent, RunStarted, Status, StatusChange
 from lab.base.probe import ProbeReported
 from lab.base.row import ResultRow
 from lab.base.verdict import busy_warning
+from lab.kit.prompting import FALLBACK
 
 
 class Progress:
@@ -20,6 +21,7 @@ class Progress:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self._said: dict[object, str] = {}
+        self._fallback_said: set[str] = set()
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
@@ -52,7 +54,13 @@ class Progress:
             lines = r.detail.splitlines()[:1]
             self.out.write(f"  {where} {r.status.value} {lines[0] if lines else ''}\n")
             return
+        if r.prompt_template == FALLBACK and r.arm not in self._fallback_said:
+            self._fallback_said.add(r.arm)
+            self.out.write(f"  [{r.arm}] warning: {r.model or 'its model'} has no chat template; prompts go through the "
+                           "lab's ChatML fallback (chat_template = false sends the text as written)\n")
         extra = ""
+        if r.degenerate_output:
+            self.out.write(f"  {where} warning: degenerate output, {r.degenerate_output}\n")
         if r.acceptance_rate is not None:
             extra = f", accept {r.acceptance_rate * 100:.0f}%, len {r.mean_accepted_len or 0:.2f}"
         if r.speedup is not None:

@@ -60,7 +60,34 @@ def prompt_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
             f"prompts (sha256 {m['sha256'][:12]} vs {m['baseline_sha256'][:12]}): its speedup and greedy "
             "equivalence compare different work"
         )
+    lines += _fallback_lines(results)
     return lines
+
+
+def _fallback_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A warning per arm whose model has no chat template: the lab used its
+    ChatML fallback (lab.kit.prompting.FALLBACK) for it."""
+    from lab.kit.prompting import FALLBACK
+
+    seen: dict[str, Any] = {}
+    for r in results:
+        if r.get("prompt_template") == FALLBACK:
+            seen.setdefault(str(r["arm"]), r.get("model"))
+    return [f"- ⚠ {arm}: its model{f' ({model})' if model else ''} has no chat template; the lab rendered its "
+            "prompts with its ChatML fallback (`chat_template = false` sends the text as written)"
+            for arm, model in seen.items()]
+
+
+def output_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The output check (lab.rows.output_check): each cell whose text loops
+    or writes template markers, whose acceptance is then not representative;
+    a line saying none did otherwise."""
+    flagged = [r for r in results if r.get("status") == "ok" and r.get("degenerate_output")]
+    if not flagged:
+        checked = sum(1 for r in results if r.get("status") == "ok" and r.get("text"))
+        return [f"- every output checked ({checked} cells): no loop, no run of template markers"] if checked else []
+    return [f"- ⚠ {r['arm']} / {r['prompt']} r{r['round']}: {r['degenerate_output']}; its acceptance is not "
+            "representative" for r in flagged]
 
 
 def machine_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, Any] | None = None) -> list[str]:

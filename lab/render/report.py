@@ -453,6 +453,9 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     lines += ["", *drifted] if drifted else []
     lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
     lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
+    outputs = conditions.output_lines(results)
+    if outputs:
+        lines += ["", "Outputs:", ""] + outputs
     set_lines = set_acceptance.condition_lines(results, data.get("steps"))
     if set_lines:
         lines += [""] + set_lines

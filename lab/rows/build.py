@@ -17,6 +17,7 @@ from lab.base.events import StepEvent
 from lab.base.row import GPU_KEYS, ResultRow, RowT
 from lab.base.verdict import verdict
 from lab.rows import serving
+from lab.rows.output_check import degenerate_output
 from lab.rows.plausible import impossible_figure
 
 if TYPE_CHECKING:
@@ -171,6 +172,7 @@ def build_result(
         ttft_s=_ttft_without_rehearsal(latency, engine_report) if ok else None,
         **_prompt_keys(engine_report),
         set_acceptance=_set_acceptance(arm, set_rates),
+        degenerate_output=degenerate_output(text) if ok else None,
         **_contention_keys(contention, baseline),
         warm=warm,
     )
