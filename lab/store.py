@@ -257,6 +257,8 @@ class RunStore:
             self.log(event.text)
         elif isinstance(event, RunStarted):
             self.meta["machine"]["lab_runs_before"] = event.runs_before
+            if event.threads is not None:
+                self.meta["machine"]["threads"] = dict(event.threads)
         elif isinstance(event, RunFinished):
             self.finish(cancelled=event.cancelled)
 

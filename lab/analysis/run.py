@@ -90,6 +90,7 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             # busy-machine rounds (lab.telemetry.contention): all of them makes the verdict uncertain
             "contended_rounds": sum(1 for r in ok if r.get("contended")),
             "contended": bool(ok) and all(r.get("contended") for r in ok),
+            "threads_hint": min((r["threads_hint"] for r in ok if r.get("threads_hint")), default=None),
             # rounds of one arm share its setting (lab.base.acceptance)
             "set_acceptance": dict(first.get("set_acceptance") or {}),
             # the first round whose output loops or writes markers (lab.rows.output_check)

@@ -179,6 +179,10 @@ class RunStarted:
     prompts: tuple[str, ...]
     rounds: int
     runs_before: int = 0
+    # ``[run] threads = 0`` resolved against the machine as the run started
+    # (lab.telemetry.contention.fitting_threads): asked, cores, others_cores,
+    # used; None when the profile named a count
+    threads: Mapping[str, Any] | None = None
     t: float = field(default_factory=now)
 
 

@@ -114,6 +114,9 @@ class ResultRow(Mapping[str, Any]):
     contended: bool | None = None
     contention: float | None = None
     contention_note: str = ""
+    # on a busy cell whose engine wanted more cores than others left: the
+    # thread count that fits ([run] threads), beside the busy mark
+    threads_hint: int | None = None
     # rounds that shared engine state ([run] warm_rounds): a later round
     # met what the earlier ones left (caches, n-gram tables), so rounds are
     # a trend, not repeats

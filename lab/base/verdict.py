@@ -20,11 +20,12 @@ from typing import Any, Mapping
 
 from lab.base.economics import NEUTRAL_BAND, classify
 
-__all__ = ["BUSY_WARNING", "COUNTS_WARNING", "NEUTRAL_BAND", "busy_warning", "counts_warning", "failed_checks",
+__all__ = ["BUSY_WARNING", "COUNTS_WARNING", "THREADS_WARNING", "NEUTRAL_BAND", "busy_warning", "counts_warning", "failed_checks",
            "verdict", "verdict_kind"]
 
 BUSY_WARNING = "⚠ busy machine"
 COUNTS_WARNING = "⚠ counts differ from the server's"
+THREADS_WARNING = "⚠ more threads than free cores"
 
 
 def verdict(row: Mapping[str, Any]) -> str:
@@ -39,16 +40,21 @@ def verdict_kind(row: Mapping[str, Any]) -> str:
 
 def busy_warning(row: Mapping[str, Any]) -> str:
     """The mark a report sets beside a verdict taken on a busy machine ("" if
-    none): all rounds busy, or how many of them were."""
+    none): all rounds busy, or how many of them were; and the thread count
+    that fits (``threads_hint``) where the engine ran more threads than the
+    other processes left cores, busy or not."""
     busy = row.get("contended_rounds")
     rounds = row.get("rounds")
+    hint = row.get("threads_hint")
+    try_it = f" (try threads = {hint})" if isinstance(hint, int) and not isinstance(hint, bool) else ""
     if busy is None:
-        return BUSY_WARNING if row.get("contended") else ""
+        busy = 1 if row.get("contended") else 0
+        rounds = None
     if not busy:
-        return ""
+        return f"{THREADS_WARNING}{try_it}" if try_it else ""
     if rounds and busy < rounds:
-        return f"{BUSY_WARNING} ({busy} of {rounds} rounds)"
-    return BUSY_WARNING
+        return f"{BUSY_WARNING} ({busy} of {rounds} rounds){try_it}"
+    return BUSY_WARNING + try_it
 
 
 def failed_checks(row: Mapping[str, Any]) -> list[str]:

@@ -26,6 +26,10 @@ class Progress:
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
             self.out.write(f"run {event.profile}: {len(event.arms)} arms x {len(event.prompts)} prompts x {event.rounds} rounds -> {event.run_dir}\n")
+            t = event.threads
+            if t is not None and t["used"] < t["cores"]:
+                self.out.write(f"  threads = 0: {t['used']} of {t['cores']} cores, other processes kept "
+                               f"{t['others_cores']:.2f} busy as the run started\n")
         elif isinstance(event, StatusChanged):
             c = event.cell
             # a warmup cell's phase says "warming up"; its place need not say it too

@@ -94,7 +94,18 @@ def machine_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, An
     """The report's noise guard: the rows taken on a busy machine, or how
     quiet the machine was; and, for a run on a GPU, the runs its process
     ran before it (``machine``: results.json's record of the machine)."""
-    return _noise_lines(results) + _process_lines(results, machine or {})
+    return _noise_lines(results) + _thread_lines(machine or {}) + _process_lines(results, machine or {})
+
+
+def _thread_lines(machine: Mapping[str, Any]) -> list[str]:
+    """How ``[run] threads = 0`` was resolved as the run started."""
+    t = machine.get("threads")
+    if not isinstance(t, Mapping) or not all(isinstance(t.get(k), (int, float)) for k in ("used", "cores", "others_cores")):
+        return []
+    if t["used"] < t["cores"]:
+        return [f"- threads = 0 ran with {t['used']} of {t['cores']} cores: other processes kept "
+                f"{t['others_cores']:.2f} cores busy as the run started (set `threads` to override)"]
+    return [f"- threads = 0 ran with all {t['cores']} cores (other processes: {t['others_cores']:.2f} busy as the run started)"]
 
 
 def _process_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, Any]) -> list[str]:

@@ -205,6 +205,7 @@ def _contention_keys(reading: Contention | None, baseline: Mapping[str, Any] | N
         "contended": None if reading is None and not base_busy else bool(own or base_busy),
         "contention": round(reading.others_cores, 3) if reading is not None else None,
         "contention_note": "; ".join(notes),
+        "threads_hint": reading.threads_hint() if reading is not None else None,
     }
 
 

@@ -33,6 +33,10 @@ from lab.base.periodic import PeriodicSampler
 # 0.0-0.1 here (system daemons); one busy neighbour process is about 1.
 BUSY_CORES = 0.5
 INTERVAL_S = 0.25
+# This tree's threads waiting for a core, in cores, beyond which a cell with
+# other processes' work beside it is contended even under BUSY_CORES beyond
+# the spare ones (two burners on two cores beside a one-thread engine: 0.78).
+STARVED_CORES = 0.5
 # The kernel counts CPU time in ticks (10 ms): over a few milliseconds a
 # reading is noise. A cell shorter than this is read over the last
 # MIN_WINDOW_S seconds of the arm instead, and a window still shorter than
@@ -52,12 +56,32 @@ class Contention:
     min_freq_ratio: float | None = None  # lowest CPU clock over its maximum, where readable
     throttled: bool = False  # thermal throttling events during the cell, where readable
     own_cores: float = 0.0  # this process tree's mean busy cores (the lab, its engine, its server)
+    cores: int = 0  # the machine's cores (0: not recorded)
 
     @property
     def contended(self) -> bool:
         if self.seconds < MIN_JUDGED_S:
             return self.throttled
-        return self.throttled or self.others_cores > self.spare_cores + BUSY_CORES
+        if self.throttled or self.others_cores > self.spare_cores + BUSY_CORES:
+            return True
+        # Others short of the limit, but holding cores while this tree's
+        # threads queue for one: an engine squeezed onto fewer cores than it
+        # has threads (or a neighbour on the engine's own cores) is slowed
+        # as surely as one beside a bigger neighbour.
+        return (self.others_cores > BUSY_CORES and self.waiting_cores is not None
+                and self.waiting_cores > STARVED_CORES)
+
+    def threads_hint(self) -> int | None:
+        """The thread count to try on a cell whose engine kept more cores busy
+        than the other processes left free; None otherwise. Not only on a
+        contended cell: an oversubscribed engine takes cores from its
+        neighbour too, so the neighbour's share can stay under the busy
+        limit while every engine thread waits at its barriers."""
+        if not self.cores or self.seconds < MIN_JUDGED_S:
+            return None
+        engine = self.cores - self.spare_cores
+        fit = fitting_threads(self.cores, self.others_cores)
+        return fit if fit < engine else None
 
     def note(self) -> str:
         """One line saying what the machine did during the cell."""
@@ -69,6 +93,31 @@ class Contention:
         if self.throttled:
             parts.append("thermal throttling")
         return "; ".join(parts)
+
+
+# Other processes' busy cores below this share of a core leave it free.
+FREE_SLACK = 0.3
+# How long a run looks at the machine before it picks its threads.
+START_WINDOW_S = 0.3
+
+
+def fitting_threads(cores: int, others_cores: float) -> int:
+    """Engine threads that fit beside ``others_cores`` of other processes'
+    work: a llama.cpp thread that must wait for a core stalls every other
+    one at each barrier (measured on 2 cores with one neighbour: 0.4 tok/s
+    at 2 threads, 8.9 at 1)."""
+    import math
+
+    return max(1, min(cores, cores - math.ceil(others_cores - FREE_SLACK)))
+
+
+def others_busy_cores(window_s: float = START_WINDOW_S) -> float:
+    """Other processes' busy cores over the next ``window_s`` seconds (this
+    process tree excluded), as the noise guard counts them."""
+    watcher = ContentionWatcher("start", engine_cores=0)
+    watcher.sample()
+    time.sleep(window_s)
+    return watcher.sample()
 
 
 def _own_tree_cpu(extra: list[int]) -> dict[int, float]:
@@ -237,5 +286,5 @@ class ContentionWatcher(PeriodicSampler):
             others_cores=min(float(self.cores), (end.others_s - start_others) / seconds), spare_cores=self.spare,
             seconds=seconds,
             waiting_cores=waiting, min_freq_ratio=min(ratios) if ratios else None, throttled=throttled,
-            own_cores=(end.own_s - start_own) / seconds,
+            own_cores=(end.own_s - start_own) / seconds, cores=self.cores,
         )
