@@ -161,9 +161,12 @@ def test_tiny_twins_on_llama_server_at_set_acceptance(tmp_path: Path) -> None:
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines() if line.strip()]
     found = {c.arm: c for c in checks(rows, steps)}
     report = (run_dir / "report.md").read_text()
-    for arm, n_max in (("mtp", 2), ("dflash", 3)):
+    # the MTP entry sets acceptance per prompt: an arm (and a server) for each, running its prompt only
+    cells = {(r["arm"], r["prompt"]) for r in rows if r["arm"].startswith("mtp")}
+    assert cells == {("mtp-acceptanceprose0.6", "prose"), ("mtp-acceptancecode0.8", "code")}, cells
+    for arm, n_max in (("mtp-acceptanceprose0.6", 2), ("mtp-acceptancecode0.8", 2), ("dflash", 3)):
         spec = [r for r in rows if r["arm"] == arm]
-        assert len(spec) == 2 and all(r["steps"] for r in spec), arm
+        assert len(spec) == (1 if arm.startswith("mtp") else 2) and all(r["steps"] for r in spec), arm
         for r in spec:
             assert r["engine_report"].get("counts_match_server") is True, (arm, r["engine_report"].get("checks"))
             assert r["identical_to_baseline"] is None and "acceptance set" in r["verdict"]
@@ -175,7 +178,7 @@ def test_tiny_twins_on_llama_server_at_set_acceptance(tmp_path: Path) -> None:
         assert any(s["accepted"] == s["drafted"] == n_max for s in mine), arm
         c = found[arm]
         seen = [(p.position, p.set_rate, p.accepted, p.reached, p.z) for p in c.positions]
-        assert c.positions[0].reached > 50, seen
+        assert c.positions[0].reached > 40, seen
         # a random draft can propose nothing the server refuses here (no
         # end-of-generation token wins a greedy pick), so: within the noise
         assert c.honoured and c.worst_z is not None and c.worst_z <= Z_LIMIT, seen
