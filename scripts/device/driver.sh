@@ -267,9 +267,9 @@ PY
 }
 
 # -- the write-ups' twins: the Qwen3.x-27B hybrid with its MTP block and its DFlash draft ----------
-# Writing the 27B target (15.5 GB of Q4_0) and its draft (1.0 GB) takes about a minute
-# here (the writer runs at 0.05-0.08 GB/s on a 2-core CPU, synthetic.py's at 0.12, and
-# synthetic.py's reaches 0.6-0.8 GB/s on this machine: about 25-50 s for both). Each
+# Writing the 27B target (15.5 GB of Q4_0) and its draft (1.0 GB): measured 56 s and
+# 6 s on a 2-core CPU (0.28 GB/s); synthetic.py's writer runs 5-6x faster on this
+# machine than there, so an estimated 15-30 s here. Each
 # profile then takes 2-4 minutes (400 tokens x 12-16 cells, one server start per arm
 # loading 15.5 GB). With a cold build (~290 s) run one profile a call:
 #   call A: twins_dflash      call B (warm): twins_mtp      or, warm: twins
