@@ -74,6 +74,14 @@ def test_big_shapes_have_the_published_sizes() -> None:
     assert draft.block_size - 1 >= 12  # n-max 12 fits in a block
 
 
+def test_the_k_quant_twin_is_q4_k_where_rows_allow() -> None:
+    big = SHAPES["qwen35-27b-q4k"]
+    # every 27B tensor's rows are whole 256-weight blocks: all Q4_K, the same 4.5 bits a weight
+    assert all(hybrid._k_rows(shape, big.quant) for _, shape, fill in hybrid.specs(big) if hybrid._q4(fill))
+    assert hybrid.q4_0_bytes(big) == hybrid.q4_0_bytes(SHAPES["qwen35-27b"])
+    assert hybrid.filename("qwen35-27b-q4k").endswith(".Q4_K.gguf")
+
+
 def test_every_model_is_registered() -> None:
     seen: dict[str, str] = {}
 
@@ -94,14 +102,14 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("gguf", reason="gguf is not installed (pip install -e '.[llamacpp]')")
     root = tmp_path_factory.mktemp("hybrid")
     out = {}
-    for name in ("qwen35-tiny", "qwen35-tiny-a3b", "qwen35-tiny-dflash"):
+    for name in ("qwen35-tiny", "qwen35-tiny-a3b", "qwen35-tiny-dflash", "qwen35-tiny-q4k"):
         out[name] = root / f"{name}.gguf"
         hybrid.write(SHAPES[name], out[name])
     return out
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("name", ["qwen35-tiny", "qwen35-tiny-a3b"])
+@pytest.mark.parametrize("name", ["qwen35-tiny", "qwen35-tiny-a3b", "qwen35-tiny-q4k"])
 def test_verify_batch_picks_what_one_row_decodes_pick(tiny: dict[str, Path], name: str) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
     from lab_llamacpp import engine
@@ -190,7 +198,7 @@ def test_tiny_twins_on_llama_server_at_set_acceptance(tmp_path: Path) -> None:
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("name,depth", [("qwen35-tiny", 64), ("qwen35-tiny-a3b", 40)])
+@pytest.mark.parametrize("name,depth", [("qwen35-tiny", 64), ("qwen35-tiny-a3b", 40), ("qwen35-tiny-q4k", 64)])
 def test_greedy_pick_follows_the_table_at_the_real_depth(tmp_path: Path, name: str, depth: int) -> None:
     """As deep as the 27B (64 layers, 48 of them delta-net) and the A3B (40),
     as narrow as a test allows: the recurrent layers' updates must not swamp

@@ -52,6 +52,16 @@ costs, recurrent replay included, are the real shapes' costs.
   and the tiny twins (4 trunk layers, 3 delta-net and 1 full attention,
   plus the MTP block).
 
+- ``qwen35-27b-q4k``, ``qwen35-27b-dflash-q4k``, ``qwen35-tiny-q4k``: the
+  same weights' layout as Q4_K blocks (every 27B row is whole 256-weight
+  blocks; a tiny tensor whose rows are not falls back to Q4_0), written as
+  fast: the write-ups trace part of Metal's loss to K-quant kernels on
+  small batches, and a Q4_K twin puts those kernels in the step.
+
+The 27B writes in about a minute on a 2-core CPU (15.5 GB at 0.28 GB/s) and
+loads and runs on llama-server there with draft-mtp and with its DFlash
+draft (``extract_layers`` 5 of them, block 16).
+
 Weights that llama.cpp keeps in float (norms, the convolution kernel,
 ``ssm_a``, ``ssm_dt``, the delta-net's alpha/beta projections, the routers)
 stay F32. The MTP block's and the DFlash draft's own predictions are random:
@@ -63,7 +73,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -102,6 +112,7 @@ class HybridShape:
     n_ff_exp: int = 0
     n_ff_shexp: int = 0
     n_nextn: int = 1
+    quant: str = "q4_0"  # or "q4_k": see K_QUANT
     seed: int = 0
     description: str = ""
 
@@ -136,6 +147,7 @@ class DFlashShape:
     target_layers: tuple[int, ...]
     block_size: int = 16
     rope_base: float = 10_000_000.0
+    quant: str = "q4_0"
     seed: int = 0
     description: str = ""
 
@@ -195,6 +207,58 @@ SHAPES: dict[str, Shape] = {
         description="a tiny DFlash draft for synthetic:qwen35-tiny-a3b",
     ),
 }
+# K-quant twins of the write-ups' pair: Metal's loss was traced partly to
+# K-quant kernels on small batches.
+SHAPES["qwen35-27b-q4k"] = replace(SHAPES["qwen35-27b"], quant="q4_k", description="synthetic:qwen35-27b as Q4_K")
+SHAPES["qwen35-27b-dflash-q4k"] = replace(
+    SHAPES["qwen35-27b-dflash"], quant="q4_k", description="synthetic:qwen35-27b-dflash as Q4_K")
+SHAPES["qwen35-tiny-q4k"] = replace(SHAPES["qwen35-tiny"], quant="q4_k", description="synthetic:qwen35-tiny as Q4_K")
+
+
+# -- K-quant blocks ---------------------------------------------------------------------
+
+Q4_K_BLOCK = 256
+Q4_K_BYTES = 144  # f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles
+# Every sub-block's scale and min are 15 (both fit the low 4 bits of the
+# packing), and dmin = 7.5 d, so a weight is 15 d (q - 7.5): values
+# +-0.5 .. +-7.5 in steps of one, mean zero (see synthetic._zero_mean_nibbles
+# for why the mean matters), standard deviation 15 d sqrt(255 / 12).
+_K_SCALES = np.array([15] * 8 + [0xFF] * 4, dtype=np.uint8)
+_K_STD_PER_D = 15.0 * float(np.sqrt(255 / 12))
+
+
+class _PoolK:
+    """synthetic._Pool's method for Q4_K: random blocks of one scale class,
+    tensors are views into the pool at different offsets."""
+
+    SLACK_BLOCKS = 1 << 13
+
+    def __init__(self, rng: np.random.Generator, n_blocks: int, value_std: float) -> None:
+        total = n_blocks + self.SLACK_BLOCKS
+        raw = np.empty((total, Q4_K_BYTES), dtype=np.uint8)
+        raw[:, 16:] = np.frombuffer(rng.bytes(total * 128), dtype=np.uint8).reshape(total, 128)
+        d = (value_std / _K_STD_PER_D) * rng.uniform(0.75, 1.25, total)
+        raw[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(total, 2)
+        raw[:, 2:4] = (7.5 * d).astype("<f2").view(np.uint8).reshape(total, 2)
+        raw[:, 4:16] = _K_SCALES
+        self.raw = raw
+        self.n_blocks = n_blocks
+        self._next = 0
+
+    def take(self, shape: tuple[int, ...]) -> np.ndarray:
+        *lead, cols = shape
+        blocks = int(np.prod(shape)) // Q4_K_BLOCK
+        if blocks > self.n_blocks:
+            raise ValueError(f"pool of {self.n_blocks} blocks cannot hold {blocks}")
+        offset = (self._next * 7919) % self.SLACK_BLOCKS
+        self._next += 1
+        return self.raw[offset : offset + blocks].reshape(*lead, cols // Q4_K_BLOCK * Q4_K_BYTES)
+
+
+def _k_rows(shape: tuple[int, ...], quant: str) -> bool:
+    """Whether a tensor is written as Q4_K: rows of whole 256-weight blocks
+    (others fall back to Q4_0, as llama.cpp's quantize falls back)."""
+    return quant == "q4_k" and shape[-1] % Q4_K_BLOCK == 0
 
 
 # -- the tensors ------------------------------------------------------------------------
@@ -309,12 +373,18 @@ def parameters(s: Shape) -> int:
 
 
 def q4_0_bytes(s: Shape) -> int:
-    """Bytes of Q4_0 tensor data in the file."""
-    return sum(int(np.prod(shape)) // syn.Q4_0_BLOCK * syn.Q4_0_BYTES for _, shape, fill in specs(s) if _q4(fill))
+    """Bytes of 4-bit tensor data in the file (Q4_0 blocks, or Q4_K where
+    the shape says so: the same 4.5 bits a weight)."""
+    total = 0
+    for _, shape, fill in specs(s):
+        if _q4(fill):
+            n = int(np.prod(shape))
+            total += n // Q4_K_BLOCK * Q4_K_BYTES if _k_rows(shape, s.quant) else n // syn.Q4_0_BLOCK * syn.Q4_0_BYTES
+    return total
 
 
 def file_bytes(s: Shape) -> int:
-    """Tensor data bytes in the file: Q4_0 blocks and F32 tensors."""
+    """Tensor data bytes in the file: 4-bit blocks and F32 tensors."""
     f32 = sum(4 * int(np.prod(shape)) for _, shape, fill in specs(s) if not _q4(fill))
     return q4_0_bytes(s) + f32
 
@@ -327,7 +397,8 @@ def _header(w: Any, s: Shape, voc: syn.Vocab) -> None:
 
     a = s.arch
     w.add_name(f"speclab synthetic {a} ({s.family}, random Q4_0 weights)")
-    w.add_uint32("general.file_type", int(gguf.LlamaFileType.MOSTLY_Q4_0))
+    ftype = gguf.LlamaFileType.MOSTLY_Q4_K_S if s.quant == "q4_k" else gguf.LlamaFileType.MOSTLY_Q4_0
+    w.add_uint32("general.file_type", int(ftype))
     w.add_uint32(f"{a}.context_length", 262144 if isinstance(s, HybridShape) else 32768)
     w.add_uint32(f"{a}.embedding_length", s.n_embd)
     w.add_uint32(f"{a}.attention.head_count", s.n_head)
@@ -382,17 +453,26 @@ def write(s: Shape, out: Path | str) -> None:
     w = gguf.GGUFWriter(str(out), s.arch)
     _header(w, s, voc)
     q4 = gguf.GGMLQuantizationType.Q4_0
+    q4k = gguf.GGMLQuantizationType.Q4_K
     all_specs = specs(s)
-    # One pool per scale class, as large as its largest tensor.
-    need: dict[float, int] = {}
+    # One pool per scale class and block kind, as large as its largest tensor.
+    need: dict[tuple[bool, float], int] = {}
     for _, shape, fill in all_specs:
         if fill[0] == Q4:
-            need[fill[1]] = max(need.get(fill[1], 0), int(np.prod(shape)) // syn.Q4_0_BLOCK)
-    pools = {std: syn._Pool(rng, n, std) for std, n in sorted(need.items())}
+            k = _k_rows(shape, s.quant)
+            per = Q4_K_BLOCK if k else syn.Q4_0_BLOCK
+            need[(k, fill[1])] = max(need.get((k, fill[1]), 0), int(np.prod(shape)) // per)
+    pools: dict[tuple[bool, float], syn._Pool | _PoolK] = {
+        (k, std): (_PoolK(rng, n, std) if k else syn._Pool(rng, n, std)) for (k, std), n in sorted(need.items())}
     embd = output = np.zeros((0, syn.Q4_0_BYTES), dtype=np.uint8)
+    embd_k = isinstance(s, HybridShape) and _k_rows((s.n_vocab, s.n_embd), s.quant)
     if isinstance(s, HybridShape):
         # The output matrix holds row E[t] at row next[t]: see synthetic.py.
-        embd = syn._q4_0_rows(rng, s.n_vocab, s.n_embd, 1.0)
+        if embd_k:
+            embd = _PoolK(rng, s.n_vocab * s.n_embd // Q4_K_BLOCK, 1.0).raw[: s.n_vocab * s.n_embd // Q4_K_BLOCK]
+            embd = embd.reshape(s.n_vocab, s.n_embd // Q4_K_BLOCK * Q4_K_BYTES)
+        else:
+            embd = syn._q4_0_rows(rng, s.n_vocab, s.n_embd, 1.0)
         table = syn.family_table(s.n_vocab, s.family)
         normal = np.arange(syn.FIRST_NORMAL, s.n_vocab)
         output = np.zeros_like(embd)
@@ -400,11 +480,12 @@ def write(s: Shape, out: Path | str) -> None:
     for name, shape, fill in all_specs:
         kind = fill[0]
         if kind == Q4:
-            w.add_tensor(name, pools[fill[1]].take(shape), raw_dtype=q4)
+            k = _k_rows(shape, s.quant)
+            w.add_tensor(name, pools[(k, fill[1])].take(shape), raw_dtype=q4k if k else q4)
         elif kind == "embd":
-            w.add_tensor(name, embd, raw_dtype=q4)
+            w.add_tensor(name, embd, raw_dtype=q4k if embd_k else q4)
         elif kind == "output":
-            w.add_tensor(name, output, raw_dtype=q4)
+            w.add_tensor(name, output, raw_dtype=q4k if embd_k else q4)
         elif kind == "ones":
             w.add_tensor(name, np.ones(shape, dtype=np.float32))
         elif kind == "normal":
@@ -424,7 +505,7 @@ def write(s: Shape, out: Path | str) -> None:
 
 
 def filename(name: str) -> str:
-    return f"synthetic-{name}.Q4_0.gguf"
+    return f"synthetic-{name}.{'Q4_K' if SHAPES[name].quant == 'q4_k' else 'Q4_0'}.gguf"
 
 
 def builder(name: str) -> Callable[[Path], None]:
