@@ -330,9 +330,12 @@ class Runner:
         return seconds
 
     def _cells(self, arm: Arm) -> list[Cell]:
+        # an arm whose acceptance was set for one prompt runs that prompt only
+        only = arm.acceptance.prompt if arm.acceptance is not None else None
         return [
             Cell(arm.name, p.name, r)
             for p in self.profile.prompts
+            if only is None or p.name == only
             for r in range(1, self.profile.run.rounds + 1)
         ]
 

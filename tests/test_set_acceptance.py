@@ -316,3 +316,46 @@ def test_mlx_loops_at_set_acceptance(tmp_path: Path) -> None:
         spec = [r for r in rows if r["arm"] == arm]
         assert all(r["identical_to_baseline"] is None and r["set_acceptance"] for r in spec)
         _honoured(rows, run_dir, arm)
+
+
+# -- one setting per prompt ---------------------------------------------------------------------------
+
+TWO_PROMPTS = '[[prompts]]\nname = "q"\ntext = "more"\n'
+
+
+def test_a_table_per_prompt_makes_an_arm_per_prompt(tmp_path: Path) -> None:
+    p = _profile(tmp_path, '{ p = 0.6, q = { mean_length = 2.5 } }', extra=TWO_PROMPTS)
+    arms = {a.name: a for a in p.arms}
+    assert set(arms) == {"base", "set-acceptancep0.6", "set-acceptanceqL2.5"}
+    assert arms["set-acceptancep0.6"].acceptance.prompt == "p"
+    assert arms["set-acceptancep0.6"].set_rates == pytest.approx((0.6, 0.36, 0.216))
+    assert mean_length(arms["set-acceptanceqL2.5"].set_rates or ()) == pytest.approx(2.5)
+    assert arms["set-acceptanceqL2.5"].baseline == "base"
+
+
+def test_an_arm_set_for_one_prompt_runs_that_prompt_only(tmp_path: Path) -> None:
+    from lab.registry import load_registry
+    from lab.runner import Runner
+
+    p = _profile(tmp_path, '{ p = 0.6, q = 0.9 }', extra=TWO_PROMPTS)
+    runner = Runner(p, load_registry())
+    cells = {a.name: [(c.prompt, c.round) for c in runner._cells(a)] for a in p.arms}
+    assert cells == {"base": [("p", 1), ("q", 1)], "set-acceptancep0.6": [("p", 1)], "set-acceptanceq0.9": [("q", 1)]}
+
+
+@pytest.mark.parametrize("acceptance,words,where", [
+    ('{ p = 0.6, r = 0.5, q = 0.5 }', "no prompt named 'r'", "acceptance.r"),
+    ('{ p = 0.6 }', "not for 'q'", "acceptance"),
+    ('[{ p = 0.6, q = 0.5 }]', "cannot be swept", "acceptance[0]"),
+    ('{ p = [0.5, 0.6], q = 0.5 }', "not a sweep", "acceptance.p"),
+    ('{ p = 1.5, q = 0.5 }', "a chance in [0, 1]", "acceptance.p"),
+    ('{}', "an empty table", "acceptance"),
+])
+def test_bad_settings_per_prompt_name_file_line_and_key(tmp_path: Path, acceptance: str, words: str, where: str) -> None:
+    with pytest.raises(ProfileError) as err:
+        _profile(tmp_path, acceptance, extra=TWO_PROMPTS)
+    text = str(err.value)
+    assert words in text and where in text and "p.toml" in text, text
+    lines = (tmp_path / "p.toml").read_text().splitlines()
+    line = 1 + next(i for i, t in enumerate(lines) if t.startswith("acceptance ="))
+    assert f"p.toml:{line}:" in text, text

@@ -43,6 +43,9 @@ class SetAcceptance:
 
     kind: str  # one of KINDS
     value: float | tuple[float, ...]
+    # Set when the profile gave one setting per prompt: the arm this setting
+    # makes runs that prompt only (a server takes its rates at start).
+    prompt: str | None = None
 
     def rates(self, n_max: int) -> tuple[float, ...]:
         """Unconditional rates for positions 1..n_max."""
@@ -64,11 +67,12 @@ class SetAcceptance:
 
     def label(self) -> str:
         """Short, for arm names made by a sweep and for report lines."""
+        for_prompt = self.prompt or ""
         if self.kind == "rate":
-            return f"{float(self.value):g}"  # type: ignore[arg-type]
+            return f"{for_prompt}{float(self.value):g}"  # type: ignore[arg-type]
         if self.kind == "mean_length":
-            return f"L{float(self.value):g}"  # type: ignore[arg-type]
-        return "r" + "_".join(f"{r:g}" for r in self.value)  # type: ignore[union-attr]
+            return f"{for_prompt}L{float(self.value):g}"  # type: ignore[arg-type]
+        return for_prompt + "r" + "_".join(f"{r:g}" for r in self.value)  # type: ignore[union-attr]
 
     def describe(self) -> str:
         """What the setting means, in words, for reports."""
@@ -80,7 +84,10 @@ class SetAcceptance:
 
     def to_json(self) -> dict[str, Any]:
         value = list(self.value) if isinstance(self.value, tuple) else self.value
-        return {"kind": self.kind, "value": value}
+        out: dict[str, Any] = {"kind": self.kind, "value": value}
+        if self.prompt is not None:
+            out["prompt"] = self.prompt
+        return out
 
 
 def draw_seed(seed: int, prompt: str, round: int) -> int:

@@ -18,9 +18,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     profile = checked_profile(args.profile, registry)
     if profile is None:
         return 2
-    cells = len(profile.arms) * len(profile.prompts) * profile.run.rounds
-    print(
-        f"{printable(profile.path)}: ok, {len(profile.arms)} arms x {len(profile.prompts)} prompts x "
-        f"{profile.run.rounds} rounds = {cells} cells"
-    )
+    # an arm whose acceptance is set for one prompt runs that prompt only
+    one_prompt = sum(1 for a in profile.arms if a.acceptance is not None and a.acceptance.prompt is not None)
+    all_prompts = len(profile.arms) - one_prompt
+    cells = (all_prompts * len(profile.prompts) + one_prompt) * profile.run.rounds
+    if one_prompt:
+        shape = f"({all_prompts} arms x {len(profile.prompts)} prompts + {one_prompt} arms of one prompt)"
+    else:
+        shape = f"{len(profile.arms)} arms x {len(profile.prompts)} prompts"
+    print(f"{printable(profile.path)}: ok, {shape} x {profile.run.rounds} rounds = {cells} cells")
     return 0

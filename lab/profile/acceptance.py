@@ -5,14 +5,19 @@
     acceptance = { rates = [0.9, 0.8, 0.6] }  # unconditional, per position
     acceptance = { mean_length = 3.5 }        # tokens landed per step
     acceptance = [0.5, 0.7, 0.9]              # a sweep: one arm per value
+    acceptance = { prose = 0.6, code = { mean_length = 3.5 } }  # per prompt
 
 A list is always a sweep (rates per position go in a table), so a sweep of
-tables is a list of tables.
+tables is a list of tables. A table keyed by prompt names gives each prompt
+its own setting, every prompt of the profile named: the entry makes one arm
+per prompt, each running its own prompt only (llama-server takes its rates
+when it starts, so one setting per prompt is one server per prompt).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from lab.base.acceptance import AcceptanceError, SetAcceptance, check_rates
@@ -32,8 +37,41 @@ def parse(src: Source, raw: Any, key: KeyPath) -> tuple[SetAcceptance | None, ..
     if isinstance(raw, list):
         if not raw:
             raise src.error(key, "an empty list sweeps nothing")
+        for i, v in enumerate(raw):
+            if _per_prompt(v):
+                raise src.error([*key, i], "a table of settings per prompt cannot be swept: give it alone")
         return tuple(_one(src, v, [*key, i]) for i, v in enumerate(raw))
+    if _per_prompt(raw):
+        if not raw:
+            raise src.error(key, "an empty table sets nothing: give a chance, rates, mean_length or one setting per prompt")
+        out = []
+        for prompt, v in raw.items():
+            if isinstance(v, list) or _per_prompt(v):
+                raise src.error([*key, prompt], f"the setting for prompt {prompt!r} is one chance or one table "
+                                                "with rates or mean_length, not a sweep or another table of prompts")
+            out.append(replace(_one(src, v, [*key, prompt]), prompt=prompt))
+        return tuple(out)
     return (_one(src, raw, key),)
+
+
+def _per_prompt(raw: Any) -> bool:
+    """A table keyed by prompt names, not one with rates or mean_length."""
+    return isinstance(raw, dict) and not any(k in raw for k in ("rates", "mean_length"))
+
+
+def check_prompts(src: Source, values: tuple[SetAcceptance | None, ...], prompts: tuple[str, ...], key: KeyPath) -> None:
+    """A table of settings per prompt names the profile's prompts, all of them."""
+    named = [v.prompt for v in values if v is not None and v.prompt is not None]
+    if not named:
+        return
+    for p in named:
+        if p not in prompts:
+            raise src.error([*key, p], f"no prompt named {p!r} (prompts: {', '.join(prompts)}); a table here is either "
+                                       "rates or mean_length, or one setting per prompt name")
+    missing = [p for p in prompts if p not in named]
+    if missing:
+        raise src.error(key, f"acceptance is set per prompt but not for {', '.join(repr(p) for p in missing)}: "
+                             "give every prompt its setting (an arm per prompt runs that prompt only)")
 
 
 def _one(src: Source, raw: Any, key: KeyPath) -> SetAcceptance:

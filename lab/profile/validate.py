@@ -72,6 +72,9 @@ def validate(src: Source, data: dict[str, Any], registry: Registry | None, defau
     run = validate_run(src, data.get("run", {}))
     prompts = validate_prompts(src, data.get("prompts"), run)
     arms = validate_arms(src, data.get("arms"), registry, run)
+    names = tuple(p.name for p in prompts)
+    for entry in arms:
+        set_acceptance.check_prompts(src, entry.acceptance, names, ["arms", entry.index, "acceptance"])
     return Checked(name, description, run, prompts, arms)
 
 

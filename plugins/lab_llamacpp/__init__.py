@@ -35,11 +35,12 @@ def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
 
 @hookimpl
 def lab_register_models(register: RegisterModel) -> None:
-    from lab_llamacpp import synthetic
+    from lab_llamacpp import hybrid, synthetic
     from lab_llamacpp.models import register_models
 
     register_models(register)
     synthetic.register_models(register)
+    hybrid.register_models(register)
 
 
 @hookimpl

@@ -191,15 +191,20 @@ def next_token_table(shape: Shape) -> np.ndarray:
     family's permutation; for ``agreement`` < 1 changed on the rest).
     Entries for control and byte tokens are -1: no output row answers
     them, so they make no wide-margin pick."""
-    n = shape.n_vocab
+    return family_table(shape.n_vocab, shape.family, shape.agreement, shape.seed)
+
+
+def family_table(n: int, family: str, agreement: float = 1.0, seed: int = 0) -> np.ndarray:
+    """:func:`next_token_table` for any writer: a vocabulary of ``n``
+    tokens, the ``family``'s permutation, kept on a share ``agreement``."""
     normal = np.arange(FIRST_NORMAL, n)
-    family_rng = np.random.default_rng(_family_seed(shape.family))
+    family_rng = np.random.default_rng(_family_seed(family))
     perm = family_rng.permutation(normal)
     table = np.full(n, -1, dtype=np.int64)
     table[normal] = perm
-    if shape.agreement < 1.0:
-        rng = np.random.default_rng(shape.seed + 1_000_003)
-        n_off = int(round((1.0 - shape.agreement) * len(normal)))
+    if agreement < 1.0:
+        rng = np.random.default_rng(seed + 1_000_003)
+        n_off = int(round((1.0 - agreement) * len(normal)))
         if n_off >= 2:
             off = rng.choice(normal, size=n_off, replace=False)
             # A cyclic shift among the chosen tokens: no fixed point, so each

@@ -6,6 +6,7 @@
 # line in $W/driver.log; a failing stage is logged and the next runs.
 #   no arguments:  overhead probe oracle_run draft_run          (call 1)
 #   stage names:   those, e.g. overhead_host probe_interleaved bench step_costs moe  (call 2)
+#                  twins_dflash, twins_mtp (or twins on a warm machine): the write-ups' twins
 set -u
 W=${LAB_DEVICE_WORK:-/tmp/h200}
 R=$W/results
@@ -64,6 +65,7 @@ record_telemetry() {
 }
 
 model_path() { python3 -c "from lab_llamacpp import synthetic; print(synthetic.resolve('synthetic:$1'))"; }
+hybrid_path() { python3 -c "from lab_llamacpp import hybrid; print(hybrid.resolve('synthetic:$1'))"; }
 
 # The lab and its benchmarks with llama.cpp's libraries loaded before numpy
 # (on this image the other order crashed at model load).
@@ -250,6 +252,44 @@ moe() {
   lab probe --model synthetic:qwen3-a3b --n-gpu-layers 999 --widths 1-16,24,32 --repeats 3 \
     --out "$R/probe-qwen3-a3b.json" > "$R/probe-qwen3-a3b.txt" 2> "$W/probe-qwen3-a3b.log"
 }
+
+write_hybrid() {
+  python3 - "$@" <<'PY'
+import sys, time
+from lab_llamacpp import hybrid
+for name in sys.argv[1:]:
+    t0 = time.perf_counter()
+    path = hybrid.resolve("synthetic:" + name)
+    dt = time.perf_counter() - t0
+    size = path.stat().st_size
+    print(f"synthetic:{name}: {size / 1e9:.2f} GB in {dt:.1f} s ({size / 1e9 / dt:.2f} GB/s) -> {path}", flush=True)
+PY
+}
+
+# -- the write-ups' twins: the Qwen3.x-27B hybrid with its MTP block and its DFlash draft ----------
+# Writing the 27B target (15.5 GB of Q4_0) and its draft (1.0 GB): measured 56 s and
+# 6 s on a 2-core CPU (0.28 GB/s); synthetic.py's writer runs 5-6x faster on this
+# machine than there, so an estimated 15-30 s here. Each
+# profile then takes 2-4 minutes (400 tokens x 12-16 cells, one server start per arm
+# loading 15.5 GB). With a cold build (~290 s) run one profile a call:
+#   call A: twins_dflash      call B (warm): twins_mtp      or, warm: twins
+twins_models() {
+  stage hybrid_models write_hybrid qwen35-27b qwen35-27b-dflash | tee -a "$R/twins-models.txt"
+}
+
+twins_dflash() {
+  twins_models
+  local m; m=$(hybrid_path qwen35-27b)
+  llama-bench -m "$m" -ngl 99 -fa 1 -p 0 -n 128 -r 3 -o json > "$R/twins-llama-bench.json" 2>/dev/null
+  lab run "$repo/profiles/twin-llamacpp-dflash.toml" --out "$W/runs/twin-dflash" > "$R/twin-llamacpp-dflash.txt" 2> "$W/twin-dflash.log"
+}
+
+twins_mtp() {
+  twins_models
+  lab run "$repo/profiles/twin-llamacpp-mtp.toml" --out "$W/runs/twin-mtp" > "$R/twin-llamacpp-mtp.txt" 2> "$W/twin-mtp.log"
+}
+
+twins() { twins_dflash; twins_mtp; }
 
 setup() {
   # Build, install and write once per machine; later calls reuse them.
