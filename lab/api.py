@@ -488,7 +488,9 @@ class DraftModelHost(ABC):
 
 class Probing(ABC):
     """Capability of a backend that measures verification cost (``lab
-    probe``): seconds of one target pass over w tokens. See
+    probe``): seconds of one target pass over w tokens, or, for an engine
+    that runs the speculative loop itself (a server), of one whole step
+    that verified w tokens (see :meth:`probe_notes`). See
     :mod:`lab.probing.driver`."""
 
     # The ways this backend can measure, the first being the default.
@@ -516,9 +518,19 @@ class Probing(ABC):
             RuntimeError: the method needs ``load`` and it has not run.
         """
 
+    @classmethod
+    def probe_refusal(cls, arm_options: Mapping[str, Any]) -> str | None:
+        """Why an arm with these options cannot be probed on this backend
+        (a run then says so and prices the arm by no probe of its own), or
+        None when it can: the default."""
+        return None
+
     def probe_notes(self) -> dict[str, Any]:
         """What the last measurement ran (a command, an external tool's raw
-        table), saved with the probe."""
+        table), saved with the probe. ``"prices": "steps"``
+        (:data:`lab.base.probe.PRICES_STEPS`) says the figures above width 1
+        are whole steps, the draft's cost inside; ``"priced_by"`` names what
+        measured them."""
         return {}
 
 

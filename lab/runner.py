@@ -290,7 +290,9 @@ class Runner:
             except probes.ProbeError as exc:
                 self.emit(probes.ProbeReported("", f"{exc}; no prediction"))
                 return
-            p = dataclasses.replace(p, origin={**p.origin, "source": "file", "path": setting})
+            # arms it priced in another run say nothing here: rows match it by backend and model
+            kept = {k: v for k, v in p.origin.items() if k != "arms"}
+            p = dataclasses.replace(p, origin={**kept, "source": "file", "path": setting})
             self.emit(probes.ProbeReported(f"{p.backend} / {p.model}", p.origin_line(), probe=p))
             got.append(p)
         else:
@@ -307,7 +309,8 @@ class Runner:
                                                      log=self._log)
                     if found is None:  # cancelled while it measured: its process is stopped
                         break
-                    p = found
+                    # which rows it prices: the report matches rows to probes by this
+                    p = dataclasses.replace(found, origin={**found.origin, "arms": list(spec.arms)})
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:  # noqa: BLE001 - no probe means no prediction, not a failed run

@@ -79,6 +79,8 @@ HEAD = """
 max_tokens = {max_tokens}
 rounds = {rounds}
 warmup = 0
+# these check the server's counts and life cycle; its probe has tests of its own (test_server_probe.py)
+probe = false
 n_ctx = 512
 threads = 1
 chat_template = true

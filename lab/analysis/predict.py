@@ -13,6 +13,17 @@ proposes nothing cost and land one plain token, in the share measured. So
 T(w) is relative to a one-row pass, taken as one baseline token. Where a
 step lasts a few milliseconds (a GPU) the loop's 50-100 us is a few percent
 of it, which the prediction left out until the loop reported it.
+
+A probe that prices whole steps (:attr:`lab.base.probe.Probe.prices_steps`:
+llama-server, which runs the loop itself) gives C(n) directly: T(n + 1) is
+the seconds of a step that drafted n tokens at full acceptance, the draft
+and the server's loop inside, over its baseline's seconds per token, so
+
+    C(n) = T(n + 1),
+
+and only the acceptance per position and the plain share come from the
+row. It assumes a step costs what it costs at full acceptance whatever it
+keeps: the draft drafts n tokens and the target verifies n + 1 either way.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ class Prediction:
     speedup: float
     extrapolated: int  # draft positions with no acceptance data
     loop_cost: float = 0.0  # the loop's own seconds per step, baseline tokens
+    # verify_cost is a whole step's cost, draft and loop inside (a probe that prices steps)
+    step_priced: bool = False
 
     @property
     def cost(self) -> float:
@@ -84,8 +97,10 @@ def predict(
 ) -> list[Prediction]:
     """Predictions for every n_max the probe covers (n + 1 <= widest width)."""
     ns = list(n_values) if n_values is not None else list(range(1, max(probe.widths)))
-    draft_per_token = inputs.draft_s_per_token / inputs.baseline_token_s
-    loop_cost = inputs.loop_s_per_step / inputs.baseline_token_s
+    whole = probe.prices_steps
+    # a step-priced probe's T(w) already holds the draft and the loop: the row's own are not added
+    draft_per_token = 0.0 if whole else inputs.draft_s_per_token / inputs.baseline_token_s
+    loop_cost = 0.0 if whole else inputs.loop_s_per_step / inputs.baseline_token_s
     q = inputs.plain_share
     out = []
     for n in ns:
@@ -95,7 +110,7 @@ def predict(
         landed, missing = acceptance.expected_landed(n)
         draft_cost = n * draft_per_token
         speedup = (q + (1 - q) * landed) / (q + (1 - q) * (t + draft_cost + loop_cost))
-        out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost))
+        out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole))
     return out
 
 
@@ -109,10 +124,11 @@ def best(predictions: Sequence[Prediction]) -> Prediction | None:
 
 
 def probe_for(row: Mapping[str, Any], probes: Sequence[Probe]) -> tuple[Probe | None, bool]:
-    """The probe that prices a row: its own stack's (same backend and
-    model), else the first one, flagged as not matching."""
+    """The probe that prices a row: the one the run took for its arm's
+    stack (:meth:`lab.base.probe.Probe.prices_arm`), else the first one,
+    flagged as not matching."""
     for p in probes:
-        if p.backend == row.get("backend") and p.model == row.get("model"):
+        if p.prices_arm(row.get("arm", ""), row.get("backend"), row.get("model")):
             return p, True
     return (probes[0], False) if probes else (None, False)
 

@@ -164,7 +164,10 @@ def predictions(
         held = holdout.held_out(results, steps, arm, prompt, probe, inputs.n_max)
         out.append({
             "arm": arm, "prompt": prompt, "n_max": inputs.n_max,
-            "probe_matches": probe.backend == rows[0].get("backend") and probe.model == rows[0].get("model"),
+            "probe_matches": probe.prices_arm(arm, rows[0].get("backend"), rows[0].get("model")),
+            # what measured the step cost: the engine itself for a probe that prices whole steps
+            "priced_by": probe.priced_by,
+            "step_priced": probe.prices_steps,
             "measured": statistics.median(x for _, _, x in measured) if measured else None,
             "predicted": own.speedup if own else None,
             "best_n_max": top.n_max if top else None,

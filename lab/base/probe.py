@@ -30,6 +30,12 @@ PROBE_FILE = "probe.json"
 DEFAULT_WIDTHS = tuple(range(1, 17))
 # The write-ups' amortization figure: batch-8 over batch-1 throughput.
 RATIO_WIDTH = 8
+# A probe's ``notes["prices"]`` when its figures at widths above 1 are whole
+# speculative steps, not target passes: a step that drafted w - 1 tokens at
+# full acceptance, the draft's cost and the engine's own loop inside it, as
+# a server measures it (it cannot split them). Its T(w) is then a step's
+# whole cost in baseline tokens; the prediction adds no draft or loop cost.
+PRICES_STEPS = "steps"
 
 
 class ProbeError(ValueError):
@@ -145,6 +151,27 @@ class Probe:
     # "seconds": what measuring cost, "key": the cache key, ...}. Empty for
     # a probe measured by `lab probe`.
     origin: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def prices_steps(self) -> bool:
+        """Whether T(w) here is a whole step's cost (:data:`PRICES_STEPS`)
+        rather than one target pass over w tokens."""
+        return self.notes.get("prices") == PRICES_STEPS
+
+    @property
+    def priced_by(self) -> str:
+        """What measured the figures, for the report: the engine a backend
+        names (``llama-server``), else the backend."""
+        return str(self.notes.get("priced_by") or self.backend)
+
+    def prices_arm(self, arm: str, backend: Any, model: Any) -> bool:
+        """Whether this probe was taken for this arm's own stack: the arms a
+        run took it for (``origin["arms"]``) where it says, else the same
+        backend and model (runs saved before it said)."""
+        arms = self.origin.get("arms")
+        if isinstance(arms, (list, tuple)):
+            return arm in arms
+        return self.backend == backend and self.model == model
 
     @property
     def on_gpu(self) -> bool:

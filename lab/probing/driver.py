@@ -145,6 +145,8 @@ class ProbeSpec:
     threads: int
     options: Mapping[str, Any]
     widths: tuple[int, ...]
+    # the arms this stack's probe prices (not part of its identity)
+    arms: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -202,15 +204,21 @@ def plan(arms: Sequence[Any], threads: int, registry: Registry) -> tuple[list[Pr
             if line not in skipped:
                 skipped.append(line)
             continue
+        why = cls.probe_refusal(arm.options)
+        if why is not None:
+            skipped.append(f"{arm.backend}: no probe of {arm.name}'s own stack ({why})")
+            continue
         opts = dict(arm.options)
         model = arm.model or ""
         ident = (arm.backend, model, json.dumps(opts, sort_keys=True, default=str))
         n_max = int(arm.n_max or 1)
         old = specs.get(ident)
         wanted = set(needed_widths([n_max]))
+        arms_of = (arm.name,)
         if old is not None:
             wanted |= set(old.widths)
-        specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)))
+            arms_of = (*old.arms, arm.name)
+        specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)), arms_of)
     return list(specs.values()), skipped
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,7 +112,14 @@ def stop(child: subprocess.Popen[Any]) -> None:
     child.wait()
 
 
+def _stop_asked(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> int:
+    # The run stops a probe with SIGTERM: as Ctrl-C here, so every finally
+    # runs and a server the probe started is stopped before this process ends.
+    signal.signal(signal.SIGTERM, _stop_asked)
     req = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     spec = ProbeSpec(req["backend"], req["model"], int(req["threads"]), dict(req["options"]),
                      tuple(int(w) for w in req["widths"]))

@@ -306,7 +306,10 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"- probe: {pr.origin_line()}; it ran before the arms, apart from their timing. "
             f"{pr.backend} / {pr.model} by {pr.method}, {n} repeat{'s' if n != 1 else ''}"
             + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
-            + "; T(w) " + ", ".join(f"{w}: {pr.t_ratio(w):.2f}" for w in pr.widths if w in (1, 2, 4, 5, 8, 16)) + "."
+            + "; T(w) " + ", ".join(f"{w}: {pr.t_ratio(w):.2f}" for w in pr.widths if w in (1, 2, 4, 5, 8, 16))
+            + (f"; priced by {pr.priced_by}: whole steps that drafted w - 1 tokens at full acceptance, "
+               "the draft's cost inside" if pr.prices_steps else "")
+            + (f"; prices {', '.join(map(str, pr.origin['arms']))}" if pr.origin.get("arms") else "") + "."
         )
     lines.append("")
     if not preds:
@@ -339,7 +342,12 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         "Held out: made before the row ran, from nothing of its own: acceptance per position from its set rates "
         "or from another arm of the same drafter (named), draft and loop seconds from the drafter's other arms, "
         "T(w) from the probe; — where the run has no other arm to take them from."
-        + (" † the probe measured another backend or model than this arm runs." if any(not p["probe_matches"] for p in preds) else ""),
+        + (" Arms priced by a server (" + ", ".join(sorted({p["arm"] for p in preds if p.get("step_priced")}))
+           + "): the step's cost is T(n_max + 1) alone, the server's own seconds of a step that drafted n_max "
+           "tokens at full acceptance (draft and loop inside) over its baseline's seconds per token."
+           if any(p.get("step_priced") and p["probe_matches"] for p in preds) else "")
+        + (" † the probe measured another stack than this arm runs (another backend, model or options), "
+           "so its figures price another engine's steps." if any(not p["probe_matches"] for p in preds) else ""),
     ]
     return lines
 

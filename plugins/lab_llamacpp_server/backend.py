@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option
+from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option, Probing
 from lab.base.acceptance import draw_seed
 from lab.base.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
 from lab.kit import models
@@ -60,7 +60,7 @@ SERVER_TEMPLATE = "server"
 LOG_WAIT_S = 60.0
 
 
-class LlamaServerBackend(ServerBackend[LlamaServerClient]):
+class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing):
     name = "llamacpp-server"
     stack = STACK
     description = "llama-server with any --spec-type it accepts; per-step truth from its log, stream and /metrics"
@@ -75,6 +75,8 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
     fixed_spec_type: ClassVar[str | None] = None
     # The server is another process, but on the same cores.
     gpu_layers_option = "n_gpu_layers"
+    # whole steps through the server itself (lab_llamacpp_server.probe)
+    probe_methods: ClassVar[tuple[str, ...]] = ("server-steps",)
 
     @classmethod
     def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -105,8 +107,15 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
         # --spec-synth-rates is a flag of a server the lab starts
         return not arm_options.get("url")
 
+    @classmethod
+    def probe_refusal(cls, arm_options: Mapping[str, Any]) -> str | None:
+        from lab_llamacpp_server.probe import refusal
+
+        return refusal(cls.spec_type_of(arm_options), arm_options)
+
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
+        self._probe_notes: dict[str, Any] = {}
         self.info: ServerInfo | None = None
         self.port = 0
         self.base_url = ""
@@ -252,6 +261,25 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient]):
 
     def engine_bytes(self) -> int | None:
         return self.server_log.engine_bytes or None
+
+    # -- the probe: the server prices its own steps --------------------------------
+    def probe_needs_load(self, method: str) -> bool:
+        # it starts a server per width itself, each stopped before the next
+        return False
+
+    def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
+        """Width 1: the baseline server's seconds per token; width w: the
+        arm's server's seconds per step at n_max = w - 1 and full set
+        acceptance (see :mod:`lab_llamacpp_server.probe`)."""
+        from lab_llamacpp_server import probe
+
+        if (method or self.probe_methods[0]) not in self.probe_methods:
+            raise ValueError(f"{self.name} measures by {', '.join(self.probe_methods)}, not {method!r}")
+        seconds, self._probe_notes = probe.measure(type(self), LlamaServerBackend, self.arm, self.ctx, widths)
+        return seconds
+
+    def probe_notes(self) -> dict[str, Any]:
+        return dict(self._probe_notes)
 
     # -- generation ---------------------------------------------------------------
     def _streamed(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:

@@ -1,0 +1,163 @@
+"""The server prices itself: a probe of a llama-server arm measured through
+llama-server, started as the arm starts it.
+
+The in-process probe times one target pass over w tokens. On a server the
+draft's cost, the verify pass and the server's own loop are one step the
+lab cannot split from outside, so this probe measures that step whole:
+
+- width 1: a server started as the arm's baseline would be (the arm's
+  options without its speculative ones), seconds per generated token of one
+  request, as a baseline row counts them (generation seconds over tokens);
+- width w > 1: a server started with the arm's own flags, spec type and
+  draft, n_max = w - 1 and set acceptance at 1 for every position
+  (``--spec-synth-rates 1,1,...``), so every step drafts w - 1 tokens,
+  verifies w and keeps them all; the figure is the mean seconds of the
+  server's logged steps that drafted w - 1 (a speculative row's ``step_s``).
+
+So T(w) of this probe is a whole step's cost in baseline tokens, the
+draft's w - 1 tokens and the server's loop included; the prediction adds
+nothing to it (:attr:`lab.base.probe.Probe.prices_steps`). Every server it
+starts is stopped before the next starts, on every way out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from lab.api import BackendContext, GenerationRequest
+from lab.base.acceptance import SetAcceptance
+from lab.base.events import Cell, Event, StepEvent
+from lab.base.probe import PRICES_STEPS, ProbeError
+from lab_llamacpp_server.command import DRAFT_N_MAX_FLAG
+
+if TYPE_CHECKING:
+    from lab.api import Backend
+    from lab.base.profile import Arm
+
+METHOD = "server-steps"
+# The options that make an arm speculate; its baseline server runs without them.
+SPECULATIVE_OPTIONS = ("spec_type", "draft_model", "mtp_model", "draft_n_min", "draft_p_min", "draft_ngl")
+# Spec types whose every step drafts n_max tokens when nothing stops it; the
+# n-gram types draft only where their n-grams match, so no request can make
+# them draft w - 1 tokens a step.
+BLOCK_SPEC_TYPES = frozenset(t for t, flag in DRAFT_N_MAX_FLAG.items() if flag == "--spec-draft-n-max")
+# Steps a width's figure must rest on; a request generates enough tokens
+# for about twice as many at full acceptance.
+MIN_STEPS = 6
+STEPS_PER_REQUEST = 16
+MIN_TOKENS = 48
+WARMUP_TOKENS = 16
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def refusal(spec_type: str, options: Mapping[str, Any]) -> str | None:
+    """Why a server arm with these options cannot be priced by its server,
+    or None when it can."""
+    if options.get("url"):
+        return "an attached server runs with its own flags, so the lab cannot start it at other widths"
+    if int(options.get("concurrency") or 1) > 1:
+        return "several streams at once interleave the server's step log"
+    if spec_type not in BLOCK_SPEC_TYPES:
+        return (f"--spec-type {spec_type} drafts only where its n-grams match, so no request makes every "
+                "step draft w - 1 tokens")
+    return None
+
+
+def baseline_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The arm's options as its baseline server would run them."""
+    return {k: v for k, v in options.items() if k not in SPECULATIVE_OPTIONS}
+
+
+def _request(cell: Cell, max_tokens: int, n_max: int | None, full: tuple[float, ...] | None) -> GenerationRequest:
+    return GenerationRequest(
+        cell=cell, prompt=PROMPT, system=None, chat_template=False, max_tokens=max_tokens, temperature=0.0,
+        seed=0, ignore_eos=True, n_max=n_max, acceptance=full,
+    )
+
+
+def _tokens(width: int) -> int:
+    return max(MIN_TOKENS, STEPS_PER_REQUEST * width)
+
+
+def measure(
+    backend_cls: type[Backend], plain_cls: type[Backend], arm: Arm, ctx: BackendContext, widths: Sequence[int],
+    say: Callable[[str], None] = lambda _t: None,
+) -> tuple[list[float], dict[str, Any]]:
+    """Seconds per width as the module says, and notes: each width's server
+    command line, steps and tokens. ``plain_cls`` runs the baseline of a
+    backend that always speculates (llamacpp-mtp, llamacpp-dflash)."""
+    spec_type = backend_cls.spec_type_of(arm.options)  # type: ignore[attr-defined]
+    why = refusal(spec_type, arm.options)
+    if why is not None:
+        raise ProbeError(f"{arm.backend} / {arm.model}: cannot price by the server: {why}")
+    seconds: list[float] = []
+    per_width: dict[str, Any] = {}
+    build: Any = None
+    with tempfile.TemporaryDirectory(prefix="lab-server-probe-") as logs:
+        inner_ctx = BackendContext(run=ctx.run, run_dir=logs, log=ctx.log)
+        for w in widths:
+            if w == 1:
+                options = baseline_options(arm.options)
+                if backend_cls.fixed_spec_type is not None:  # type: ignore[attr-defined]
+                    # llamacpp-mtp / llamacpp-dflash always speculate: the baseline is the plain server
+                    cls: type[Backend] = plain_cls
+                    options = {k: v for k, v in options.items() if any(o.name == k for o in cls.options)}
+                else:
+                    cls = backend_cls
+                probe_arm = dataclasses.replace(
+                    arm, name="probe-w1", backend=cls.name, options=options, n_max=None, acceptance=None,
+                    is_baseline=True)
+            else:
+                cls = backend_cls
+                probe_arm = dataclasses.replace(
+                    arm, name=f"probe-w{w}", n_max=w - 1, acceptance=SetAcceptance("rates", (1.0,) * (w - 1)),
+                    is_baseline=False, baseline="probe-w1")
+            say(f"width {w}: llama-server " + ("as the baseline" if w == 1 else f"n_max {w - 1} at full acceptance"))
+            figure, note = _one_width(cls, probe_arm, inner_ctx, w)
+            seconds.append(figure)
+            per_width[str(w)] = note
+            build = build or note.get("server_build")
+    notes = {
+        "prices": PRICES_STEPS, "priced_by": "llama-server", "spec_type": spec_type,
+        "draft_model": arm.options.get("draft_model") or arm.options.get("mtp_model"),
+        "server_build": build, "threads": ctx.run.threads or None,
+        "n_gpu_layers": arm.options.get("n_gpu_layers"), "widths": per_width,
+    }
+    return seconds, notes
+
+
+def _one_width(cls: type[Backend], arm: Arm, ctx: BackendContext, width: int) -> tuple[float, dict[str, Any]]:
+    """One server at one width: started, warmed up, timed, stopped."""
+    steps: list[StepEvent] = []
+
+    def emit(event: Event) -> None:
+        if isinstance(event, StepEvent) and event.cell.round == 1:
+            steps.append(event)
+
+    n_max = width - 1 if width > 1 else None
+    full = arm.set_rates
+    instance = cls(arm, ctx)
+    try:
+        instance.load(emit)
+        instance.generate(_request(Cell(arm.name, "probe", 0), WARMUP_TOKENS, n_max, full), emit, lambda: False)
+        gen = instance.generate(_request(Cell(arm.name, "probe", 1), _tokens(width), n_max, full), emit, lambda: False)
+        report = instance.report()
+    finally:
+        instance.close()
+    note: dict[str, Any] = {"argv": report.get("argv"), "server_build": report.get("server_build"),
+                            "tokens": len(gen.ids), "gen_s": gen.gen_s}
+    if width == 1:
+        if not gen.ids or gen.gen_s <= 0:
+            raise ProbeError("the baseline server generated nothing to time")
+        return gen.gen_s / len(gen.ids), note
+    full_steps = [s.step_s for s in steps if s.drafted == width - 1]
+    note.update(steps=len(steps), full_steps=len(full_steps))
+    if len(full_steps) < MIN_STEPS:
+        raise ProbeError(
+            f"llama-server at n_max {width - 1} drafted {width - 1} tokens in {len(full_steps)} of {len(steps)} "
+            f"steps (at least {MIN_STEPS} needed): its drafter stopped short (--spec-draft-p-min?)")
+    return statistics.fmean(full_steps), note
+

@@ -1,0 +1,206 @@
+"""A llama-server arm priced by llama-server (lab_llamacpp_server.probe):
+the probe starts the server as the arm would, at n_max = w - 1 and full set
+acceptance, and times whole steps; the prediction of a server row takes its
+step cost from that probe alone, not from the in-process engine's passes,
+and the report marks it as priced by the server, not with †. A cancelled
+probe leaves no server behind."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lab.analysis.acceptance import PositionAcceptance
+from lab.analysis.predict import ArmInputs, predict
+from lab.base.probe import PRICES_STEPS, Probe
+
+# -- what the prediction does with a probe that prices whole steps --------------------------------
+
+
+def _probe(prices: str | None) -> Probe:
+    notes = {"prices": prices} if prices else {}
+    return Probe(backend="b", model="m", method="x", widths=(1, 2, 3), seconds=((0.01, 0.02, 0.025),), notes=notes)
+
+
+def test_a_step_priced_probe_is_the_whole_step_cost() -> None:
+    full = PositionAcceptance((100, 100), (100, 100))
+    inputs = ArmInputs(baseline_token_s=0.01, draft_s_per_token=0.004, plain_share=0.0, n_max=2, loop_s_per_step=0.001)
+    passes = predict(full, _probe(None), inputs, [2])[0]
+    steps = predict(full, _probe(PRICES_STEPS), inputs, [2])[0]
+    # a pass-priced probe adds the row's draft (2 x 0.4) and loop (0.1) to T(3) = 2.5
+    assert passes.cost == pytest.approx(2.5 + 0.8 + 0.1)
+    # a step-priced one is the step: 3 tokens landed over 2.5 baseline tokens
+    assert steps.cost == pytest.approx(2.5) and steps.step_priced
+    assert steps.speedup == pytest.approx(3 / 2.5)
+
+
+def test_the_server_says_which_arms_it_cannot_price() -> None:
+    from lab_llamacpp_server.backend import LlamaDFlashBackend, LlamaServerBackend
+
+    assert LlamaServerBackend.probe_refusal({"spec_type": "draft-simple"}) is None
+    assert LlamaDFlashBackend.probe_refusal({}) is None
+    assert "n-grams" in (LlamaServerBackend.probe_refusal({"spec_type": "ngram-mod"}) or "")
+    assert "attached" in (LlamaServerBackend.probe_refusal({"spec_type": "draft-simple", "url": "http://x"}) or "")
+
+
+def test_a_probe_prices_the_arms_it_was_taken_for() -> None:
+    import dataclasses
+
+    p = dataclasses.replace(_probe(PRICES_STEPS), origin={"arms": ["self-draft"]})
+    assert p.prices_arm("self-draft", "b", "m")
+    # the same backend and model, another stack (another draft): not this probe's arm
+    assert not p.prices_arm("draft-1b", "b", "m")
+    # a probe that names no arms (an older run) matches by backend and model
+    assert _probe(None).prices_arm("any", "b", "m") and not _probe(None).prices_arm("any", "c", "m")
+
+
+# -- on the real llama-server ------------------------------------------------------------------------
+
+
+def _need_server() -> None:
+    from lab_llamacpp_server.binary import ServerNotFound, server_info
+
+    try:
+        server_info()
+    except ServerNotFound as exc:
+        pytest.skip(f"llama-server not found: {exc} (bash scripts/setup.sh all,test)")
+
+
+PROFILE = """
+[run]
+max_tokens = 48
+rounds = 1
+warmup = 0
+threads = 1
+n_ctx = 512
+chat_template = false
+ignore_eos = true
+[[prompts]]
+name = "p"
+text = "Write a short poem about the sea and the lighthouse keeper."
+[[arms]]
+name = "base"
+backend = "llamacpp"
+model = "tiny:llama"
+[[arms]]
+name = "oracle"
+backend = "llamacpp"
+model = "tiny:llama"
+drafter = "oracle"
+n_max = 2
+[[arms]]
+name = "server-base"
+backend = "llamacpp-server"
+model = "tiny:llama"
+[[arms]]
+name = "server-draft"
+backend = "llamacpp-server"
+model = "tiny:llama"
+n_max = 2
+options = { spec_type = "draft-simple", draft_model = "tiny:llama" }
+"""
+
+
+@pytest.mark.engine
+def test_a_server_row_is_priced_by_the_server(tmp_path: Path) -> None:
+    _need_server()
+    pytest.importorskip("llama_cpp", reason="the in-process arm needs llama-cpp-python")
+    from lab.analysis.run import predicted_for_rows
+    from lab.base.probe import find_all
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+    from lab.render.report import ReportWriter
+    from lab.runner import Runner
+    from lab.store import RunStore, load_run, load_steps
+
+    registry = load_registry()
+    profile = parse_profile(PROFILE, str(tmp_path / "p.toml"), registry)
+    store = RunStore(profile, tmp_path / "runs")
+    rows = Runner(profile, registry, store, [ReportWriter()]).run()
+    assert all(r["status"] == "ok" for r in rows), [(r["arm"], r["detail"][:300]) for r in rows]
+    got = find_all(store.path)
+    server = next(p for p in got if p.backend == "llamacpp-server")
+    engine = next(p for p in got if p.backend == "llamacpp")
+    # the server's own figures, one per width: a baseline token, then whole steps
+    assert server.method == "server-steps" and server.prices_steps and server.priced_by == "llama-server"
+    assert list(server.origin["arms"]) == ["server-draft"]
+    for w in server.widths:
+        note = server.notes["widths"][str(w)]
+        assert note["tokens"] > 0 and server.pass_seconds(w) > 0
+        if w > 1:
+            assert f"--spec-draft-n-max {w - 1} --spec-synth-rates" in " ".join(note["argv"])
+            assert note["full_steps"] >= 6
+    data = load_run(store.path)
+    preds = {p["arm"]: p for p in predicted_for_rows(data["results"], load_steps(store.path), got)}
+    row = preds["server-draft"]
+    assert row["probe_matches"] and row["step_priced"] and row["priced_by"] == "llama-server"
+    # its step cost is the server probe's T(3), not the in-process engine's
+    at2 = next(c for c in row["curve"] if c["n_max"] == 2)
+    assert at2["verify_cost"] == pytest.approx(server.t_ratio(3)) and at2["draft_cost"] == 0.0
+    assert at2["verify_cost"] != pytest.approx(engine.t_ratio(3), rel=1e-3)
+    assert preds["oracle"]["probe_matches"] and not preds["oracle"]["step_priced"]
+    report = (store.path / "report.md").read_text()
+    section = report[report.index("| arm | prompt | n_max | measured | predicted"):]
+    assert "| server-draft | p |" in section and "†" not in section
+    assert "priced by llama-server" in report and "prices server-draft" in report
+
+
+def _servers_under(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for k in kids:
+        try:
+            if "llama-server" in k.name():
+                out.append(k.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.engine
+def test_a_cancelled_server_probe_stops_its_server(tmp_path: Path) -> None:
+    import os
+
+    _need_server()
+    from lab.probing import driver, isolated
+    from lab.registry import load_registry
+
+    registry = load_registry()
+    spec = driver.ProbeSpec("llamacpp-server", "tiny:llama", 1, {"spec_type": "draft-simple", "draft_model": "tiny:llama"},
+                            (1, 2, 3, 4, 5, 6, 7, 8), ("a",))
+    seen: list[int] = []
+
+    def cancelled() -> bool:
+        seen.extend(p for p in _servers_under(os.getpid()) if p not in seen)
+        return bool(seen)
+
+    t0 = time.monotonic()
+    got: Any = isolated.obtain_isolated(spec, registry, root=tmp_path, cancelled=cancelled)
+    assert got is None and seen, "cancelled once a server ran"
+    assert time.monotonic() - t0 < 60
+    assert all(_gone(pid) for pid in seen), seen
+    assert _servers_under(os.getpid()) == []
+    # nothing cached from a probe that did not finish
+    assert not driver.cache_path(spec, tmp_path).exists()
