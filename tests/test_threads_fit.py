@@ -54,6 +54,11 @@ def test_fitting_threads() -> None:
     # a neighbour squeezed to half a core by two engine threads: not busy, still oversubscribed
     squeezed = Contention(others_cores=0.45, spare_cores=0.0, seconds=2.0, cores=2)
     assert not squeezed.contended and squeezed.threads_hint() == 1
+    # a full machine: the neighbour's share reads small, the engine's threads queue
+    queued = Contention(others_cores=0.22, spare_cores=0.0, seconds=2.0, waiting_cores=1.07, cores=2)
+    assert queued.threads_hint() == 1
+    alone = Contention(others_cores=0.02, spare_cores=0.0, seconds=2.0, waiting_cores=0.6, cores=2)
+    assert alone.threads_hint() is None
     assert busy_warning({"contended": True, "threads_hint": 1}).endswith("(try threads = 1)")
     assert busy_warning({"contended": False, "threads_hint": 1}) == "⚠ more threads than free cores (try threads = 1)"
     assert busy_warning({"contended": False, "threads_hint": None}) == ""

@@ -37,6 +37,8 @@ INTERVAL_S = 0.25
 # other processes' work beside it is contended even under BUSY_CORES beyond
 # the spare ones (two burners on two cores beside a one-thread engine: 0.78).
 STARVED_CORES = 0.5
+# Other processes' busy cores of an idle background (system daemons).
+QUIET_CORES = 0.1
 # The kernel counts CPU time in ticks (10 ms): over a few milliseconds a
 # reading is noise. A cell shorter than this is read over the last
 # MIN_WINDOW_S seconds of the arm instead, and a window still shorter than
@@ -80,7 +82,12 @@ class Contention:
         if not self.cores or self.seconds < MIN_JUDGED_S:
             return None
         engine = self.cores - self.spare_cores
-        fit = fitting_threads(self.cores, self.others_cores)
+        pressure = self.others_cores
+        # On a machine full of threads a neighbour's share reads small while
+        # the engine's threads queue for cores: their wait counts as well.
+        if self.waiting_cores is not None and self.waiting_cores > STARVED_CORES and self.others_cores > QUIET_CORES:
+            pressure = max(pressure, self.waiting_cores)
+        fit = fitting_threads(self.cores, pressure)
         return fit if fit < engine else None
 
     def note(self) -> str:
