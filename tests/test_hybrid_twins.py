@@ -171,8 +171,8 @@ def test_tiny_twins_on_llama_server_at_set_acceptance(tmp_path: Path) -> None:
     report = (run_dir / "report.md").read_text()
     # the MTP entry sets acceptance per prompt: an arm (and a server) for each, running its prompt only
     cells = {(r["arm"], r["prompt"]) for r in rows if r["arm"].startswith("mtp")}
-    assert cells == {("mtp-acceptanceprose0.6", "prose"), ("mtp-acceptancecode0.8", "code")}, cells
-    for arm, n_max in (("mtp-acceptanceprose0.6", 2), ("mtp-acceptancecode0.8", 2), ("dflash", 3)):
+    assert cells == {("mtp-prose", "prose"), ("mtp-code", "code")}, cells
+    for arm, n_max in (("mtp-prose", 2), ("mtp-code", 2), ("dflash", 3)):
         spec = [r for r in rows if r["arm"] == arm]
         assert len(spec) == (1 if arm.startswith("mtp") else 2) and all(r["steps"] for r in spec), arm
         for r in spec:

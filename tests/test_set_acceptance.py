@@ -326,11 +326,11 @@ TWO_PROMPTS = '[[prompts]]\nname = "q"\ntext = "more"\n'
 def test_a_table_per_prompt_makes_an_arm_per_prompt(tmp_path: Path) -> None:
     p = _profile(tmp_path, '{ p = 0.6, q = { mean_length = 2.5 } }', extra=TWO_PROMPTS)
     arms = {a.name: a for a in p.arms}
-    assert set(arms) == {"base", "set-acceptancep0.6", "set-acceptanceqL2.5"}
-    assert arms["set-acceptancep0.6"].acceptance.prompt == "p"
-    assert arms["set-acceptancep0.6"].set_rates == pytest.approx((0.6, 0.36, 0.216))
-    assert mean_length(arms["set-acceptanceqL2.5"].set_rates or ()) == pytest.approx(2.5)
-    assert arms["set-acceptanceqL2.5"].baseline == "base"
+    assert set(arms) == {"base", "set-p", "set-q"}
+    assert arms["set-p"].acceptance.prompt == "p"
+    assert arms["set-p"].set_rates == pytest.approx((0.6, 0.36, 0.216))
+    assert mean_length(arms["set-q"].set_rates or ()) == pytest.approx(2.5)
+    assert arms["set-q"].baseline == "base"
 
 
 def test_an_arm_set_for_one_prompt_runs_that_prompt_only(tmp_path: Path) -> None:
@@ -340,7 +340,7 @@ def test_an_arm_set_for_one_prompt_runs_that_prompt_only(tmp_path: Path) -> None
     p = _profile(tmp_path, '{ p = 0.6, q = 0.9 }', extra=TWO_PROMPTS)
     runner = Runner(p, load_registry())
     cells = {a.name: [(c.prompt, c.round) for c in runner._cells(a)] for a in p.arms}
-    assert cells == {"base": [("p", 1), ("q", 1)], "set-acceptancep0.6": [("p", 1)], "set-acceptanceq0.9": [("q", 1)]}
+    assert cells == {"base": [("p", 1), ("q", 1)], "set-p": [("p", 1)], "set-q": [("q", 1)]}
 
 
 @pytest.mark.parametrize("acceptance,words,where", [

@@ -79,7 +79,11 @@ def expand(src: Source, entries: Sequence[ArmEntry]) -> list[ArmDraft]:
             values = {(t, k): val for (t, k, _), val in zip(axes, combo)}
             # a swept setting is saved (and names the arm) by its label
             sweep = {k: _saved(values[(t, k)]) for t, k in swept_axes}
-            name = swept_name(e.name, sweep)
+            # an arm per prompt (acceptance set per prompt) is named by its prompt
+            setting = values.get(("acceptance", "acceptance"))
+            for_prompt = setting.prompt if isinstance(setting, SetAcceptance) else None
+            named_by = {k: v for k, v in sweep.items() if not (for_prompt and k == "acceptance")}
+            name = swept_name(e.name, named_by) + (f"-{for_prompt}" if for_prompt else "")
             name_key: KeyPath = ["arms", e.index, "name"]
             problem = name_problem(name)
             if problem:
