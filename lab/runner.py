@@ -498,9 +498,21 @@ class Runner:
             record["prompt"] = first.prompt
             self.emit(ReferenceMeasured(arm.name, record, done=False))
             start = now()
+            # the noise guard, as over a cell: a reference taken on a busy machine says so
+            watcher = ContentionWatcher(f"{arm.name}-reference",
+                                        type(backend).busy_cores(arm.options, self.profile.run.threads),
+                                        backend.engine_pids)
             try:
-                got = backend.measure_reference(self._request(Cell(arm.name, first.prompt, 1), arm), first.prompt_tokens)
+                with watcher:
+                    mark = watcher.mark()
+                    got = backend.measure_reference(self._request(Cell(arm.name, first.prompt, 1), arm),
+                                                    first.prompt_tokens)
+                    busy = watcher.reading(mark)
                 record.update(got)
+                record["contention"] = round(busy.others_cores, 3)
+                record["contended"] = busy.contended
+                if busy.contended:
+                    record["contention_note"] = busy.note()
                 record["when"] = ("after the arm's cells, its engine still loaded" if backend.reference_needs_load()
                                   else "after the arm's cells, its engine closed")
             except Exception as exc:  # noqa: BLE001 - a reference that fails costs its line, never the run

@@ -117,6 +117,16 @@ def test_the_reference_runs_after_the_arms_cells_and_before_the_next_arm(tmp_pat
     assert refs["server-like"]["when"] == "after the arm's cells, its engine still loaded"
     assert refs["bench-like"]["when"] == "after the arm's cells, its engine closed"
     assert refs["bench-like"]["settings"]["depth"] == rows[0]["prompt_tokens"]
+    # the noise guard watched it as it watches a cell
+    assert isinstance(refs["bench-like"]["contention"], float) and isinstance(refs["bench-like"]["contended"], bool)
+
+
+def test_a_reference_taken_on_a_busy_machine_says_so() -> None:
+    machine = _machine(100.0, counts="tokens")
+    machine["references"]["base"].update(contended=True, contention_note="other processes used 1.80 cores (0 spare)")
+    lines = conditions.reference_lines(_rows(100.0), machine)
+    assert any("⚠ the machine was busy while the reference ran (other processes used 1.80 cores" in ln for ln in lines)
+    assert not any("busy" in ln for ln in conditions.reference_lines(_rows(100.0), _machine(100.0, counts="tokens")))
 
 
 def _rows(tok_per_s: float, arm: str = "base") -> list[dict[str, Any]]:

@@ -36,6 +36,8 @@ class ReferenceComparison:
     rounds: int
     error: str | None = None
     note: str | None = None
+    # what the noise guard saw while the reference ran, when the machine was busy
+    busy: str | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -52,7 +54,7 @@ class ReferenceComparison:
         return {"arm": self.arm, "tool": self.tool, "prompt": self.prompt, "n_tokens": self.n_tokens,
                 "command": self.command, "when": self.when, "tok_per_s": self.tok_per_s,
                 "lab_tok_per_s": self.lab_tok_per_s, "rounds": self.rounds, "ratio": self.ratio,
-                "below": self.below, "error": self.error, "note": self.note}
+                "below": self.below, "error": self.error, "note": self.note, "busy": self.busy}
 
 
 def lab_rate(row: Mapping[str, Any], counts: str) -> float | None:
@@ -93,5 +95,6 @@ def compare_references(results: Sequence[Mapping[str, Any]],
             command=rec.get("command"), when=rec.get("when"), tok_per_s=_number(rec.get("tok_per_s")),
             lab_tok_per_s=median(rates) if rates else None, rounds=len(rates),
             error=str(rec["error"]) if rec.get("error") else None, note=rec.get("note"),
+            busy=str(rec.get("contention_note") or "busy") if rec.get("contended") else None,
         ))
     return out

@@ -150,6 +150,9 @@ def reference_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, 
             lines.append(f"  ({c.when or 'measured'}{_rounds(c)}: `{c.command}`)")
         if c.note:
             lines.append(f"  note: {c.note}")
+        if c.busy:
+            lines.append(f"  ⚠ the machine was busy while the reference ran ({c.busy}): its figure is low, "
+                         "and so is the comparison; run again on a quiet machine")
     for c in compare_references(results, machine):
         if c.below and c.ratio is not None:
             lines.append(
