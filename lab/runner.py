@@ -469,7 +469,8 @@ class Runner:
         """Measure the arm's reference now, while its engine is loaded, if
         it needs that; True when it is to be measured once the engine has
         closed instead (a tool that loads the model itself)."""
-        if not (self.profile.run.reference and arm.is_baseline) or self.control.cancelled:
+        # a run cancelled or an arm skipped wants no more of it
+        if not (self.profile.run.reference and arm.is_baseline) or self.control.stop_requested:
             return False
         if not type(backend).reference_tool(arm.options):
             return False
@@ -496,7 +497,7 @@ class Runner:
         else:
             first = rows[0]
             record["prompt"] = first.prompt
-            self.emit(ReferenceMeasured(arm.name, record, done=False))
+            self.emit(ReferenceMeasured(arm.name, dict(record), done=False))
             start = now()
             # the noise guard, as over a cell: a reference taken on a busy machine says so
             watcher = ContentionWatcher(f"{arm.name}-reference",
