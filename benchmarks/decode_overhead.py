@@ -78,13 +78,13 @@ def llama_bench_path() -> Path:
 
 
 def llama_bench_tg(bench: Path, model: Path, tokens: int, threads: int, n_gpu_layers: int = 0) -> float:
-    out = subprocess.run(
-        [str(bench), "-m", str(model), "-p", "0", "-n", str(tokens), "-t", str(threads), "-r", "1", "-o", "json",
-         "-ngl", str(n_gpu_layers)],
-        capture_output=True, text=True, check=True,
-    )
-    rows = json.loads(out.stdout)
-    return float(rows[0]["avg_ts"])
+    from lab.kit.llama_tools import BenchFailed, bench_tg_argv, run_bench_tg
+
+    try:
+        row = run_bench_tg(bench_tg_argv(str(bench), str(model), tokens, threads, n_gpu_layers=n_gpu_layers))
+    except BenchFailed as exc:
+        sys.exit(str(exc))
+    return float(row["avg_ts"])
 
 
 def bench_profile(model: str, tokens: int, threads: int, ngl: int = 0, pick: str = "auto", invariant: bool = False,

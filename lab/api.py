@@ -3,7 +3,7 @@
 A backend runs one target model on one engine (llama.cpp in process, a
 llama-server, MLX, ...): a small core (load, generate, close) plus resource
 hints with defaults, and optional capabilities it derives from (Drafting,
-DraftModelHost, Probing). A drafter proposes tokens; Drafting backends verify
+DraftModelHost, Probing, Referencing). A drafter proposes tokens; Drafting backends verify
 them with the lab's own speculative loop.
 
 Plugins register classes through the hooks in :mod:`lab.hookspecs`. Class
@@ -299,7 +299,8 @@ class Backend(ResourceHints, ABC):
     cell, ``close`` exactly once on every path (also after a failed load).
     What a backend can do beyond that is a capability it derives from:
     :class:`Drafting` (runs drafter plugins), :class:`DraftModelHost` (runs a
-    draft model on its engine), :class:`Probing` (measures verify cost).
+    draft model on its engine), :class:`Probing` (measures verify cost),
+    :class:`Referencing` (times plain decoding with the engine's own tool).
     Callers test for them with ``isinstance``/``issubclass``.
 
     Class attributes describe the plugin without loading an engine.
@@ -363,6 +364,15 @@ class Backend(ResourceHints, ABC):
         :mod:`lab.base.acceptance`) instead of by agreement with the target;
         ``lab check`` refuses the arm key ``acceptance`` otherwise."""
         return False
+
+    @classmethod
+    def reference_tool(cls, arm_options: Mapping[str, Any]) -> str | None:
+        """The engine's own tool a baseline arm with these options can be
+        held against (``[run] reference = true``), as the report names it
+        ("llama-bench tg"), or None: none. A backend that names one is also
+        :class:`Referencing`; ``lab check`` refuses ``reference = true`` in
+        a profile none of whose baselines has one."""
+        return None
 
     @classmethod
     def round_state(cls, arm_options: Mapping[str, Any]) -> str:
@@ -534,6 +544,52 @@ class Probing(ABC):
         return {}
 
 
+# How a reference tool counts its rate (``Referencing.measure_reference``):
+# "decodes": one-token decodes over their own time (llama-bench tg, which
+# times N decodes); "tokens": generated tokens over the generation phase,
+# whose clock starts at the first token (the lab's tok_per_s, a llama-server's
+# predicted_per_second). The lab's baseline is compared counted the same way.
+REFERENCE_COUNTS = ("decodes", "tokens")
+
+
+class Referencing(ABC):
+    """Capability of a backend whose engine times plain decoding with a
+    tool of its own, outside the lab's loop (llama-bench's tg on the same
+    model and settings; a bare request to the same server): with ``[run]
+    reference = true`` the runner measures it once per baseline arm after
+    the arm's last cell, so it never runs beside a timed cell, and the
+    report's Conditions say how the lab's baseline compares with it."""
+
+    def reference_needs_load(self) -> bool:
+        """Whether the reference runs against the loaded engine (measured
+        before ``close``: a request to the arm's own server) or on its own
+        (after ``close``: a tool that loads the model itself, so that two
+        copies of the weights are never held at once)."""
+        return True
+
+    @abstractmethod
+    def measure_reference(self, request: GenerationRequest, prompt_tokens: int | None) -> dict[str, Any]:
+        """Time plain decoding with the engine's own tool.
+
+        Args:
+            request: the arm's first prompt as its cells sent it (its
+                ``max_tokens`` is the length to time).
+            prompt_tokens: what that prompt came to in the arm's own rows
+                (the context depth its decodes ran at), None if unknown.
+
+        Returns:
+            ``tool`` (as :meth:`Backend.reference_tool` names it),
+            ``tok_per_s`` (the tool's own figure), ``counts`` (one of
+            :data:`REFERENCE_COUNTS`), ``n_tokens``, ``command`` (what ran,
+            as a user would type it) and ``settings`` (the flags that match
+            the arm's); anything else the tool reported may go beside.
+
+        Raises:
+            Exception: the tool failed; the run records the failure in
+                place of the figure and goes on.
+        """
+
+
 class DivergenceExplaining(ABC):
     """Capability of a Drafting backend that tells why a greedy speculative
     output left its stack's baseline, when it did.
@@ -690,7 +746,7 @@ METHOD = "method"
 CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
     Backend: {
         "name": str, "stack": str, "description": str, "options": tuple, "accepts_drafters": bool,
-        "sets_acceptance": METHOD,
+        "sets_acceptance": METHOD, "reference_tool": METHOD,
         "max_overshoot_tokens": int, "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
         "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
         "check_options": METHOD,

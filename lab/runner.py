@@ -30,6 +30,7 @@ from lab.api import (
     EngineFailure,
     Generation,
     GenerationRequest,
+    Referencing,
 )
 from lab.base import probe as probes
 from lab.base.events import (
@@ -40,6 +41,7 @@ from lab.base.events import (
     Held,
     Listener,
     Logged,
+    ReferenceMeasured,
     RunEvent,
     RunFinished,
     RunStarted,
@@ -437,6 +439,7 @@ class Runner:
         backend: Backend | None = None
         drafter: Drafter | None = None
         engine_bytes: list[int | None] = [None]
+        reference_after_close = False
         try:
             backend = self.registry.backend(arm.backend)(arm, ctx)
             telemetry = self.gpu
@@ -469,6 +472,7 @@ class Runner:
                     self._fill(arm, Status.ERROR, f"load failed: {type(exc).__name__}: {exc}")
                     return
                 self._run_cells(arm, backend, sampler, watcher, drafter)
+                reference_after_close = self._reference_with_engine(arm, backend)
         finally:
             if drafter is not None:
                 try:
@@ -481,6 +485,66 @@ class Runner:
                 except Exception:  # noqa: BLE001
                     self._log(traceback.format_exc())
                 backend.close()
+        if reference_after_close and backend is not None:
+            self._measure_reference(arm, backend)
+
+    # -- the engine's own figure for a baseline ([run] reference) ---------------
+    def _reference_with_engine(self, arm: Arm, backend: Backend) -> bool:
+        """Measure the arm's reference now, while its engine is loaded, if
+        it needs that; True when it is to be measured once the engine has
+        closed instead (a tool that loads the model itself)."""
+        # a run cancelled or an arm skipped wants no more of it
+        if not (self.profile.run.reference and arm.is_baseline) or self.control.stop_requested:
+            return False
+        if not type(backend).reference_tool(arm.options):
+            return False
+        if isinstance(backend, Referencing) and not backend.reference_needs_load():
+            return True
+        self._measure_reference(arm, backend)
+        return False
+
+    def _measure_reference(self, arm: Arm, backend: Backend) -> None:
+        """Time the baseline's plain decoding with the engine's own tool,
+        after every cell of the arm, so it never runs beside a timed cell
+        (the next arm loads after it ends). Measured on the first prompt
+        that has a row, at that row's context depth; a failure is recorded
+        in its place and the run goes on."""
+        tool = type(backend).reference_tool(arm.options) or "?"
+        rows = [r for r in self.rows() if r.arm == arm.name and r.status == Status.OK and r.round >= 1]
+        order = [p.name for p in self.profile.prompts]
+        rows.sort(key=lambda r: (order.index(r.prompt) if r.prompt in order else len(order), r.round))
+        record: dict[str, object] = {"tool": tool}
+        if not rows:
+            record["error"] = "not measured: the arm has no row to compare it with"
+        elif not isinstance(backend, Referencing):
+            record["error"] = f"not measured: backend {arm.backend} names {tool} but has no Referencing capability"
+        else:
+            first = rows[0]
+            record["prompt"] = first.prompt
+            self.emit(ReferenceMeasured(arm.name, dict(record), done=False))
+            start = now()
+            # the noise guard, as over a cell: a reference taken on a busy machine says so
+            watcher = ContentionWatcher(f"{arm.name}-reference",
+                                        type(backend).busy_cores(arm.options, self.profile.run.threads),
+                                        backend.engine_pids)
+            try:
+                with watcher:
+                    mark = watcher.mark()
+                    got = backend.measure_reference(self._request(Cell(arm.name, first.prompt, 1), arm),
+                                                    first.prompt_tokens)
+                    busy = watcher.reading(mark)
+                record.update(got)
+                record["contention"] = round(busy.others_cores, 3)
+                record["contended"] = busy.contended
+                if busy.contended:
+                    record["contention_note"] = busy.note()
+                record["when"] = ("after the arm's cells, its engine still loaded" if backend.reference_needs_load()
+                                  else "after the arm's cells, its engine closed")
+            except Exception as exc:  # noqa: BLE001 - a reference that fails costs its line, never the run
+                self._log(traceback.format_exc())
+                record["error"] = f"{type(exc).__name__}: {exc}"
+            record["seconds"] = round(now() - start, 3)
+        self.emit(ReferenceMeasured(arm.name, record))
 
     def _reset_round(self, arm: Arm, cell: Cell, backend: Backend, drafter: Drafter | None) -> float:
         """Bring the engine (and a drafter that keeps state) back to the

@@ -27,7 +27,17 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
-from lab.base.events import ArmReported, Finished, Logged, RunEvent, RunFinished, RunStarted, StepEvent, finished_row
+from lab.base.events import (
+    ArmReported,
+    Finished,
+    Logged,
+    ReferenceMeasured,
+    RunEvent,
+    RunFinished,
+    RunStarted,
+    StepEvent,
+    finished_row,
+)
 from lab.base.profile import Profile
 from lab.base.row import ResultRow
 from lab.base.strictjson import BoundedNumbers, FileRefused, dumps, read_bounded
@@ -253,6 +263,9 @@ class RunStore:
             self.add_result(finished_row(event))
         elif isinstance(event, ArmReported):
             self.set_arm_report(event.arm, event.report)
+        elif isinstance(event, ReferenceMeasured) and event.done:
+            self.meta["machine"].setdefault("references", {})[event.arm] = dict(event.record)
+            self._write_results()
         elif isinstance(event, Logged):
             self.log(event.text)
         elif isinstance(event, RunStarted):

@@ -281,6 +281,9 @@ def test_ngram_arm_counts_equal_vllm_counters(ngram_run: tuple[list[Any], Path])
     assert spec["identical_to_baseline"] is not None
     assert spec["identical_to_baseline"] or spec["first_divergence_char"] is not None
     assert by["base"]["steps"] is None and by["base"]["tok_per_s"] > 0
+    # both arms hashed the ids the server made of one prompt
+    assert spec["prompt_sha256"] and spec["prompt_sha256"] == by["base"]["prompt_sha256"]
+    assert spec["prompt_template"] == "vllm-server (ids)"
     assert (run_dir / "vllm-ngram.log").exists()
     assert "ngram" in (run_dir / "report.md").read_text()
     assert _vllm_pids() == []
@@ -385,3 +388,110 @@ options = {{ spec_method = "ngram", health_timeout_s = 1200 }}
         assert server.alive()
     finally:
         server.stop()
+
+
+# -- the prompt's hash: of the ids the server made (a stand-in server, no vLLM needed) ------------------
+
+
+class _StandIn:
+    """Just enough of a vLLM server for one cell: /tokenize renders the
+    messages its own way (not the lab's text), /v1/completions streams
+    three tokens, /metrics has nothing."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        outer = self
+        self.tokenized: list[dict[str, Any]] = []
+        self.prompts: list[Any] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, body: bytes, kind: str) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._send(b"", "text/plain")
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":
+                    outer.tokenized.append(body)
+                    text = body["messages"][-1]["content"] if "messages" in body else body["prompt"]
+                    # the server's own rendering: a marker per turn, then the text's bytes
+                    marks = [7] * len(body.get("messages", []))
+                    self._send(json.dumps({"tokens": [*marks, *text.encode()]}).encode(), "application/json")
+                    return
+                outer.prompts.append(body["prompt"])
+                chunks = [{"choices": [{"text": w, "token_ids": [i]}]} for i, w in enumerate(("a", " b", " c"), 1)]
+                chunks.append({"choices": [], "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 3}})
+                sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                self._send(sse.encode(), "text/event-stream")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _cell_on(server: _StandIn, prompt: str, chat_template: bool) -> Any:
+    from lab_vllm.backend import VllmBackend
+
+    from lab.api import BackendContext, GenerationRequest
+    from lab.base.cells import Cell
+    from lab.base.profile import Arm, RunSettings
+    from lab.kit.server.client import ServerClient
+
+    arm = Arm(name="base", backend="vllm", model=None, drafter=None, n_max=None, options={}, drafter_options={},
+              baseline=None, is_baseline=True, stack="vllm", group="base")
+    backend = VllmBackend(arm, BackendContext(RunSettings(), "", lambda text: None))
+    backend._client = ServerClient(server.url)
+    request = GenerationRequest(cell=Cell("base", "p", 1), prompt=prompt, system=None, chat_template=chat_template,
+                                max_tokens=3, temperature=0.0, seed=0, ignore_eos=True, n_max=None)
+    try:
+        return backend.generate(request, lambda event: None, lambda: False)
+    finally:
+        backend._client.close()
+
+
+def test_a_vllm_row_hashes_the_prompt_ids_the_server_made_and_got() -> None:
+    from lab.kit.prompting import ids_sha256
+
+    server = _StandIn()
+    try:
+        gen = _cell_on(server, "hi", chat_template=True)
+        other = _cell_on(server, "ho", chat_template=True)
+        raw = _cell_on(server, "hi", chat_template=False)
+    finally:
+        server.close()
+    # the server rendered the messages (the lab sent no text of its own) ...
+    assert server.tokenized[0]["messages"] == [{"role": "user", "content": "hi"}]
+    assert server.tokenized[2] == {"model": "base", "prompt": "hi"}
+    # ... and the row's hash is of the very ids the completion request carried
+    assert server.prompts[0] == [7, *b"hi"]
+    assert gen.engine_report["prompt_sha256"] == ids_sha256(server.prompts[0])
+    assert gen.engine_report["prompt_template"] == "vllm-server (ids)"
+    assert other.engine_report["prompt_sha256"] != gen.engine_report["prompt_sha256"]
+    assert raw.engine_report["prompt_template"] == "off (vllm ids)"
+    assert raw.engine_report["prompt_sha256"] == ids_sha256(list(b"hi"))
+
+
+def test_vllm_rows_with_hashes_read_as_hashed_prompts_in_the_report() -> None:
+    from lab.render import conditions
+
+    rows = [{"arm": a, "prompt": "p", "round": 1, "status": "ok", "prompt_sha256": "ab" * 32,
+             "prompt_template": "vllm-server (ids)", "is_baseline": a == "base", "baseline_arm": None if a == "base"
+             else "base"} for a in ("base", "ngram")]
+    lines = conditions.prompt_lines(rows)
+    assert lines == ["- p: every arm sent the same text (vllm-server (ids) template, sha256 abababababab)"], lines

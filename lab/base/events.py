@@ -210,6 +210,19 @@ class ArmReported:
 
 
 @dataclass(frozen=True)
+class ReferenceMeasured:
+    """A baseline arm's reference (``[run] reference = true``): its plain
+    decoding timed by the engine's own tool after the arm's cells
+    (``lab.api.Referencing``), or why it could not be (``error``)."""
+
+    arm: str
+    record: Mapping[str, Any]
+    # false while it is measured (the record names the tool only)
+    done: bool = True
+    t: float = field(default_factory=now)
+
+
+@dataclass(frozen=True)
 class Logged:
     """Text for the run's lab.log: tracebacks of what failed and notes from
     backends and drafters (``BackendContext.log``)."""
@@ -219,7 +232,7 @@ class Logged:
 
 
 # the probe phase's progress, before any arm (lab.probing.driver)
-RunEvent = Union[Event, ArmReported, Logged, ProbeReported]
+RunEvent = Union[Event, ArmReported, ReferenceMeasured, Logged, ProbeReported]
 Listener = Callable[[RunEvent], None]
 
 

@@ -33,6 +33,10 @@ class RunSettings:
     # (or finds cached) one before the arms, false turns that off, a string
     # names a saved probe (lab probe --out FILE).
     probe: str | bool | None = None
+    # Time every baseline arm's plain decoding with the engine's own tool
+    # too (lab.api.Referencing: llama-bench tg, a bare server request),
+    # after the arm's cells; the report compares the baseline with it.
+    reference: bool = False
     # Files the profile reads may lie outside its own directory tree (absolute
     # paths, ``..``); off so that a shared profile cannot read what it likes.
     allow_outside_paths: bool = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence, TextIO
 
 from lab.analysis.run import summarize
-from lab.base.events import Finished, RunEvent, RunStarted, Status, StatusChanged, finished_row
+from lab.base.events import Finished, ReferenceMeasured, RunEvent, RunStarted, Status, StatusChanged, finished_row
 from lab.base.probe import ProbeReported
 from lab.base.row import ResultRow
 from lab.base.verdict import busy_warning
@@ -48,6 +48,8 @@ class Progress:
         elif isinstance(event, ProbeReported):
             where = f" {event.stack}" if event.stack else ""
             self.out.write(f"  [probe{where}] {'' if event.done else 'measuring '}{event.text}\n")
+        elif isinstance(event, ReferenceMeasured):
+            self.out.write(f"  [{event.arm}] reference: {reference_words(event)}\n")
         else:
             return
         self.out.flush()
@@ -70,6 +72,15 @@ class Progress:
         if r.speedup is not None:
             extra += f", {r.speedup:.2f}x"
         self.out.write(f"  {where} {r.n_tokens} tokens, {r.tok_per_s or 0:.1f} tok/s{extra}\n")
+
+
+def reference_words(event: ReferenceMeasured) -> str:
+    rec = event.record
+    if not event.done:
+        return f"measuring {rec.get('tool')} on {rec.get('prompt')}"
+    if rec.get("error"):
+        return f"{rec.get('tool')}: {rec['error']}"
+    return f"{rec.get('tool')} {rec.get('n_tokens')}: {float(rec.get('tok_per_s') or 0):.1f} tok/s ({rec.get('seconds')} s)"
 
 
 def table(rows: Sequence[ResultRow]) -> str:

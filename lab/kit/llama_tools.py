@@ -18,6 +18,7 @@ the build is found without importing ``llama_cpp``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 TOOLS = ("llama-server", "llama-bench", "llama-batched-bench", "llama-quantize")
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_llama.sh"
@@ -105,3 +107,50 @@ def version_line(path: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"cannot run: {exc}"
     return next((ln for ln in (out.stdout + out.stderr).splitlines() if "version" in ln), "").strip()
+
+
+class BenchFailed(RuntimeError):
+    """llama-bench exited with an error, timed out or printed no result."""
+
+
+def bench_tg_argv(bench: str, model: str, tokens: int, threads: int, *, n_gpu_layers: int = 0, depth: int = 0,
+                  n_batch: int | None = None, n_ubatch: int | None = None, flash_attn: str | None = None,
+                  repack: bool | None = None, repetitions: int = 1) -> list[str]:
+    """llama-bench's command line for one tg test: ``tokens`` decodes after
+    ``depth`` tokens of context (processed untimed), JSON out. Settings left
+    None keep llama-bench's defaults; ``n_gpu_layers`` is always given (its
+    default offloads everything, the lab's offloads nothing)."""
+    argv = [bench, "-m", model, "-p", "0", "-n", str(tokens), "-t", str(threads), "-ngl", str(n_gpu_layers),
+            "-r", str(repetitions), "-o", "json"]
+    if depth:
+        argv += ["-d", str(depth)]
+    if n_batch is not None:
+        argv += ["-b", str(n_batch)]
+    if n_ubatch is not None:
+        argv += ["-ub", str(n_ubatch)]
+    if flash_attn is not None:
+        argv += ["-fa", flash_attn]
+    if repack is not None:
+        argv += ["--repack", "1" if repack else "0"]
+    return argv
+
+
+def run_bench_tg(argv: list[str], timeout: float = 900.0) -> dict[str, Any]:
+    """Run a tg test (:func:`bench_tg_argv`) and return llama-bench's own
+    row for it (``avg_ts``: tokens per second, the mean of its repetitions;
+    ``samples_ts``; the settings it ran with)."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchFailed(f"llama-bench ran past {timeout:.0f} s: {shlex.join(argv)}") from None
+    except OSError as exc:
+        raise BenchFailed(f"cannot run llama-bench: {exc}") from None
+    if out.returncode != 0:
+        raise BenchFailed(f"llama-bench exited {out.returncode}: {out.stderr.strip()[-600:]}")
+    try:
+        rows = json.loads(out.stdout)
+        row = next(r for r in rows if int(r.get("n_gen") or 0) > 0)
+        float(row["avg_ts"])
+    except (ValueError, TypeError, KeyError, StopIteration, AttributeError):
+        raise BenchFailed(f"llama-bench printed no tg result: {out.stdout.strip()[-300:]!r}") from None
+    return dict(row)

@@ -1,4 +1,4 @@
-"""The prompt every stack sends, rendered once by the lab.
+"""The prompt the lab's stacks send, rendered once by the lab.
 
 Engines disagree about chat templates: llama.cpp's C API knows a fixed set
 of built-in formats, llama-server renders the model's Jinja template or
@@ -7,10 +7,11 @@ its own defaults and refuses a model without a template. Left to them, two
 stacks of one comparison would be measured on different prompts. So the lab
 reads the template from the model file itself (a GGUF's
 ``tokenizer.chat_template``, or a model directory's ``tokenizer_config.json``
-/ ``chat_template.jinja``), renders it here with Jinja, and every backend
-tokenizes and sends exactly that text.
+/ ``chat_template.jinja``), renders it here with Jinja, and the llama.cpp
+and MLX backends tokenize and send exactly that text (the vLLM backend lets
+its server render the messages instead; see below).
 
-A model without a chat template gets ONE documented fallback on every stack:
+A model without a chat template gets ONE documented fallback on those stacks:
 ChatML (:data:`FALLBACK_TEMPLATE`), the form llama-server itself falls back
 to. Its markers are plain text to a model that lacks them as tokens, but the
 prompt is the same everywhere, and the row says which template was used
@@ -18,7 +19,10 @@ prompt is the same everywhere, and the row says which template was used
 written, with the model's own beginning-of-sequence rule.
 
 ``prompt_sha256`` identifies the exact rendered text, so a report can tell
-rows measured on different prompts apart.
+rows measured on different prompts apart. A stack that lets its server
+render the prompt (vLLM's /tokenize with messages) has no text of the lab's
+to hash: it hashes the token ids the server made (:func:`ids_report`), which
+tells its own arms' prompts apart, and says so in ``prompt_template``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping
+from typing import Any, BinaryIO, Mapping, Sequence
 
 MODEL = "model"  # the model's own chat template
 FALLBACK = "fallback-chatml"  # the model has none: the lab's ChatML fallback
@@ -91,6 +95,19 @@ class RenderedPrompt:
     def report(self) -> dict[str, str]:
         """The row keys a backend hands back in its engine report."""
         return {"prompt_sha256": self.sha256, "prompt_template": self.template}
+
+
+def ids_sha256(ids: Sequence[int]) -> str:
+    """The sha256 of token ids, written as decimal numbers joined by commas."""
+    return hashlib.sha256(",".join(str(int(i)) for i in ids).encode("ascii")).hexdigest()
+
+
+def ids_report(ids: Sequence[int], template: str) -> dict[str, str]:
+    """The row keys of a prompt known only as the ids a server made of it:
+    ``template`` names who rendered it and says the hash is of ids (such a
+    hash never equals a text's, so rows of other stacks read as other
+    prompts, which they may well be)."""
+    return {"prompt_sha256": ids_sha256(ids), "prompt_template": template}
 
 
 # -- reading templates from model files -------------------------------------------

@@ -54,7 +54,21 @@ def parse_profile(
     for draft in drafts:
         check_arm(src, draft, registry)
     arms = infer_baselines(src, drafts, registry)
+    if checked.run.reference and registry is not None:
+        _check_reference(src, arms, registry)
     return Profile(checked.name, path, checked.description, checked.run, checked.prompts, arms, text)
+
+
+def _check_reference(src: Source, arms: Sequence[Arm], registry: Registry) -> None:
+    """``reference = true`` asks for what some baseline's engine can give:
+    refused when none can (it would silently measure nothing)."""
+    bases = [a for a in arms if a.is_baseline]
+    if any(registry.backend(a.backend).reference_tool(a.options) for a in bases):
+        return
+    which = ", ".join(sorted({a.backend for a in bases})) or "none"
+    raise src.error(["run", "reference"], "no baseline arm's backend has a reference tool of its engine "
+                    f"(baseline backends: {which}; llamacpp has llama-bench, the llama-server backends a bare "
+                    "request): remove the key or add such a baseline")
 
 
 def check_profile(path: str | Path, registry: Registry) -> Profile:

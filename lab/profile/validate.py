@@ -50,6 +50,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "threads": (int,),
     "memory_interval_s": (float, int),
     "probe": (str, bool),
+    "reference": (bool,),
     "allow_outside_paths": (bool,),
 }
 _FLOAT_KEYS = ("temperature", "memory_interval_s")

@@ -1,12 +1,14 @@
 """What a comparison was measured under, checked from its rows: the same
 prompt on every arm (``prompt_sha256``, see :mod:`lab.kit.prompting`) and a
 quiet machine (``contended``, see :mod:`lab.telemetry.contention`). A report shows
-these before anyone reads a speedup."""
+these before anyone reads a speedup, and, when the run asked for one, how its
+baselines compare with their engine's own tool (:mod:`lab.analysis.reference`)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from lab.analysis.reference import WARN_BELOW, ReferenceComparison, compare_references
 from lab.base.verdict import failed_checks
 from lab.rows.build import pick_baseline
 
@@ -173,3 +175,49 @@ def count_check_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
 def _disagreeing(report: Mapping[str, Any]) -> str:
     surfaces = report.get("slot_counter_surfaces") or {}
     return ", ".join(k for k, v in surfaces.items() if v is False)
+
+
+def reference_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, Any] | None) -> list[str]:
+    """The report's reference check: each baseline beside the engine's own
+    tool (``[run] reference = true``), and a warning for one more than
+    3 % below it ([] when the run measured none)."""
+    lines = []
+    for c in compare_references(results, machine):
+        lines.append(f"- {c.arm}: {_reference_words(c)}")
+        if c.command:
+            lines.append(f"  ({c.when or 'measured'}{_rounds(c)}: `{c.command}`)")
+        if c.note:
+            lines.append(f"  note: {c.note}")
+        if c.busy:
+            lines.append(f"  ⚠ the machine was busy while the reference ran ({c.busy}): its figure is low, "
+                         "and so is the comparison; run again on a quiet machine")
+    for c in compare_references(results, machine):
+        if c.below and c.ratio is not None:
+            lines.append(
+                f"- ⚠ {c.arm}: the lab's baseline decodes {(1 - c.ratio) * 100:.0f} % below {_tool(c)} "
+                f"(more than {WARN_BELOW * 100:.0f} %): every absolute tok/s this stack shows in the run is likely "
+                "low by about as much; speedups, a ratio of two figures of the same loop, less so")
+    return lines
+
+
+def _tool(c: ReferenceComparison) -> str:
+    if c.tool == "llama-bench tg":
+        return f"llama-bench tg {c.n_tokens}"
+    return f"{c.tool} of {c.n_tokens} tokens"
+
+
+def _rounds(c: ReferenceComparison) -> str:
+    if not c.rounds:
+        return ""
+    return f"; the baseline's median of {c.rounds} round{'s' if c.rounds != 1 else ''} on {c.prompt}"
+
+
+def _reference_words(c: ReferenceComparison) -> str:
+    if c.error:
+        return f"no reference ({c.tool}): {c.error}"
+    ref = f"{c.tok_per_s:.1f} tok/s" if c.tok_per_s is not None else "no figure"
+    if c.tool == "bare /completion":
+        ref += ", the server's own predicted_per_second"
+    if c.ratio is None or c.lab_tok_per_s is None:
+        return f"{_tool(c)} {ref}; no ok row of the baseline to compare with"
+    return f"baseline {c.lab_tok_per_s:.1f} tok/s = {c.ratio:.2f} of {_tool(c)} ({ref})"

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from lab.analysis import categories, lossless_section
 from lab.analysis import run as analysis
+from lab.analysis.reference import compare_references
 from lab.base import economics as breakeven
 from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
@@ -467,6 +468,9 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     set_lines = set_acceptance.condition_lines(results, data.get("steps"))
     if set_lines:
         lines += [""] + set_lines
+    references = conditions.reference_lines(results, data.get("machine"))
+    if references:
+        lines += ["", "Baselines against the engine's own tool:", ""] + references
     counts = conditions.count_check_lines(results)
     if counts:
         lines += ["", "Counts against the server's own:", ""] + counts
@@ -579,6 +583,7 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
             except (ArithmeticError, ValueError, TypeError):
                 out["predictions"] = None  # the prediction alone is lost (the Markdown report says why)
     out["latency"] = analysis.latency_summary(results)
+    out["references"] = [c.to_json() for c in compare_references(results, data.get("machine"))]
     return out
 
 

@@ -17,6 +17,7 @@ from lab.api import (
     GenerationRequest,
     Option,
     Probing,
+    Referencing,
 )
 from lab.base.events import Emit, Status, StatusChanged, arm_cell
 from lab.base.machine import available_cores
@@ -31,7 +32,11 @@ if TYPE_CHECKING:
     from lab_llamacpp.engine import Context, Model
 
 
-class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExplaining):
+# llama-bench's repetitions of the reference's tg test (it reports their mean)
+REFERENCE_REPETITIONS = 3
+
+
+class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, DivergenceExplaining):
     name = "llamacpp"
     stack = "llamacpp"
     description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
@@ -59,6 +64,10 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
         return True  # the lab's own loop decides (lab.kit.speculative.acceptor)
+
+    @classmethod
+    def reference_tool(cls, arm_options: Mapping[str, Any]) -> str | None:
+        return "llama-bench tg"
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
@@ -248,6 +257,43 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, DivergenceExpl
             "extra_bufts": bool(opts.get("extra_bufts", True)),
             "gpu_pick": self.gpu_pick,
         }
+
+    # -- the engine's own figure ([run] reference) ------------------------------
+    def reference_needs_load(self) -> bool:
+        return False  # llama-bench loads the model itself: measured once the arm's copy is freed
+
+    def measure_reference(self, request: GenerationRequest, prompt_tokens: int | None) -> dict[str, Any]:
+        """llama-bench tg of ``max_tokens`` decodes at the prompt's depth,
+        with the arm's threads, GPU layers, batch sizes, repacking and flash
+        attention (the context's default, auto, as llama-bench's)."""
+        from lab.kit.llama_tools import bench_tg_argv, find_llama_tool, missing_tool_hint, run_bench_tg
+
+        found = find_llama_tool("llama-bench")
+        if found is None:
+            raise RuntimeError(missing_tool_hint("llama-bench"))
+        if self.arm.model is None:
+            raise ValueError("the reference needs a model")
+        opts = self.opts
+        # as load() builds the context (engine.Context: n_ubatch, flash attention left at auto)
+        threads, layers = self.ctx.run.threads or available_cores(), int(opts["n_gpu_layers"])
+        n_batch, repack, depth = int(opts["n_batch"]), bool(opts["extra_bufts"]), int(prompt_tokens or 0)
+        n_ubatch = min(n_batch, 512)
+        settings = {"threads": threads, "n_gpu_layers": layers, "n_batch": n_batch, "n_ubatch": n_ubatch,
+                    "flash_attn": "auto", "repack": repack, "depth": depth}
+        argv = bench_tg_argv(
+            found[0], str(models.resolve(self.arm.model)), request.max_tokens, threads, n_gpu_layers=layers,
+            depth=depth, n_batch=n_batch, n_ubatch=n_ubatch, flash_attn="auto", repack=repack,
+            repetitions=REFERENCE_REPETITIONS,
+        )
+        row = run_bench_tg(argv)
+        out: dict[str, Any] = {
+            "tool": "llama-bench tg", "tok_per_s": float(row["avg_ts"]), "counts": "decodes",
+            "n_tokens": request.max_tokens, "command": shlex.join(argv), "settings": settings,
+            "samples_tok_per_s": row.get("samples_ts"), "build": row.get("build_number"),
+        }
+        if opts.get("batch_invariant"):
+            out["note"] = "the arm pads every lone token to two rows (batch_invariant): not the engine's own decode"
+        return out
 
     # -- verify cost (lab probe) ----------------------------------------------
     # decode: each width's passes back to back; decode-interleaved: widths

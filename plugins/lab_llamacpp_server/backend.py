@@ -19,14 +19,14 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option, Probing
+from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option, Probing, Referencing
 from lab.base.acceptance import draw_seed
 from lab.base.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
 from lab.kit import models
 from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
 from lab.kit.server import attach
 from lab.kit.server.attach import ATTACH_OPTIONS
-from lab.kit.server.client import HttpFailure
+from lab.kit.server.client import HttpFailure, raise_for_status
 from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
 from lab.kit.server.lifecycle import ServerBackend
 from lab.kit.server.process import ServerProcess, free_port
@@ -58,9 +58,11 @@ SERVER_TEMPLATE = "server"
 # The most a request's log may lag behind its final chunk: a limit for a
 # server that stopped logging, not a wait (the wait ends at the release line).
 LOG_WAIT_S = 60.0
+# bare requests of a reference ([run] reference); it is their median
+REFERENCE_REQUESTS = 3
 
 
-class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing):
+class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing):
     name = "llamacpp-server"
     stack = STACK
     description = "llama-server with any --spec-type it accepts; per-step truth from its log, stream and /metrics"
@@ -112,6 +114,10 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing):
         from lab_llamacpp_server.probe import refusal
 
         return refusal(cls.spec_type_of(arm_options), arm_options)
+
+    @classmethod
+    def reference_tool(cls, arm_options: Mapping[str, Any]) -> str | None:
+        return "bare /completion"
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
@@ -436,6 +442,39 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing):
         if checks and not all(checks.values()):
             self.ctx.log(f"{self.arm.name} {request.cell}: count cross-check failed: {checks}")
         return gen
+
+    # -- the engine's own figure ([run] reference) ------------------------------
+    def measure_reference(self, request: GenerationRequest, prompt_tokens: int | None) -> dict[str, Any]:
+        """Plain /completion requests straight to the arm's server, outside
+        the lab's streaming loop: the cell's prompt ids, ``n_predict`` its
+        tokens, no stream, no per-token timings; the figure is the server's
+        own ``timings.predicted_per_second``, median of a few requests."""
+        client = self._client
+        assert client is not None, "measure_reference() before load()"
+        prompt = self._prompt(request)
+        body: dict[str, Any] = {
+            "prompt": prompt, "n_predict": request.max_tokens, "temperature": request.temperature,
+            "seed": request.seed, "ignore_eos": request.ignore_eos, "stream": False, "cache_prompt": False,
+        }
+        rates: list[float] = []
+        predicted_n: list[int] = []
+        for _ in range(REFERENCE_REQUESTS):
+            r = client.post("/completion", json=body)
+            raise_for_status(r)
+            timings = r.json().get("timings") or {}
+            if "predicted_per_second" not in timings:
+                raise EngineFailure(f"the server's answer has no timings.predicted_per_second: {sorted(timings)}")
+            rates.append(float(timings["predicted_per_second"]))
+            predicted_n.append(int(timings.get("predicted_n") or 0))
+        shown = {**body, "prompt": f"<the cell's {len(prompt)} prompt ids>"}
+        return {
+            "tool": "bare /completion", "tok_per_s": sorted(rates)[len(rates) // 2], "counts": "tokens",
+            "n_tokens": predicted_n[0] if len(set(predicted_n)) == 1 else predicted_n,
+            "command": f"POST {self.base_url}/completion {json.dumps(shown)}",
+            "settings": {"requests": REFERENCE_REQUESTS, "server_argv": self.server.argv if self.server else None,
+                         "attached": self.attached, "prompt_tokens": len(prompt)},
+            "samples_tok_per_s": rates,
+        }
 
     def _await_request_log(self, server: ServerProcess, req: RequestLog) -> bool:
         """Wait until the server has logged this request's release line: it

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from lab.api import BackendContext, EngineCrashed, EngineFailure, EngineOOM, Generation, GenerationRequest
 from lab.base.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
+from lab.kit.prompting import ids_report
 from lab.kit.server import attach
 from lab.kit.server.attach import ATTACH_OPTIONS
 from lab.kit.server.client import HttpFailure, ServerClient, raise_for_status
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
     from lab.base.profile import Arm
 
 STACK = "vllm"
+# prompt_template of a vLLM row: who rendered the prompt whose token ids it hashed
+# (lab.kit.prompting.ids_report); the lab's own text goes to no vLLM arm
+SERVER_TEMPLATE_IDS = "vllm-server (ids)"
+RAW_TEXT_IDS = "off (vllm ids)"
 # speculative_config methods whose state outlives a request
 STATEFUL_METHODS = frozenset({"suffix"})
 _OOM_MARKS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "insufficient memory",
@@ -231,6 +236,13 @@ class VllmBackend(ServerBackend[ServerClient]):
         raise_for_status(r)
         return [int(x) for x in r.json()["tokens"]]
 
+    @staticmethod
+    def prompt_keys(prompt_ids: list[int], request: GenerationRequest) -> dict[str, str]:
+        """The row's prompt keys: the hash of the ids the server made and
+        gets, rendered by its own chat template (or its tokenizer alone on
+        the text as written)."""
+        return ids_report(prompt_ids, SERVER_TEMPLATE_IDS if request.chat_template else RAW_TEXT_IDS)
+
     def _failed(self, exc: BaseException) -> EngineFailure:
         message = f"{type(exc).__name__}: {exc}"
         if self.server is None:
@@ -305,7 +317,9 @@ class VllmBackend(ServerBackend[ServerClient]):
                 t.join(timeout=5.0)
         after = self._metrics()
         steps = self._steps(request, streamed, emit)
-        return self._generation(streamed, steps, lead, side, before, after)
+        gen = self._generation(streamed, steps, lead, side, before, after)
+        gen.engine_report.update(self.prompt_keys(prompt_ids, request))
+        return gen
 
     def _side(self, body: dict[str, Any], record: StreamRecord, start: threading.Barrier, stop: threading.Event) -> None:
         import httpx
