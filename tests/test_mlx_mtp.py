@@ -1,0 +1,82 @@
+"""The MLX MTP (nextn) head: its draft equals a numpy computation of the
+same block on a tiny project-written head with GGUF tensor names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+mx = pytest.importorskip("mlx.core", reason="mlx is not installed")
+pytest.importorskip("mlx_lm", reason="mlx-lm is not installed")
+
+from lab_mlx.mtp_model import TENSORS, draft, load_head  # noqa: E402
+
+D, HEADS, FF, VOCAB, EPS = 16, 2, 24, 40, 1e-6
+
+
+def _args():
+    from mlx_lm.models.llama import ModelArgs
+
+    return ModelArgs(
+        model_type="llama", hidden_size=D, num_hidden_layers=1, intermediate_size=FF, num_attention_heads=HEADS,
+        rms_norm_eps=EPS, vocab_size=VOCAB, num_key_value_heads=HEADS,
+    )
+
+
+def _weights(rng):
+    shapes = {
+        "nextn.eh_proj.weight": (D, 2 * D), "nextn.enorm.weight": (D,), "nextn.hnorm.weight": (D,),
+        "nextn.shared_head_norm.weight": (D,), "attn_norm.weight": (D,), "attn_q.weight": (D, D),
+        "attn_k.weight": (D, D), "attn_v.weight": (D, D), "attn_output.weight": (D, D), "ffn_norm.weight": (D,),
+        "ffn_gate.weight": (FF, D), "ffn_up.weight": (FF, D), "ffn_down.weight": (D, FF),
+    }
+    assert set(shapes) == set(TENSORS)
+    out = {}
+    for k, s in shapes.items():
+        out[f"blk.3.{k}"] = (1.0 + 0.1 * rng.standard_normal(s)) if len(s) == 1 else 0.3 * rng.standard_normal(s)
+    return out
+
+
+def _rms(x, w):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
+
+
+def _numpy_step(w, emb, h):
+    g = lambda k: w[f"blk.3.{k}"]  # noqa: E731
+    x = g("nextn.eh_proj.weight") @ np.concatenate([_rms(emb, g("nextn.enorm.weight")), _rms(h, g("nextn.hnorm.weight"))])
+    # One position: attention over itself is its value projection (rope
+    # does not touch v, softmax over one key is 1).
+    a = _rms(x, g("attn_norm.weight"))
+    x = x + g("attn_output.weight") @ (g("attn_v.weight") @ a)
+    m = _rms(x, g("ffn_norm.weight"))
+    gate = g("ffn_gate.weight") @ m
+    x = x + g("ffn_down.weight") @ ((gate / (1 + np.exp(-gate))) * (g("ffn_up.weight") @ m))
+    return x, _rms(x, g("nextn.shared_head_norm.weight"))
+
+
+def test_mtp_first_draft_matches_numpy():
+    rng = np.random.default_rng(7)
+    w = _weights(rng)
+    embed_w = rng.standard_normal((VOCAB, D))
+    lm_w = rng.standard_normal((VOCAB, D))
+    h = rng.standard_normal(D)
+    head = load_head(_args(), {k: mx.array(v.astype(np.float32)) for k, v in w.items()}, 3)
+    emb_mx = mx.array(embed_w.astype(np.float32))
+    lm_mx = mx.array(lm_w.astype(np.float32))
+    last = 5
+    got = draft(head, lambda t: emb_mx[t], lambda x: x @ lm_mx.T, last, mx.array(h.astype(np.float32))[None, None], 1)
+    _, normed = _numpy_step(w, embed_w[last], h)
+    logits = lm_w @ normed
+    top2 = np.sort(logits)[-2:]
+    assert top2[1] - top2[0] > 1e-3, "the hand computation's pick must have a margin"
+    assert got == [int(np.argmax(logits))]
+    # The block's normed output itself, not only its argmax.
+    out, normed_mx = head(emb_mx[mx.array([[last]])], mx.array(h.astype(np.float32))[None, None])
+    np.testing.assert_allclose(np.array(normed_mx)[0, 0], normed, rtol=2e-4, atol=2e-4)
+
+
+def test_missing_tensor_is_named():
+    w = _weights(np.random.default_rng(1))
+    del w["blk.3.nextn.hnorm.weight"]
+    with pytest.raises(ValueError, match="blk.3.nextn.hnorm.weight"):
+        load_head(_args(), {k: mx.array(v.astype(np.float32)) for k, v in w.items()}, 3)
