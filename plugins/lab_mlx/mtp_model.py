@@ -55,7 +55,7 @@ def make_head(args: Any) -> Any:
             """(B, L, d) embeddings and hidden states -> the block's output
             (the next step's h) and the normed state the LM head reads."""
             x = self.eh_proj(mx.concatenate([self.enorm(emb), self.hnorm(h)], axis=-1))
-            mask = "causal" if x.shape[1] > 1 else None
+            mask: Any = "causal" if x.shape[1] > 1 else None
             out = self.block(x, mask, cache)
             return out, self.shared_head_norm(out)
 
@@ -84,7 +84,7 @@ def draft(head: Any, embed: Callable[[Any], Any], lm_head: Callable[[Any], Any],
     tok = last
     for _ in range(k):
         out, normed = head(embed(mx.array([[tok]])), h, cache)
-        tok = int(mx.argmax(lm_head(normed)[0, -1]).item())
+        tok = int(mx.argmax(lm_head(normed)[0, -1]).tolist())  # type: ignore[arg-type]
         tokens.append(tok)
         h = out
     return tokens
