@@ -80,3 +80,21 @@ def test_missing_tensor_is_named():
     del w["blk.3.nextn.hnorm.weight"]
     with pytest.raises(ValueError, match="blk.3.nextn.hnorm.weight"):
         load_head(_args(), {k: mx.array(v.astype(np.float32)) for k, v in w.items()}, 3)
+
+
+def test_mtp_second_draft_feeds_block_output_back():
+    rng = np.random.default_rng(11)
+    w = _weights(rng)
+    embed_w = rng.standard_normal((VOCAB, D))
+    lm_w = rng.standard_normal((VOCAB, D))
+    h = rng.standard_normal(D)
+    head = load_head(_args(), {k: mx.array(v.astype(np.float32)) for k, v in w.items()}, 3)
+    emb_mx = mx.array(embed_w.astype(np.float32))
+    lm_mx = mx.array(lm_w.astype(np.float32))
+    got = draft(head, lambda t: emb_mx[t], lambda x: x @ lm_mx.T, 2, mx.array(h.astype(np.float32))[None, None], 2)
+    want, tok, state = [], 2, h
+    for _ in range(2):
+        state, normed = _numpy_step(w, embed_w[tok], state)
+        tok = int(np.argmax(lm_w @ normed))
+        want.append(tok)
+    assert got == want
