@@ -54,6 +54,8 @@ class MlxMtpBackend(MlxSession):
         super()._load_on_engine(path, emit)
         assert self.loaded is not None
         mtp_path = models.resolve(str(self.arm.options["mtp"]))
+        if mtp_path.is_dir():
+            mtp_path = mtp_path / "mtp.safetensors"
         weights: Any = mx.load(str(mtp_path))
         layer = int(self.arm.options.get("mtp_layer", -1))
         if layer < 0:
