@@ -73,6 +73,11 @@ CASES: dict[str, Case] = {
         speculative='backend = "mlx-dflash"\nmodel = "tiny:qwen3"\nn_max = 3\noptions = { draft = "tiny:qwen3-dflash" }',
         broken='backend = "mlx-dflash"\nmodel = "tiny:qwen3"\noptions = { draft = "{broken}" }',
     ),
+    "mlx-mtp": Case(
+        baseline='backend = "mlx"\nmodel = "tiny:qwen3"',
+        speculative='backend = "mlx-mtp"\nmodel = "tiny:qwen3"\nn_max = 2\noptions = { mtp = "tiny:qwen3-mtp" }',
+        broken='backend = "mlx-mtp"\nmodel = "tiny:qwen3"\noptions = { mtp = "{broken}" }',
+    ),
     "vllm": Case(
         baseline='backend = "vllm"\nmodel = "embedded:smollm2"',
         speculative='backend = "vllm"\nmodel = "embedded:smollm2"\nn_max = 3\n'

@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
     from lab_mlx.backend import MlxBackend
     from lab_mlx.dflash_backend import MlxDFlashBackend
+    from lab_mlx.mtp_backend import MlxMtpBackend
 
     register(MlxBackend)
     register(MlxDFlashBackend)
+    register(MlxMtpBackend)
 
 
 @hookimpl

@@ -40,9 +40,16 @@ def _dflash2(out: Path) -> None:
     write_dflash2(out)
 
 
+def _mtp(out: Path) -> None:
+    from lab_mlx.tiny import write_mtp
+
+    write_mtp(out)
+
+
 def register_models(register_model: RegisterModel) -> None:
     register_model("tiny:qwen3", _target, "tiny-qwen3-mlx", "3")
     register_model("tiny:qwen3.5-hybrid", _hybrid, "tiny-qwen3.5-hybrid-mlx", "2")
     register_model("tiny:qwen3-draft", _draft_model, "tiny-qwen3-draft-mlx", "2")
     register_model("tiny:qwen3-dflash", _dflash, "tiny-qwen3-dflash-mlx", "2")
     register_model("tiny:qwen3-dflash2", _dflash2, "tiny-qwen3-dflash2-mlx", "2")
+    register_model("tiny:qwen3-mtp", _mtp, "tiny-qwen3-mtp-mlx", "1")

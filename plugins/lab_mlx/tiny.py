@@ -177,3 +177,27 @@ def write_dflash(out: Path) -> None:
 
 def write_dflash2(out: Path) -> None:
     _write_dflash(out, 2)
+
+
+def write_mtp(out: Path) -> None:
+    """An MTP (nextn) block for tiny:qwen3, GGUF tensor names
+    (blk.N.nextn.*, N = the target's layer count), in mtp.safetensors."""
+    import mlx.core as mx
+
+    out.mkdir(parents=True)
+    c = _qwen3_config(TARGET_LAYERS, HIDDEN)
+    d, ff, hd = c["hidden_size"], c["intermediate_size"], c["head_dim"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    shapes = {
+        "nextn.eh_proj.weight": (d, 2 * d), "nextn.enorm.weight": (d,), "nextn.hnorm.weight": (d,),
+        "nextn.shared_head_norm.weight": (d,), "attn_norm.weight": (d,), "attn_q.weight": (q, d),
+        "attn_k.weight": (kv, d), "attn_v.weight": (kv, d), "attn_output.weight": (d, q), "ffn_norm.weight": (d,),
+        "ffn_gate.weight": (ff, d), "ffn_up.weight": (ff, d), "ffn_down.weight": (d, ff),
+    }
+    key = mx.random.key(5)
+    tensors = {}
+    for name, shape in shapes.items():
+        key, sub = mx.random.split(key)
+        w = mx.ones(shape) if len(shape) == 1 else mx.random.normal(shape, key=sub) / shape[-1] ** 0.5
+        tensors[f"blk.{TARGET_LAYERS}.{name}"] = w.astype(mx.float32)
+    mx.save_safetensors(str(out / "mtp.safetensors"), tensors)
