@@ -31,7 +31,7 @@ def test_registration_does_not_import_mlx() -> None:
         "print(sorted((c.name, c.stack, c.accepts_drafters) for c in found)); print('mlx' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert out[0] == "[('mlx', 'mlx', True), ('mlx-dflash', 'mlx', False)]"
+    assert out[0] == "[('mlx', 'mlx', True), ('mlx-dflash', 'mlx', False), ('mlx-mtp', 'mlx', False)]"
     assert out[1] == "False"
 
 
