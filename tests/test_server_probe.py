@@ -16,6 +16,7 @@ import pytest
 from lab.analysis.acceptance import PositionAcceptance
 from lab.analysis.predict import ArmInputs, predict
 from lab.base.probe import PRICES_STEPS, Probe
+from tests.test_server_engine import _gone, _server_pids
 
 # -- what the prediction does with a probe that prices whole steps --------------------------------
 
@@ -148,40 +149,8 @@ def test_a_server_row_is_priced_by_the_server(tmp_path: Path) -> None:
     assert "priced by llama-server" in report and "prices server-draft" in report
 
 
-def _servers_under(pid: int) -> list[int]:
-    import psutil
-
-    try:
-        kids = psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    out = []
-    for k in kids:
-        try:
-            if "llama-server" in k.name():
-                out.append(k.pid)
-        except psutil.NoSuchProcess:
-            continue
-    return out
-
-
-def _gone(pid: int, timeout: float = 10.0) -> bool:
-    import psutil
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 @pytest.mark.engine
 def test_a_cancelled_server_probe_stops_its_server(tmp_path: Path) -> None:
-    import os
 
     _need_server()
     from lab.probing import driver, isolated
@@ -193,7 +162,7 @@ def test_a_cancelled_server_probe_stops_its_server(tmp_path: Path) -> None:
     seen: list[int] = []
 
     def cancelled() -> bool:
-        seen.extend(p for p in _servers_under(os.getpid()) if p not in seen)
+        seen.extend(p for p in _server_pids() if p not in seen)
         return bool(seen)
 
     t0 = time.monotonic()
@@ -201,6 +170,6 @@ def test_a_cancelled_server_probe_stops_its_server(tmp_path: Path) -> None:
     assert got is None and seen, "cancelled once a server ran"
     assert time.monotonic() - t0 < 60
     assert all(_gone(pid) for pid in seen), seen
-    assert _servers_under(os.getpid()) == []
+    assert _server_pids() == []
     # nothing cached from a probe that did not finish
     assert not driver.cache_path(spec, tmp_path).exists()

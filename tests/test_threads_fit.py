@@ -8,10 +8,6 @@ model."""
 from __future__ import annotations
 
 import io
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -67,43 +63,16 @@ def test_fitting_threads() -> None:
 
 @pytest.fixture
 def burner() -> Iterator[list[int]]:
-    """Busy loops on all cores but one, re-parented away from this process
-    (the noise guard does not count the lab's own children as neighbours)."""
+    """Busy loops on all cores but one, outside the lab's process tree (the
+    noise guard does not count the lab's own children as neighbours)."""
+    from tests.test_contention import foreign_burners
+
     n = available_cores() - 1
     if n < 1:
         pytest.skip("needs at least 2 cores to leave one free beside a burner")
-    pids: list[int] = []
-    try:
-        for _ in range(n):
-            out = subprocess.run(
-                ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-                capture_output=True, text=True, check=True, timeout=10,
-            ).stdout
-            pids.append(int(out.strip()))
+    with foreign_burners(n, 120) as pids:
         time.sleep(0.5)
         yield pids
-    finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for pid in pids:
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and _alive(pid):
-                time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def _run(tmp_path: Path, threads: int) -> tuple[list[dict[str, Any]], dict[str, Any], str, str]:
