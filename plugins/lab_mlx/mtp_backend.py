@@ -124,6 +124,7 @@ def generate_mtp(target: MlxTarget, head: Any, embed: Any, lm_head: Any, ids: li
             check_room(target, 1)
             target.decode([pending], all_logits=False)
             h = target.hidden[:, -1:]
+            stats.engine_s += now() - t_a
             pending = target.pick(-1)
             stats.plain_tokens += 1
             out.land([pending], from_draft=False)
