@@ -61,3 +61,31 @@ def test_set_rates_give_the_acceptance_and_nothing_else_gives_none() -> None:
     assert h is not None and h.acceptance_from == "set rates"
     # alone, an arm has no one to take its costs from
     assert held_out(rows[:2], steps[:10], "s-a", "p", PROBE, 2) is None
+
+
+def test_an_arm_of_another_draft_model_lends_nothing() -> None:
+    """Two draft-model arms on one target, one drafting with a 70 %-agreement
+    model: the n_max 2 arm of the first model borrows from its own model's
+    n_max 4 arm only, never from the other model's (which drafts most)."""
+    own = '{"drafter_options":{"model":"draft-1b"},"options":{}}'
+    other = '{"drafter_options":{"model":"draft-1b-a70"},"options":{}}'
+    rows = [_row("base", None, 0, 0), _row("d-n2", 2, 0.002, 12, draft_config=own),
+            _row("d-n4", 4, 0.004, 20, draft_config=own), _row("e-n8", 8, 0.008, 30, draft_config=other)]
+    steps = (_steps("d-n2", 2, [2, 1] * 5) + _steps("d-n4", 4, [4, 2, 0, 1, 3] * 2)
+             + _steps("e-n8", 8, [0, 1] * 5))
+    h = held_out(rows, steps, "d-n2", "p", PROBE, 2)
+    assert h is not None and h.acceptance_from == "d-n4" and h.costs_from == ("d-n4",)
+    # without its kin the arm has no held-out prediction rather than a wrong one
+    alone = held_out([rows[0], rows[1], rows[3]], steps, "d-n2", "p", PROBE, 2)
+    assert alone is None
+
+
+def test_engine_drafting_entries_with_the_same_options_are_kin() -> None:
+    """A server profile writes each n_max as its own entry (its own group);
+    with the same spec type and draft model they lend to each other."""
+    config = '{"drafter_options":{},"options":{"draft_model":"d.gguf","spec_type":"draft-dflash"}}'
+    rows = [_row("base", None, 0, 0), _row("dflash3", 3, 0.003, 20, drafter=None, draft_config=config, group="dflash3"),
+            _row("dflash7", 7, 0.007, 40, drafter=None, draft_config=config, group="dflash7")]
+    steps = _steps("dflash3", 3, [3, 2] * 5) + _steps("dflash7", 7, [5, 3] * 5)
+    h = held_out(rows, steps, "dflash3", "p", PROBE, 3)
+    assert h is not None and h.acceptance_from == "dflash7"

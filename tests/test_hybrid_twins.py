@@ -227,3 +227,59 @@ def test_greedy_pick_follows_the_table_at_the_real_depth(tmp_path: Path, name: s
     finally:
         ctx.close()
         model.close()
+
+
+@pytest.mark.engine
+def test_a_dflash_probe_stops_at_the_drafts_block_and_a_wider_arm_is_refused(tmp_path: Path) -> None:
+    """The DFlash draft's trained block (16 positions) caps a step at 15
+    drafts: the server probe measures the widths up to 16 and says why it
+    stopped, where set rates for 25 positions would stop the server at
+    start-up; an arm asking n_max 20 is a clear error row, not a clamp."""
+    from lab_llamacpp_server.binary import ServerNotFound, server_info
+
+    from lab.base.probe import needed_widths
+    from lab.probing.driver import measure
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+    from lab.runner import Runner
+    from lab.store import RunStore
+
+    try:
+        server_info()
+    except ServerNotFound as exc:
+        pytest.skip(f"llama-server not found: {exc} (bash scripts/setup.sh all,test)")
+    pytest.importorskip("gguf", reason="gguf is not installed (pip install -e '.[llamacpp]')")
+    registry = load_registry()
+    options = {"draft_model": "synthetic:qwen35-tiny-dflash", "flash_attn": "on"}
+    widths = (1, 2, 17)
+    assert max(needed_widths([12])) > 16  # what a profile at n-max 12 asks for
+    p = measure("llamacpp-dflash", "synthetic:qwen35-tiny", widths, repeats=1, registry=registry,
+                options=options, bandwidth=False)
+    assert p.widths == (1, 2) and len(p.seconds[0]) == 2
+    assert "trained block is 16 positions" in p.notes["widths_capped"]
+    profile = parse_profile(f"""
+[profile]
+name = "wide"
+[run]
+max_tokens = 8
+rounds = 1
+warmup = 0
+probe = false
+chat_template = false
+[[prompts]]
+name = "p"
+text = "Hello"
+[[arms]]
+name = "base"
+backend = "llamacpp-server"
+model = "synthetic:qwen35-tiny"
+[[arms]]
+name = "wide"
+backend = "llamacpp-dflash"
+model = "synthetic:qwen35-tiny"
+n_max = 20
+options = {{ draft_model = "{options['draft_model']}" }}
+""", str(tmp_path / "p.toml"), registry)
+    rows = {r["arm"]: r for r in Runner(profile, registry, RunStore(profile, tmp_path / "runs"), []).run()}
+    assert rows["base"]["status"] == "ok"
+    assert rows["wide"]["status"] == "error" and "set n_max <= 15" in rows["wide"]["detail"], rows["wide"]["detail"]

@@ -82,9 +82,12 @@ def test_a_model_that_repeats_is_flagged(tmp_path: Path, monkeypatch: pytest.Mon
             assert r["degenerate_output"] and "pattern" in r["degenerate_output"], r["text"]
             assert DEGENERATE_NOTE in r["verdict"]
         assert "⚠ ngram / p r1" in report and "not representative" in report
+        # the headline table's verdict says it too, not only the detail rows
+        headline = next(line for line in report.splitlines() if line.startswith("| ngram |"))
+        assert "(degenerate output)" in headline, headline
     else:
         assert [r["degenerate_output"] for r in rows] == [None, None], [r["text"] for r in rows]
-        assert DEGENERATE_NOTE not in report
+        assert DEGENERATE_NOTE not in report and "(degenerate output)" not in report
         assert "no loop, no run of template markers" in report
 
 

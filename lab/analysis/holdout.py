@@ -39,13 +39,18 @@ class HeldOut:
 
 
 def kin(rows: Sequence[Mapping[str, Any]], arm: str) -> str | None:
-    """What makes arms the same drafter for this purpose: backend, model and
-    drafter (or, for an engine's own drafting, the backend and its group)."""
+    """What makes arms the same drafter for this purpose: backend, model,
+    drafter and the options that say what drafts (its draft model among them), so a
+    sweep's arms are kin and an arm with another draft model is not. Rows
+    saved before they carried their options match on the rest."""
     first = next((r for r in rows if r["arm"] == arm), None)
     if first is None:
         return None
-    drafter = first.get("drafter") or f"{first.get('backend')}:{first.get('group') or arm}"
-    return f"{first.get('backend')}|{first.get('model')}|{drafter}"
+    config = first.get("draft_config")
+    # an engine's own drafting is told apart by its options (spec type, draft model)
+    # where the row has them, else by the profile entry it came from
+    drafter = first.get("drafter") or ("engine" if config else f"{first.get('backend')}:{first.get('group') or arm}")
+    return f"{first.get('backend')}|{first.get('model')}|{drafter}|{config or ''}"
 
 
 def set_positions(setting: Mapping[str, Any] | None) -> PositionAcceptance | None:

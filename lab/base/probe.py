@@ -42,6 +42,17 @@ class ProbeError(ValueError):
     pass
 
 
+class ProbeWidthCap(ProbeError):
+    """The stack cannot verify past ``max_width`` tokens a step (a DFlash
+    draft's trained block): the probe measures the widths up to it and says
+    why it stopped there."""
+
+    def __init__(self, max_width: int, why: str) -> None:
+        super().__init__(f"widths above {max_width} cannot be measured: {why}")
+        self.max_width = max_width
+        self.why = why
+
+
 class ProbeInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) while measuring: ``probe`` holds the repeats that
     finished (every width measured in each), None when none had."""

@@ -141,6 +141,11 @@ class ResultRow(Mapping[str, Any]):
     # of template markers; lab.rows.output_check), None when it is not: the
     # row's acceptance is then not representative
     degenerate_output: str | None = None
+    # the arm's engine and drafter options as one canonical string: arms that
+    # differ only in n_max or acceptance (a sweep) share it, an arm with
+    # another draft model does not (lab.analysis.holdout borrows acceptance
+    # and costs only between arms that share it)
+    draft_config: str | None = None
     # keys a saved row has beyond these (a later version's), kept so that
     # reading and saving a row again loses nothing
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)

@@ -20,6 +20,7 @@ from lab.base.probe import (
     Probe,
     ProbeError,
     ProbeInterrupted,
+    ProbeWidthCap,
     format_widths,
     load,
     needed_widths,
@@ -81,13 +82,23 @@ def measure(
         if instance.probe_needs_load(method):
             say(f"loading {model} on {backend}")
             instance.load(emit)
+        capped: str | None = None
         for i in range(repeats):
             say(f"repeat {i + 1}/{repeats}: widths {format_widths(widths)} by {method}")
-            got = instance.measure_verify_cost(widths, method)
+            try:
+                got = instance.measure_verify_cost(widths, method)
+            except ProbeWidthCap as cap:
+                # measure what the stack can verify; the prediction stops where the probe did
+                kept = tuple(w for w in widths if w <= cap.max_width)
+                if i > 0 or len(kept) < 2:
+                    raise
+                widths, capped = kept, f"widths to {cap.max_width}: {cap.why}"
+                say(f"{capped}; measuring widths {format_widths(widths)}")
+                got = instance.measure_verify_cost(widths, method)
             if len(got) != len(widths):
                 raise ProbeError(f"{backend} returned {len(got)} timings for {len(widths)} widths")
             seconds.append(tuple(float(s) for s in got))
-            notes = instance.probe_notes()
+            notes = instance.probe_notes() | ({"widths_capped": capped} if capped else {})
         model_bytes = model_file_bytes(model)
     except KeyboardInterrupt:
         # what finished is kept: the caller saves it and says how much it is
@@ -237,7 +248,11 @@ def cached(spec: ProbeSpec, root: Path | None = None) -> Probe | None:
         p = load(path)
     except ProbeError:
         return None
-    if not set(spec.widths) <= set(p.widths):
+    wanted = set(spec.widths)
+    if p.notes.get("widths_capped"):
+        # the stack stopped the probe at its widest step: the widths past it cannot be had
+        wanted = {w for w in wanted if w <= max(p.widths)}
+    if not wanted <= set(p.widths):
         return None
     return p
 

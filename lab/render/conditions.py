@@ -88,8 +88,15 @@ def output_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     if not flagged:
         checked = sum(1 for r in results if r.get("status") == "ok" and r.get("text"))
         return [f"- every output checked ({checked} cells): no loop, no run of template markers"] if checked else []
-    return [f"- ⚠ {r['arm']} / {r['prompt']} r{r['round']}: {r['degenerate_output']}; its acceptance is not "
-            "representative" for r in flagged]
+    # one line per arm x prompt: the rounds that looped, and the first one's finding
+    cells: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in flagged:
+        cells.setdefault((r["arm"], r["prompt"]), []).append(r)
+    lines = []
+    for (arm, prompt), rows in cells.items():
+        rounds = ", ".join(f"r{r['round']}" for r in rows)
+        lines.append(f"- ⚠ {arm} / {prompt} {rounds}: {rows[0]['degenerate_output']}; its acceptance is not representative")
+    return lines
 
 
 def machine_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, Any] | None = None) -> list[str]:

@@ -183,7 +183,9 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
                 if s["speedup"] is not None:
                     tps += f" ({(s['speedup'] - 1) * 100:+.0f}%)"
                 cells.append(tps)
-            kinds.append((prompt, s["verdict_kind"]))
+            # a loop in the output makes acceptance easy: the headline says so too
+            looped = any(r.get("status") == "ok" and r.get("degenerate_output") for r in rounds)
+            kinds.append((prompt, s["verdict_kind"] + (" (degenerate output)" if looped else "")))
         accept = " / ".join(_pct(by[(arm, p)]["acceptance_rate"]) if (arm, p) in by else "—" for p in prompts)
         first = next((by[(arm, p)] for p in prompts if (arm, p) in by), None)
         if first is not None and first["is_baseline"]:

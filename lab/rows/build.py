@@ -8,6 +8,7 @@ A row is built once, by the runner; its figures come from
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -175,10 +176,18 @@ def build_result(
         degenerate_output=degenerate_output(text) if ok else None,
         **_contention_keys(contention, baseline),
         warm=warm,
+        draft_config=draft_config(arm) if speculative else None,
     )
     if ok:
         row = dataclasses.replace(row, **serving.row_fields(engine_report, baseline))
     return dataclasses.replace(row, verdict=verdict(row))
+
+
+def draft_config(arm: Arm) -> str:
+    """What drafts, beyond the drafter's name: the arm's engine and drafter
+    options (a draft model's path is one of them), canonical JSON."""
+    return json.dumps({"options": dict(arm.options), "drafter_options": dict(arm.drafter_options)},
+                      sort_keys=True, default=str, separators=(",", ":"))
 
 
 def _set_acceptance(arm: Arm, rates: tuple[float, ...] | None) -> dict[str, Any]:

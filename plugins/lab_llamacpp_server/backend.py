@@ -189,6 +189,14 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
             raise EngineFailure(f"arm {self.arm.name}: --spec-type {self.spec_type} needs a draft model (draft_model = ...)")
         draft_path = str(models.resolve(draft_ref)) if draft_ref else None
         self._draft_path = draft_path
+        if draft_path is not None and self.spec_type in ("draft-dflash", "draft-dspark") and self.arm.n_max:
+            from lab_llamacpp_server.dflash_block import max_draft
+
+            most, why = max_draft(draft_path, self.spec_type)
+            if self.arm.n_max > most:
+                # the server would clamp n_max (and refuse set rates past it): the row would not be the arm asked for
+                raise EngineFailure(f"arm {self.arm.name}: n_max {self.arm.n_max} is more than this draft can "
+                                    f"propose: {why}; set n_max <= {most}")
         self._start(emit, model_path, draft_path)
 
     def _start(self, emit: Emit, model_path: str, draft_path: str | None) -> None:

@@ -12,7 +12,8 @@ lab cannot split from outside, so this probe measures that step whole:
   draft, n_max = w - 1 and set acceptance at 1 for every position
   (``--spec-synth-rates 1,1,...``), so every step drafts w - 1 tokens,
   verifies w and keeps them all; the figure is the mean seconds of the
-  server's logged steps that drafted w - 1 (a speculative row's ``step_s``).
+  server's logged steps that drafted w - 1 (a speculative row's ``step_s``),
+  the median of three requests to the same server.
 
 So T(w) of this probe is a whole step's cost in baseline tokens, the
 draft's w - 1 tokens and the server's loop included; the prediction adds
@@ -27,10 +28,10 @@ import statistics
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from lab.api import BackendContext, GenerationRequest
+from lab.api import BackendContext, EngineFailure, GenerationRequest
 from lab.base.acceptance import SetAcceptance
 from lab.base.events import Cell, Event, StepEvent
-from lab.base.probe import PRICES_STEPS, ProbeError
+from lab.base.probe import PRICES_STEPS, ProbeError, ProbeWidthCap
 from lab_llamacpp_server.command import DRAFT_N_MAX_FLAG
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ BLOCK_SPEC_TYPES = frozenset(t for t, flag in DRAFT_N_MAX_FLAG.items() if flag =
 # for about twice as many at full acceptance.
 MIN_STEPS = 6
 STEPS_PER_REQUEST = 16
+# Timed requests a width's figure is the median of, each on the same server.
+TIMED_REQUESTS = 3
 MIN_TOKENS = 48
 WARMUP_TOKENS = 16
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -93,6 +96,9 @@ def measure(
     why = refusal(spec_type, arm.options)
     if why is not None:
         raise ProbeError(f"{arm.backend} / {arm.model}: cannot price by the server: {why}")
+    cap = _widest(arm, spec_type)
+    if cap is not None and max(widths) > cap[0]:
+        raise ProbeWidthCap(cap[0], cap[1])
     seconds: list[float] = []
     per_width: dict[str, Any] = {}
     build: Any = None
@@ -129,35 +135,69 @@ def measure(
     return seconds, notes
 
 
+def _widest(arm: Arm, spec_type: str) -> tuple[int, str] | None:
+    """The widest step this arm's server can take, where its draft caps it
+    (a DFlash draft's trained block), with why; None where nothing does."""
+    if spec_type not in ("draft-dflash", "draft-dspark") or not arm.options.get("draft_model"):
+        return None
+    from lab.kit import models
+    from lab_llamacpp_server.dflash_block import max_draft
+
+    most, why = max_draft(models.resolve(str(arm.options["draft_model"])), spec_type)
+    return most + 1, why
+
+
 def _one_width(cls: type[Backend], arm: Arm, ctx: BackendContext, width: int) -> tuple[float, dict[str, Any]]:
     """One server at one width: started, warmed up, timed, stopped."""
     steps: list[StepEvent] = []
 
     def emit(event: Event) -> None:
-        if isinstance(event, StepEvent) and event.cell.round == 1:
+        if isinstance(event, StepEvent) and event.cell.round >= 1:
             steps.append(event)
 
     n_max = width - 1 if width > 1 else None
     full = arm.set_rates
     instance = cls(arm, ctx)
     try:
-        instance.load(emit)
+        try:
+            instance.load(emit)
+        except EngineFailure as e:
+            # the server's own last words, not only that it stopped
+            raise ProbeError(f"width {width}: {e}{_reason(e.log_excerpt)}") from e
         instance.generate(_request(Cell(arm.name, "probe", 0), WARMUP_TOKENS, n_max, full), emit, lambda: False)
-        gen = instance.generate(_request(Cell(arm.name, "probe", 1), _tokens(width), n_max, full), emit, lambda: False)
+        gens = [instance.generate(_request(Cell(arm.name, "probe", i), _tokens(width), n_max, full), emit, lambda: False)
+                for i in range(1, TIMED_REQUESTS + 1)]
         report = instance.report()
     finally:
         instance.close()
     note: dict[str, Any] = {"argv": report.get("argv"), "server_build": report.get("server_build"),
-                            "tokens": len(gen.ids), "gen_s": gen.gen_s}
+                            "tokens": len(gens[0].ids), "gen_s": [g.gen_s for g in gens]}
     if width == 1:
-        if not gen.ids or gen.gen_s <= 0:
+        if any(not g.ids or g.gen_s <= 0 for g in gens):
             raise ProbeError("the baseline server generated nothing to time")
-        return gen.gen_s / len(gen.ids), note
-    full_steps = [s.step_s for s in steps if s.drafted == width - 1]
-    note.update(steps=len(steps), full_steps=len(full_steps))
-    if len(full_steps) < MIN_STEPS:
-        raise ProbeError(
-            f"llama-server at n_max {width - 1} drafted {width - 1} tokens in {len(full_steps)} of {len(steps)} "
-            f"steps (at least {MIN_STEPS} needed): its drafter stopped short (--spec-draft-p-min?)")
-    return statistics.fmean(full_steps), note
+        per_request = [g.gen_s / len(g.ids) for g in gens]
+    else:
+        per_request = []
+        for i in range(1, TIMED_REQUESTS + 1):
+            mine = [s for s in steps if s.cell.round == i]
+            full_steps = [s.step_s for s in mine if s.drafted == width - 1]
+            if len(full_steps) < MIN_STEPS:
+                raise ProbeError(
+                    f"llama-server at n_max {width - 1} drafted {width - 1} tokens in {len(full_steps)} of "
+                    f"{len(mine)} steps (at least {MIN_STEPS} needed): its drafter stopped short (--spec-draft-p-min?)")
+            per_request.append(statistics.fmean(full_steps))
+        note.update(steps=len(steps), full_steps=sum(1 for s in steps if s.drafted == width - 1))
+    # the median request: one request slowed by something else moves nothing
+    note["per_request_s"] = per_request
+    return statistics.median(per_request), note
 
+
+
+def _reason(excerpt: str) -> str:
+    """The line of a server's log that says why it stopped, where one does."""
+    lines = [ln.strip() for ln in excerpt.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        low = ln.lower()
+        if "error" in low or "exception" in low or "invalid" in low or "failed" in low:
+            return f" (llama-server: {ln[-300:]})"
+    return f" (llama-server: {lines[-1][-300:]})" if lines else ""

@@ -291,6 +291,13 @@ twins_mtp() {
 
 twins() { twins_dflash; twins_mtp; }
 
+set_acceptance_heads() {
+  # draft-mtp and draft-dflash on the twin at set acceptance 0.5 / 0.7 / 0.9 (after the twins: their probes serve it)
+  twins_models
+  lab run "$repo/profiles/h200-set-acceptance-heads.toml" --out "$W/runs/set-acceptance-heads" \
+    > "$R/set-acceptance-heads.txt" 2> "$W/set-acceptance-heads.log"
+}
+
 setup() {
   # Build, install and write once per machine; later calls reuse them.
   if [ ! -f "$W/built" ]; then
