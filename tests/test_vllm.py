@@ -298,11 +298,11 @@ def test_cold_ngram_rounds_draft_as_the_first(vllm_ready: str, tmp_path: Path) -
     across requests but its prefix cache, which a cold round clears through
     the dev-mode route before its clock starts: every round drafts and
     accepts as round 1 did, with the same greedy text."""
+    from lab_vllm.backend import VllmBackend
+
     from lab.profile.load import parse_profile
     from lab.runner import Runner
     from lab.store import RunStore
-
-    from lab_vllm.backend import VllmBackend
 
     assert VllmBackend.round_state({"spec_method": "ngram"}) == "reset"
     assert VllmBackend.round_state({"spec_method": "suffix"}) == "restart"
