@@ -388,8 +388,10 @@ class Backend(ResourceHints, ABC):
           :meth:`reset_round` restarts it, outside any cell's clock.
 
         The runner calls :meth:`reset_round` before every measured cell
-        that follows another generation on the same backend, unless the
-        profile asks for warm rounds (``[run] warm_rounds = true``).
+        that follows another generation on the same backend; when the
+        profile asks for warm rounds (``[run] warm_rounds = true``), only
+        before each prompt's round 1, so that the later rounds, which meet
+        what it left, are held to a cold first round.
         """
         return "none"
 

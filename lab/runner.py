@@ -356,6 +356,9 @@ class Runner:
                 origin: Sequence[Sequence[int]] | None = None, latency: LatencyShape | None = None,
                 contention: Contention | None = None) -> ResultRow:
         baseline = pick_baseline(self.rows(), arm.baseline, cell.prompt, cell.round) if arm.baseline else None
+        warm = self.profile.run.warm_rounds
+        # warm rounds after the first are held to the arm's own cold first round
+        cold_first = self._own_round(arm, cell.prompt, 1) if warm and cell.round > 1 else None
         row = build_result(
             arm=arm, prompt=cell.prompt, round=cell.round, status=status, steps=steps,
             n_tokens=len(gen.ids) if gen else None, gen_s=gen.gen_s if gen else None,
@@ -366,7 +369,7 @@ class Runner:
             gpu_keys=self._gpu_keys(arm, cell, gen, steps),
             category=self._categories.get(cell.prompt),
             latency=latency.to_json() if latency is not None else None, contention=contention,
-            warm=self.profile.run.warm_rounds,
+            warm=warm, cold_first=cold_first,
             max_tokens=self._max_tokens(cell), overshoot=self._overshoot(arm),
         )
         with self._rows_lock:
@@ -375,6 +378,9 @@ class Runner:
         # reads as that form (ResultRow is a Mapping of it).
         self.emit(Finished(cell, row))
         return row
+
+    def _own_round(self, arm: Arm, prompt: str, round: int) -> ResultRow | None:
+        return next((r for r in self.rows() if r.arm == arm.name and r.prompt == prompt and r.round == round), None)
 
     def _max_tokens(self, cell: Cell) -> int:
         """What the cell's request asked for (as :meth:`_request` sets it)."""
@@ -603,7 +609,9 @@ class Runner:
 
             reset_s: float | None = None
             try:
-                if used and not cell.is_warmup and not run.warm_rounds:
+                # warm rounds still start cold: round 1 meets the engine as
+                # loaded, warmup or not, and the later rounds are held to it
+                if used and not cell.is_warmup and (not run.warm_rounds or cell.round == 1):
                     reset_s = self._reset_round(arm, cell, backend, drafter)
                     used = False
                     self.emit(StatusChanged(cell, status, phase="running"))

@@ -20,6 +20,8 @@ accepted + 1), as a server does when the token limit cuts a step.
 speedup and step cost are exact numbers; otherwise it streams as fast as
 ``token_delay_s`` lets it. ``spawn_child`` starts a stand-in engine process
 that close() must stop, for tests that quitting leaves no engine behind.
+``texts`` streams other words in each generation (rounds whose engine state
+changes its output) and ``round_state = "reset"`` counts the runner's resets.
 
 The TUI snapshots of saved runs (tests/tui/__snapshots__) show this default
 stream and its virtual timings: change WORDS or the defaults and update
@@ -64,6 +66,8 @@ class FakeBackend(Backend):
         Option("spawn_child", bool, False, "start a stand-in engine process"),
         Option("busy_cores", int, 0, "CPU cores it says it keeps busy (the TUI's cadence tests)"),
         Option("text", str, "", "words to stream (default: a fixed sentence)"),
+        Option("texts", list, None, "words per generation of the engine, in order, the last repeating (beats text)"),
+        Option("round_state", str, "none", "what it says it keeps across requests", choices=("none", "reset")),
     )
 
     instances: ClassVar[list[FakeBackend]] = []
@@ -87,8 +91,17 @@ class FakeBackend(Backend):
         self.closed = False
         self.child: subprocess.Popen[bytes] | None = None
         self.generated = 0
+        self.generations = 0
+        self.resets = 0
         with FakeBackend._lock:
             FakeBackend.instances.append(self)
+
+    @classmethod
+    def round_state(cls, arm_options: Mapping[str, Any]) -> str:
+        return str(arm_options.get("round_state") or "none")
+
+    def reset_round(self, emit: Emit) -> None:
+        self.resets += 1
 
     def _opt(self, name: str) -> Any:
         for o in self.options:
@@ -126,7 +139,10 @@ class FakeBackend(Backend):
         return [self.child.pid] if self.child is not None and self.child.poll() is None else []
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
-        words = (str(self._opt("text")) or " ".join(WORDS)).split()
+        texts = list(self._opt("texts") or [])
+        chosen = str(texts[min(self.generations, len(texts) - 1)]) if texts else str(self._opt("text"))
+        self.generations += 1
+        words = (chosen or " ".join(WORDS)).split()
         speculative = self.is_speculative(self.opts, self.arm.drafter)
         n_max = int(self._opt("drafted")) or request.n_max or 0
         pattern = list(self._opt("accepted") or [max(0, n_max // 2)])

@@ -1,7 +1,8 @@
 """Rounds are repeats: an ngram-mod llama-server arm, whose n-gram table
 outlives a request, drafts the same in every cold round (the backend
 restarts its server between rounds), and drafts more in later warm rounds,
-which the report says. Real llama-server on the embedded SmolLM2."""
+which the report says, holding its later rounds' greedy output to its cold
+first round. Real llama-server on the embedded SmolLM2."""
 
 from __future__ import annotations
 
@@ -89,7 +90,12 @@ def test_warm_rounds_learn_and_the_report_says_so(tmp_path: Path) -> None:
     # the server's n-gram table remembers round 1's output: round 2 drafts more
     assert drafted[1] > drafted[0]
     assert all(r["warm"] is True for r in rows)
+    # greedy identity: round 1 against its baseline, the later rounds against that cold first round
+    spec = sorted((r for r in rows if r["arm"] == "ngram"), key=lambda r: r["round"])
+    assert [r["identity_reference"] for r in spec] == ["baseline", "cold first round", "cold first round"]
+    assert all(r["identical_to_baseline"] is (r["text"] == spec[0]["text"]) for r in spec[1:])
     report = write_report(run_dir).read_text(encoding="utf-8")
+    assert "against its cold first round" in report
     assert "Rounds: warm" in report
     assert "rounds are not repeats" in report
     assert "warm rounds, tok/s" in report

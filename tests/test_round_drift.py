@@ -32,6 +32,16 @@ def test_a_climb_beyond_the_noise_is_flagged_and_repeats_are_not() -> None:
     assert drift.round_drift(base + _rows("spec", [137.0, 226.0, 140.0], [165, 463, 253])) == []
 
 
+def test_drafted_counts_that_climb_then_hold_are_a_trend() -> None:
+    # an n-gram table that learns the whole answer in round 1 drafts the same from round 2 on
+    base = _rows("base", [61.5, 63.5, 62.1], None)
+    found = drift.round_drift(base + _rows("spec", [54.4, 81.0, 79.5], [16, 35, 35]))
+    assert [(d.arm, [t.metric for t in d.trends]) for d in found] == [("spec", ["drafted"])]
+    assert found[0].trends[0].values == (16.0, 35.0, 35.0)
+    # tok/s still needs a strict trend: timing repeats only within its noise
+    assert drift.round_drift(base + _rows("spec", [54.4, 81.0, 81.0], [35, 35, 35])) == []
+
+
 def test_drafted_counts_trend_over_two_rounds_tok_s_needs_three() -> None:
     base = _rows("base", [70.0, 90.0], None)
     found = drift.round_drift(base + _rows("spec", [100.0, 150.0], [100, 200]))

@@ -181,11 +181,11 @@ def _registry() -> Any:
     return load_registry([lab_llamacpp_server, lab_vllm])
 
 
-def _profile(python: str, arms: str, max_tokens: int = 32) -> str:
+def _profile(python: str, arms: str, max_tokens: int = 32, rounds: int = 1) -> str:
     return textwrap.dedent(f"""
         [run]
         max_tokens = {max_tokens}
-        rounds = 1
+        rounds = {rounds}
         warmup = 0
         n_ctx = 512
         [[prompts]]
@@ -286,6 +286,40 @@ def test_ngram_arm_counts_equal_vllm_counters(ngram_run: tuple[list[Any], Path])
     assert spec["prompt_template"] == "vllm-server (ids)"
     assert (run_dir / "vllm-ngram.log").exists()
     assert "ngram" in (run_dir / "report.md").read_text()
+    assert _vllm_pids() == []
+
+
+NGRAM_ONLY = ARMS.split("[[arms]]")[2]
+
+
+@pytest.mark.engine
+def test_cold_ngram_rounds_draft_as_the_first(vllm_ready: str, tmp_path: Path) -> None:
+    """ngram looks up the request's own tokens, so vLLM keeps nothing of it
+    across requests but its prefix cache, which a cold round clears through
+    the dev-mode route before its clock starts: every round drafts and
+    accepts as round 1 did, with the same greedy text."""
+    from lab_vllm.backend import VllmBackend
+
+    from lab.profile.load import parse_profile
+    from lab.runner import Runner
+    from lab.store import RunStore
+
+    assert VllmBackend.round_state({"spec_method": "ngram"}) == "reset"
+    assert VllmBackend.round_state({"spec_method": "suffix"}) == "restart"
+    registry = _registry()
+    profile = parse_profile(_profile(vllm_ready, "[[arms]]" + NGRAM_ONLY, max_tokens=48, rounds=3),
+                            str(tmp_path / "p.toml"), registry)
+    store = RunStore(profile, tmp_path / "runs")
+    rows = sorted(Runner(profile, registry, store, []).run(), key=lambda r: r["round"])
+    assert [r["status"] for r in rows] == ["ok"] * 3, [r["detail"][:400] for r in rows]
+    drafted = [r["drafted"] for r in rows]
+    assert drafted[0] and drafted[0] > 0
+    assert drafted[1:] == [drafted[0], drafted[0]]
+    assert [r["accepted"] for r in rows[1:]] == [rows[0]["accepted"]] * 2
+    # the reset ran between rounds, outside the cells' clocks, and is recorded
+    assert [r["engine_report"].get("round_reset_s") is not None for r in rows] == [False, True, True]
+    assert len({r["text"] for r in rows}) == 1 and all(r["warm"] is False for r in rows)
+    assert "Successfully reset prefix cache" in (store.path / "vllm-ngram.log").read_text(errors="replace")
     assert _vllm_pids() == []
 
 

@@ -53,16 +53,19 @@ def series(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[float, ...]:
     return tuple(float(r[key]) for r in ok if r.get(key) is not None)
 
 
-def monotone(values: Sequence[float]) -> bool:
-    """Strictly rising or strictly falling."""
+def monotone(values: Sequence[float], strict: bool = True) -> bool:
+    """Strictly rising or strictly falling; with ``strict`` off, never
+    falling or never rising (a climb that then holds: 16, 35, 35)."""
     steps = [b - a for a, b in zip(values, values[1:])]
-    return bool(steps) and (all(d > 0 for d in steps) or all(d < 0 for d in steps))
+    if strict:
+        return bool(steps) and (all(d > 0 for d in steps) or all(d < 0 for d in steps))
+    return any(steps) and (all(d >= 0 for d in steps) or all(d <= 0 for d in steps))
 
 
-def trend(metric: str, values: Sequence[float], noise: float, min_rounds: int) -> Trend | None:
+def trend(metric: str, values: Sequence[float], noise: float, min_rounds: int, strict: bool = True) -> Trend | None:
     """The trend of ``values`` when it is monotone over at least
     ``min_rounds`` rounds and its change beyond ``noise``; else None."""
-    if len(values) < min_rounds or not values[0] or not monotone(values):
+    if len(values) < min_rounds or not values[0] or not monotone(values, strict):
         return None
     change = values[-1] / values[0] - 1.0
     return Trend(metric, tuple(values), change, noise) if abs(change) > noise else None
@@ -87,7 +90,8 @@ def round_drift(results: Sequence[Mapping[str, Any]]) -> list[Drift]:
             base_spread = (max(base_tps) - min(base_tps)) / min(base_tps) if min(base_tps) else 0.0
             tps_noise = max(NOISE_FLOOR, BASELINE_NOISE_FACTOR * base_spread)
         found = [t for t in (trend("tok/s", series(rows, "tok_per_s"), tps_noise, 3),
-                             trend("drafted", series(rows, "drafted"), NOISE_FLOOR, 2)) if t is not None]
+                             # greedy drafting repeats exactly: a climb that then holds is a trend too
+                             trend("drafted", series(rows, "drafted"), NOISE_FLOOR, 2, strict=False)) if t is not None]
         if found:
             out.append(Drift(arm, prompt, any(bool(r.get("warm")) for r in rows), tuple(found)))
     return out

@@ -22,10 +22,12 @@ class Divergence:
     baseline: str  # the baseline's words from the split on
     output: str  # this arm's words from the split on
 
-    def line(self) -> str:
+    def line(self, against: str = "baseline") -> str:
+        """The split as the report quotes it; ``against`` names what the
+        output was held to (its baseline, or its cold first round)."""
         where = f"char {self.char}" + (f", token {self.token}" if self.token is not None else "")
         lead = f"…{self.before} " if self.before else ""
-        return f"{where}: {lead}[baseline: “{self.baseline}” | here: “{self.output}”]"
+        return f"{where}: {lead}[{against}: “{self.baseline}” | here: “{self.output}”]"
 
 
 def _word_start(text: str, pos: int) -> int:

@@ -14,7 +14,7 @@ from lab.analysis.predict import probe_for
 from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
 from lab.base.probe import Probe
-from lab.base.row import LATENCY_KEYS
+from lab.base.row import COLD_FIRST_ROUND, LATENCY_KEYS
 from lab.base.verdict import failed_checks
 from lab.telemetry.latency import percentile
 
@@ -52,6 +52,8 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         call = stats.call_speedup(ratios) if not first.get("is_baseline") else None
         identical = [r["identical_to_baseline"] for r in ok if r["identical_to_baseline"] is not None]
         divergences = [r["first_divergence_char"] for r in ok if r["first_divergence_char"] is not None]
+        # what the rounds' outputs were held to: the baseline, and for later warm rounds their cold first round
+        held_to = sorted({str(r["identity_reference"]) for r in ok if r.get("identity_reference")})
         # warm rounds share engine state: a trend, so no interval as if they were repeats
         warm = any(bool(r.get("warm")) for r in ok)
         s: dict[str, Any] = {
@@ -87,6 +89,7 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "peak_mem_bytes": max((r["peak_mem_bytes"] or 0 for r in rows), default=0) or None,
             "identical_to_baseline": all(identical) if identical else None,
             "first_divergence_char": min(divergences) if divergences else None,
+            "identity_reference": held_to,
             # busy-machine rounds (lab.telemetry.contention): all of them makes the verdict uncertain
             "contended_rounds": sum(1 for r in ok if r.get("contended")),
             "contended": bool(ok) and all(r.get("contended") for r in ok),
@@ -112,24 +115,31 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def divergences(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Every speculative round whose output left its baseline's (the
-    baseline row the result was measured against)."""
+    """Every speculative round whose output left the output it was held to:
+    its baseline's (the baseline row the result was measured against) or,
+    for a later warm round, its arm's cold first round (``against``)."""
     from lab.rows.build import pick_baseline
 
     out = []
     for r in results:
         if r.get("status") != "ok" or r.get("is_baseline") or r.get("identical_to_baseline") is not False:
             continue
-        base_arm = r.get("baseline_arm")
-        base = pick_baseline(results, base_arm, r["prompt"], r["round"]) if base_arm else None
-        if base is None or base.get("text") is None or r.get("text") is None:
+        against = r.get("identity_reference") or "baseline"
+        if against == COLD_FIRST_ROUND:
+            ref = next((x for x in results if x["arm"] == r["arm"] and x["prompt"] == r["prompt"]
+                        and x["round"] == 1 and x.get("status") == "ok"), None)
+        else:
+            base_arm = r.get("baseline_arm")
+            ref = pick_baseline(results, base_arm, r["prompt"], r["round"]) if base_arm else None
+        if ref is None or ref.get("text") is None or r.get("text") is None:
             continue
-        d = equivalence.divergence(base["text"], r["text"], base.get("ids"), r.get("ids"))
+        d = equivalence.divergence(ref["text"], r["text"], ref.get("ids"), r.get("ids"))
         if d is None:
             continue
         out.append({
             "arm": r["arm"], "prompt": r["prompt"], "round": r["round"], "char": d.char, "token": d.token,
-            "before": d.before, "baseline": d.baseline, "output": d.output, "line": d.line(),
+            "before": d.before, "baseline": d.baseline, "output": d.output, "against": against,
+            "line": d.line(against),
         })
     return out
 

@@ -20,6 +20,10 @@ from lab.base.cells import Cell, Status
 GPU = {"group": "gpu"}  # GPU telemetry (lab.telemetry.gpu): null on a run without a GPU
 SERVING = {"group": "serving"}  # server arms beyond one stream (lab.rows.serving)
 
+# What a later round of warm rounds is held to for greedy identity
+# (ResultRow.identity_reference): its arm's own round 1 of the prompt.
+COLD_FIRST_ROUND = "cold first round"
+
 # The CLI contract's keys, in its order: the first fields of ResultRow.
 RESULT_KEYS = (
     "arm", "backend", "drafter", "prompt", "round", "status",
@@ -106,6 +110,12 @@ class ResultRow(Mapping[str, Any]):
     # check established (engine_report["divergence"]) or "not established";
     # None when it did not leave it
     divergence_cause: str | None = None
+    # what identical_to_baseline and first_divergence_char compared the
+    # output with: "baseline" (the baseline arm's same prompt and round) or,
+    # for round 2 on of a warm arm, "cold first round" (the arm's own round
+    # 1 of the prompt, the one round that met a fresh engine); None when the
+    # output was not compared
+    identity_reference: str | None = None
     # sha256 of the exact prompt text sent (lab.kit.prompting) and which template made it
     prompt_sha256: str | None = None
     prompt_template: str | None = None
@@ -221,7 +231,7 @@ LATENCY_KEYS = ("ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s")
 DERIVED_CSV_KEYS = ("break_even_len", "needed_acceptance", "verdict_kind")
 CSV_KEYS = RESULT_KEYS + (
     "prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail",
-) + DERIVED_CSV_KEYS + ("category",) + LATENCY_KEYS + ("divergence_cause",) + GPU_KEYS
+) + DERIVED_CSV_KEYS + ("category",) + LATENCY_KEYS + ("divergence_cause", "identity_reference") + GPU_KEYS
 
 
 def field_kinds() -> dict[str, str]:

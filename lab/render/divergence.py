@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from lab.base.row import COLD_FIRST_ROUND
+
 ENGINE_CAUSES = ("engine batch variance", "engine non-determinism")
 
 
@@ -31,6 +33,9 @@ def cause_line(row: Mapping[str, Any]) -> str:
     """One sentence: what the divergence is put down to, with its figures."""
     cause = row.get("divergence_cause") or "not established"
     ev = evidence(row)
+    if ev is not None and cause == "not established" and row.get("identity_reference") == COLD_FIRST_ROUND:
+        # the engine checked against the baseline, which this row was not held to
+        ev = None
     if ev is None or cause == "not established":
         why = f" ({ev['reason']})" if ev is not None and ev.get("reason") else ""
         return f"cause not established{why}"
@@ -62,7 +67,8 @@ def markdown_lines(divs: Sequence[Mapping[str, Any]], results: Sequence[Mapping[
     lines: list[str] = []
     notes: dict[str, Mapping[str, Any]] = {}
     for d in divs:
-        lines.append(f"- {d['arm']} / {d['prompt']} r{d['round']}: {d['line']}")
+        held = " (against its cold first round)" if d.get("against") == COLD_FIRST_ROUND else ""
+        lines.append(f"- {d['arm']} / {d['prompt']} r{d['round']}{held}: {d['line']}")
         row = rows.get((d["arm"], d["prompt"], d["round"]))
         if row is None:
             continue

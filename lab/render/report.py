@@ -22,7 +22,7 @@ from lab.analysis.reference import compare_references
 from lab.base import economics as breakeven
 from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
-from lab.base.row import CSV_KEYS
+from lab.base.row import COLD_FIRST_ROUND, CSV_KEYS
 from lab.base.textsafe import printable
 from lab.base.verdict import BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning
 from lab.render import categories as category_section
@@ -225,6 +225,8 @@ def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
         ident = _fmt(s["identical_to_baseline"])
         if s["first_divergence_char"] is not None:
             ident += f" (char {s['first_divergence_char']})"
+        if COLD_FIRST_ROUND in (s.get("identity_reference") or ()):
+            ident += " (r1 against its baseline, later rounds against its cold first round)"
         lines.append(
             f"| {s['arm']} | {s['prompt']} | {tps if s['rounds'] else s['status']} | {speed} | "
             f"{_pct(s['acceptance_rate'])} | {_fmt(s['mean_accepted_len'])} | {_ms(s['draft_s'])} | "
@@ -437,6 +439,9 @@ def _divergence_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     if not divs:
         checked = any(r.get("identical_to_baseline") is not None for r in results)
         lines = ["Every speculative output is identical to its baseline." if checked else "No outputs to compare."]
+        if any(r.get("identity_reference") == COLD_FIRST_ROUND for r in results):
+            lines = ["Every speculative output is identical to what it is held to: round 1 to its baseline, a "
+                     "later warm round against its cold first round (its arm's round 1 of the prompt)."]
         if any(r.get("set_acceptance") for r in results):
             lines.append("Arms with set acceptance are not compared: their output is not the target's.")
         return lines

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from lab.base import metrics
 from lab.base.cells import Status
 from lab.base.events import StepEvent
-from lab.base.row import GPU_KEYS, ResultRow, RowT
+from lab.base.row import COLD_FIRST_ROUND, GPU_KEYS, ResultRow, RowT
 from lab.base.verdict import verdict
 from lab.rows import serving
 from lab.rows.output_check import degenerate_output
@@ -83,10 +83,17 @@ def build_result(
     warm: bool = False,
     max_tokens: int | None = None,
     overshoot: int = 0,
+    cold_first: Mapping[str, Any] | None = None,
 ) -> ResultRow:
     """Assemble one row. ``baseline`` is the baseline's row for the same
     prompt and round (or the nearest round), used for speedup, step cost and
     greedy equivalence.
+
+    A later round of a warm arm (``warm`` and ``round > 1``) met an engine
+    its earlier rounds changed: its greedy output is held to the arm's own
+    cold first round of the prompt (``cold_first``, the arm's round-1 row),
+    not to the baseline; without an ok first round it is not compared.
+    ``identity_reference`` says which of the two it was held to.
 
     An ``ok`` row is held to what is possible first
     (:func:`lab.rows.plausible.impossible_figure`, against the request's
@@ -112,13 +119,16 @@ def build_result(
     draft_vals = [s.draft_s for s in steps if s.draft_s is not None]
     verify_vals = [s.verify_s for s in steps if s.verify_s is not None]
     base_tps = baseline.get("tok_per_s") if baseline else None
-    identical = None
-    divergence = None
     # output kept at set rates is not the target's: never held to its baseline's
     set_rates = arm.set_rates
-    if ok and speculative and set_rates is None and baseline and baseline.get("text") is not None and text is not None:
-        divergence = first_divergence(text, baseline["text"])
+    judged = ok and speculative and set_rates is None and text is not None
+    reference, against = identity_reference(baseline, round, warm, cold_first)
+    identical = None
+    divergence = None
+    if judged and reference is not None and text is not None:
+        divergence = first_divergence(text, reference["text"])
         identical = divergence is None
+    cause = divergence_cause(identical, _held_evidence(engine_report, against, baseline, cold_first))
     origin = None
     # only when the runs add up to the text (a stream that lost a partial
     # character at the end would shift every mark after it)
@@ -166,7 +176,8 @@ def build_result(
         plain_tokens=(n_tokens - landed) if counted and n_tokens is not None else None,
         **_gpu_fields(gpu_keys),
         category=category,
-        divergence_cause=divergence_cause(identical, engine_report),
+        divergence_cause=cause,
+        identity_reference=against if identical is not None else None,
         itl_p50_s=_latency(latency, "itl_p50_s", ok),
         itl_p95_s=_latency(latency, "itl_p95_s", ok),
         itl_p99_s=_latency(latency, "itl_p99_s", ok),
@@ -228,6 +239,32 @@ def _ttft_without_rehearsal(latency: Mapping[str, float | None] | None, engine_r
     ttft = (latency or {}).get("ttft_s")
     rehearsal = float((engine_report or {}).get("rehearsal_s") or 0.0)
     return ttft if ttft is None else max(0.0, ttft - rehearsal)
+
+
+def identity_reference(baseline: Mapping[str, Any] | None, round: int, warm: bool,
+                       cold_first: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The row a cell's greedy output is held to and what it is: the
+    baseline's, except in round 2 on of warm rounds, where it is the arm's
+    own cold first round (none when that round has no ok text)."""
+    if warm and round > 1:
+        ok = cold_first is not None and cold_first.get("status") == "ok" and cold_first.get("text") is not None
+        return (cold_first, COLD_FIRST_ROUND) if ok else (None, None)
+    if baseline is not None and baseline.get("text") is not None:
+        return baseline, "baseline"
+    return None, None
+
+
+def _held_evidence(engine_report: Mapping[str, Any] | None, against: str | None,
+                   baseline: Mapping[str, Any] | None, cold_first: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The engine's divergence check compares with the baseline's output:
+    it explains a row held to its cold first round only when that round's
+    text is the baseline's."""
+    if against != COLD_FIRST_ROUND:
+        return engine_report
+    same = baseline is not None and cold_first is not None and baseline.get("text") == cold_first.get("text")
+    if same:
+        return engine_report
+    return {k: v for k, v in (engine_report or {}).items() if k != "divergence"}
 
 
 def divergence_cause(identical: bool | None, engine_report: Mapping[str, Any] | None) -> str | None:
