@@ -255,6 +255,11 @@ def _economics_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+# The two per-position measures, labelled so that neither is read as the other.
+CONDITIONAL_LABEL = "conditional: kept at i given i-1 kept"
+UNCONDITIONAL_LABEL = "unconditional: kept at i of all drafting steps (llama.cpp, vLLM)"
+
+
 def _position_lines(data: Mapping[str, Any]) -> list[str]:
     steps = data.get("steps")
     if steps is None:
@@ -263,17 +268,27 @@ def _position_lines(data: Mapping[str, Any]) -> list[str]:
     if not pos:
         return ["No speculative steps were saved."]
     width = max(len(p.reached) for p in pos.values())
-    head = "| arm | prompt | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " |"
-    lines = [head, "|---|---|" + "---|" * width]
+    head = "| arm | prompt | measure | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " |"
+    lines = [head, "|---|---|---|" + "---|" * width]
     for (arm, prompt), p in pos.items():
-        cells = []
+        cond, uncond = [], []
         for i in range(width):
             if i < len(p.reached) and p.reached[i]:
-                cells.append(f"{p.accepted[i] / p.reached[i] * 100:.0f}% of {p.reached[i]}")
+                cond.append(f"{p.accepted[i] / p.reached[i] * 100:.0f}% of {p.reached[i]}")
+                uncond.append(_pct(p.unconditional[i], ".0f"))
             else:
-                cells.append("—")
-        lines.append(f"| {arm} | {prompt} | " + " | ".join(cells) + " |")
-    lines += ["", "Position i: drafts accepted at i over steps that reached i (every earlier position accepted)."]
+                cond.append("—")
+                uncond.append("—")
+        lines.append(f"| {arm} | {prompt} | {CONDITIONAL_LABEL} | " + " | ".join(cond) + " |")
+        lines.append(f"| {arm} | {prompt} | {UNCONDITIONAL_LABEL} | " + " | ".join(uncond) + " |")
+    lines += [
+        "",
+        "Conditional at position i: drafts kept at i over the steps that reached i (every earlier position kept), "
+        "\"of N\" the steps that reached it; the prediction multiplies these. Unconditional at position i: drafts "
+        "kept at i over every step that drafted, the chance a step keeps at least i drafts; it is the "
+        "\"per-position acceptance\" llama.cpp and vLLM print, and it falls with i even when every position "
+        "is as easy as the first.",
+    ]
     return lines
 
 
@@ -574,7 +589,10 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
     }
     if steps is not None:
         out["positions"] = [
-            {"arm": a, "prompt": p, "reached": list(v.reached), "accepted": list(v.accepted), "rates": list(v.rates)}
+            # "rates" is the conditional (its name before the unconditional stood beside it)
+            {"arm": a, "prompt": p, "reached": list(v.reached), "accepted": list(v.accepted), "rates": list(v.rates),
+             "drafting_steps": v.drafting_steps, "conditional": list(v.conditional),
+             "unconditional": list(v.unconditional)}
             for (a, p), v in analysis.positions(steps).items()
         ]
         if probe is not None:
