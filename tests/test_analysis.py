@@ -159,7 +159,7 @@ def test_per_position_counts() -> None:
 
 
 def test_unconditional_is_over_every_drafting_step() -> None:
-    # steps (drafted, accepted): position 2 reached by 2 steps, kept by 1
+    # steps (drafted, accepted): position 2 reached by 3 steps, kept by 2; the (0, 0) step drafted nothing
     pa = acceptance.per_position([{"arm": "a", "prompt": "p", "drafted": d, "accepted": a}
                        for d, a in [(3, 3), (3, 1), (3, 0), (2, 2), (0, 0)]])
     assert pa.drafting_steps == 4

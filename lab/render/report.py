@@ -105,19 +105,37 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
     return data
 
 
-def write_report(run_dir: str | Path) -> Path:
+def write_report(run_dir: str | Path, data: Mapping[str, Any] | None = None) -> Path:
     """Render a run directory's report.md from what it saved, with its steps
     and any probe attached (so the per-position acceptance and the
     prediction are in it too)."""
     path = Path(run_dir) / "report.md"
     # a report is read with cat as often as in an editor: whatever a server or
     # a saved run put in it (escape sequences, OSC 52) is written escaped
-    path.write_text(printable(render_markdown(load_for_report(run_dir)), keep="\n\t"), encoding="utf-8")
+    shown = load_for_report(run_dir) if data is None else data
+    path.write_text(printable(render_markdown(shown), keep="\n\t"), encoding="utf-8")
     return path
 
 
+def write_acceptance(run_dir: str | Path, data: Mapping[str, Any] | None = None) -> Path | None:
+    """The run's portable acceptance profile (acceptance.json), when any
+    speculative arm saved steps: carried to another machine, `lab predict`
+    prices it with that machine's probe."""
+    from lab.analysis import acceptance_profile
+
+    if data is None:
+        data = load_for_report(run_dir)
+    if data.get("steps") is None:
+        return None
+    profile = acceptance_profile.build(data, Path(run_dir).name)
+    if not profile["entries"]:
+        return None
+    return acceptance_profile.save(profile, Path(run_dir) / acceptance_profile.ACCEPTANCE_FILE)
+
+
 class ReportWriter:
-    """A listener of a run: when it ends, its run directory gets report.md.
+    """A listener of a run: when it ends, its run directory gets report.md
+    and acceptance.json (:func:`write_acceptance`).
     Subscribe it after the store, which has then closed the run's files.
 
     Given the store, it writes where the store is now (a store that lost its
@@ -136,9 +154,15 @@ class ReportWriter:
         if not run_dir or getattr(self.store, "memory_only", False):
             return
         try:
-            write_report(run_dir)
+            data = load_for_report(run_dir)
+            write_report(run_dir, data)
         except OSError as exc:
             self.error = f"report.md not written in {run_dir}: {exc.strerror or exc}"
+            return
+        try:
+            write_acceptance(run_dir, data)
+        except (OSError, ValueError) as exc:
+            self.error = f"acceptance.json not written in {run_dir}: {getattr(exc, 'strerror', None) or exc}"
 
 
 def _probe(data: Mapping[str, Any]) -> Any:
