@@ -184,7 +184,8 @@ def build(data: Mapping[str, Any], run_name: str) -> dict[str, Any]:
         "kind": KIND, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "source": {
             "run": run_name, "profile": profile.get("name"), "started": data.get("started"),
-            "machine": dict(data.get("machine") or {}) or (dict(first_probe.machine) if first_probe is not None else {}),
+            # the run's record, with what its probe adds (the CPU's name)
+            "machine": {**(dict(first_probe.machine) if first_probe is not None else {}), **dict(data.get("machine") or {})},
             "probe": None if first_probe is None else {
                 "backend": first_probe.backend, "model": first_probe.model, "method": first_probe.method,
                 "machine": dict(first_probe.machine), "on_gpu": first_probe.on_gpu},
