@@ -158,6 +158,16 @@ def test_per_position_counts() -> None:
     assert pa.rates == (0.75, pytest.approx(2 / 3), 1.0)
 
 
+def test_unconditional_is_over_every_drafting_step() -> None:
+    # steps (drafted, accepted): position 2 reached by 3 steps, kept by 2; the (0, 0) step drafted nothing
+    pa = acceptance.per_position([{"arm": "a", "prompt": "p", "drafted": d, "accepted": a}
+                       for d, a in [(3, 3), (3, 1), (3, 0), (2, 2), (0, 0)]])
+    assert pa.drafting_steps == 4
+    assert pa.unconditional == (0.75, 0.5, 0.25)
+    assert pa.conditional == (0.75, pytest.approx(2 / 3), 1.0)
+    assert acceptance.PositionAcceptance((), ()).unconditional == ()
+
+
 def test_expected_landed_and_extrapolation() -> None:
     pa = acceptance.PositionAcceptance((10, 5), (5, 5))  # p1 = 0.5, p2 = 1
     assert pa.expected_landed(1) == (1.5, 0)

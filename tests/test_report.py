@@ -113,7 +113,8 @@ def test_markdown_report(run_dir: Path) -> None:
     assert "## Why: the step arithmetic" in md
     assert "can land at most 4" in md and "structural loss" in md
     assert "## Acceptance per draft position" in md
-    assert re.search(r"\| poor \| prose \| 0% of \d+ \| — \|", md)
+    assert re.search(r"\| poor \| prose \| conditional: [^|]+ \| 0% of \d+ \| — \|", md)
+    assert re.search(r"\| poor \| prose \| unconditional: [^|]+ \| 0% \| — \|", md)
     assert "No verify-cost probe for this run" in md
     assert "faster" in md
     assert "## Greedy equivalence" in md and "drift / prose r1: char 4" in md

@@ -5,6 +5,12 @@ positions 1..a were accepted and, when a < d, position a+1 was rejected (and
 nothing after it was looked at). So position i's conditional acceptance is
 accepted-at-i over reached-i, and the expected tokens a step lands with n
 drafted is 1 + sum over k <= n of the product of the first k conditionals.
+
+The unconditional figure is what llama.cpp and vLLM print as "per-position
+acceptance": accepted-at-i over every step that drafted, the chance that a
+step keeps at least i drafts. It falls with i by construction even when every
+position is as easy as the first, which is why it is shown beside the
+conditional one and never alone.
 """
 
 from __future__ import annotations
@@ -24,6 +30,25 @@ class PositionAcceptance:
     def rates(self) -> tuple[float | None, ...]:
         """Conditional acceptance: P(accept position i | positions < i accepted)."""
         return tuple(a / r if r else None for a, r in zip(self.accepted, self.reached))
+
+    @property
+    def conditional(self) -> tuple[float | None, ...]:
+        """The same as :attr:`rates`, by the name reports use beside
+        :attr:`unconditional`."""
+        return self.rates
+
+    @property
+    def drafting_steps(self) -> int:
+        """Steps that drafted at least one token (every one reaches position 1)."""
+        return self.reached[0] if self.reached else 0
+
+    @property
+    def unconditional(self) -> tuple[float | None, ...]:
+        """P(a step keeps at least i drafts) over every step that drafted:
+        llama.cpp's and vLLM's per-position acceptance. A step that drafted
+        fewer than i tokens counts as not keeping position i, as theirs do."""
+        n = self.drafting_steps
+        return tuple(a / n if n else None for a in self.accepted)
 
     def expected_landed(self, n: int) -> tuple[float, int]:
         """Expected tokens one step lands drafting n, and how many of those

@@ -6,6 +6,8 @@ lab PROFILE.toml            open the TUI on a profile
 lab run PROFILE [--out DIR] run headless, print progress and the comparison
 lab report RUN_DIR [--format md|csv|json] [--compare RUN_B] [--probe FILE]
 lab probe [--backend B] [--model M] [--option K=V] [--profile P [--arm A]] [--widths 1-16] [--method M] [--out FILE]
+lab acceptance RUN_DIR [-o FILE]  a run's acceptance per draft position, portable
+lab predict ACCEPTANCE --probe FILE [--draft-probe FILE] [--loop-us US]  would it pay on that machine?
 lab check PROFILE           validate a profile without loading a model
 lab lossless [-d DRAFTER]   test at temperature > 0 that drafters keep the target's distribution
 lab plugins                 backends, drafters, their options, load errors
@@ -40,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "(speculative vs plain sampling)"),
     "report": ("report", "render a saved run"),
     "probe": ("probe", "measure verify cost T(w) of a backend and model"),
+    "acceptance": ("acceptance", "export a run's acceptance per draft position as a portable file"),
+    "predict": ("predict", "price an acceptance file with another machine's probe: speedup per n_max"),
     "plugins": ("plugins", "list backends, drafters and plugin load errors"),
     "new-drafter": ("new_drafter", "write a minimal drafter plugin package to start from"),
     "doctor": ("doctor", "check engines, tools and models"),

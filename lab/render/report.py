@@ -105,19 +105,37 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
     return data
 
 
-def write_report(run_dir: str | Path) -> Path:
+def write_report(run_dir: str | Path, data: Mapping[str, Any] | None = None) -> Path:
     """Render a run directory's report.md from what it saved, with its steps
     and any probe attached (so the per-position acceptance and the
     prediction are in it too)."""
     path = Path(run_dir) / "report.md"
     # a report is read with cat as often as in an editor: whatever a server or
     # a saved run put in it (escape sequences, OSC 52) is written escaped
-    path.write_text(printable(render_markdown(load_for_report(run_dir)), keep="\n\t"), encoding="utf-8")
+    shown = load_for_report(run_dir) if data is None else data
+    path.write_text(printable(render_markdown(shown), keep="\n\t"), encoding="utf-8")
     return path
 
 
+def write_acceptance(run_dir: str | Path, data: Mapping[str, Any] | None = None) -> Path | None:
+    """The run's portable acceptance profile (acceptance.json), when any
+    speculative arm saved steps: carried to another machine, `lab predict`
+    prices it with that machine's probe."""
+    from lab.analysis import acceptance_profile
+
+    if data is None:
+        data = load_for_report(run_dir)
+    if data.get("steps") is None:
+        return None
+    profile = acceptance_profile.build(data, Path(run_dir).name)
+    if not profile["entries"]:
+        return None
+    return acceptance_profile.save(profile, Path(run_dir) / acceptance_profile.ACCEPTANCE_FILE)
+
+
 class ReportWriter:
-    """A listener of a run: when it ends, its run directory gets report.md.
+    """A listener of a run: when it ends, its run directory gets report.md
+    and acceptance.json (:func:`write_acceptance`).
     Subscribe it after the store, which has then closed the run's files.
 
     Given the store, it writes where the store is now (a store that lost its
@@ -136,9 +154,15 @@ class ReportWriter:
         if not run_dir or getattr(self.store, "memory_only", False):
             return
         try:
-            write_report(run_dir)
+            data = load_for_report(run_dir)
+            write_report(run_dir, data)
         except OSError as exc:
             self.error = f"report.md not written in {run_dir}: {exc.strerror or exc}"
+            return
+        try:
+            write_acceptance(run_dir, data)
+        except (OSError, ValueError) as exc:
+            self.error = f"acceptance.json not written in {run_dir}: {getattr(exc, 'strerror', None) or exc}"
 
 
 def _probe(data: Mapping[str, Any]) -> Any:
@@ -259,6 +283,11 @@ def _economics_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+# The two per-position measures, labelled so that neither is read as the other.
+CONDITIONAL_LABEL = "conditional: kept at i given i-1 kept"
+UNCONDITIONAL_LABEL = "unconditional: kept at i of all drafting steps (llama.cpp, vLLM)"
+
+
 def _position_lines(data: Mapping[str, Any]) -> list[str]:
     steps = data.get("steps")
     if steps is None:
@@ -267,17 +296,27 @@ def _position_lines(data: Mapping[str, Any]) -> list[str]:
     if not pos:
         return ["No speculative steps were saved."]
     width = max(len(p.reached) for p in pos.values())
-    head = "| arm | prompt | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " |"
-    lines = [head, "|---|---|" + "---|" * width]
+    head = "| arm | prompt | measure | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " |"
+    lines = [head, "|---|---|---|" + "---|" * width]
     for (arm, prompt), p in pos.items():
-        cells = []
+        cond, uncond = [], []
         for i in range(width):
             if i < len(p.reached) and p.reached[i]:
-                cells.append(f"{p.accepted[i] / p.reached[i] * 100:.0f}% of {p.reached[i]}")
+                cond.append(f"{p.accepted[i] / p.reached[i] * 100:.0f}% of {p.reached[i]}")
+                uncond.append(_pct(p.unconditional[i], ".0f"))
             else:
-                cells.append("—")
-        lines.append(f"| {arm} | {prompt} | " + " | ".join(cells) + " |")
-    lines += ["", "Position i: drafts accepted at i over steps that reached i (every earlier position accepted)."]
+                cond.append("—")
+                uncond.append("—")
+        lines.append(f"| {arm} | {prompt} | {CONDITIONAL_LABEL} | " + " | ".join(cond) + " |")
+        lines.append(f"| {arm} | {prompt} | {UNCONDITIONAL_LABEL} | " + " | ".join(uncond) + " |")
+    lines += [
+        "",
+        "Conditional at position i: drafts kept at i over the steps that reached i (every earlier position kept), "
+        "\"of N\" the steps that reached it; the prediction multiplies these. Unconditional at position i: drafts "
+        "kept at i over every step that drafted, the chance a step keeps at least i drafts; it is the "
+        "\"per-position acceptance\" llama.cpp and vLLM print, and it falls with i even when every position "
+        "is as easy as the first.",
+    ]
     return lines
 
 
@@ -581,7 +620,10 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
     }
     if steps is not None:
         out["positions"] = [
-            {"arm": a, "prompt": p, "reached": list(v.reached), "accepted": list(v.accepted), "rates": list(v.rates)}
+            # "rates" is the conditional (its name before the unconditional stood beside it)
+            {"arm": a, "prompt": p, "reached": list(v.reached), "accepted": list(v.accepted), "rates": list(v.rates),
+             "drafting_steps": v.drafting_steps, "conditional": list(v.conditional),
+             "unconditional": list(v.unconditional)}
             for (a, p), v in analysis.positions(steps).items()
         ]
         if probe is not None:

@@ -1,0 +1,56 @@
+"""``lab predict ACCEPTANCE_FILE --probe PROBE.json``: acceptance measured
+on one machine priced by another machine's probe: the predicted speedup at
+every n_max the probe covers, the best n_max and the break-even."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lab.analysis import acceptance_profile
+from lab.base import probe as probes
+from lab.base.textsafe import printable
+from lab.cli.context import Context
+from lab.render.cross_machine import render
+
+DESCRIPTION = ("Would it pay on another machine? Acceptance is a property of target, drafter and text (the "
+               "acceptance file, from `lab acceptance` or a run's acceptance.json); cost is a property of the machine "
+               "(the probe, from `lab probe --out`). The output says which input came from where.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("acceptance_file", help="an acceptance profile, or a run directory holding acceptance.json")
+    p.add_argument("--probe", required=True, metavar="FILE", help="the target's verify-cost probe on the machine to price")
+    p.add_argument("--draft-probe", metavar="FILE",
+                   help="a probe of the draft model on that machine: its one-row pass is a drafted token's cost")
+    p.add_argument("--loop-us", type=float, metavar="US",
+                   help="the loop's own microseconds per step on that machine (default: the acceptance run's, "
+                   "in baseline tokens)")
+    p.add_argument("--arm", action="append", metavar="NAME", help="only these arms (repeatable)")
+    p.add_argument("--no-categories", action="store_true", help="arm x prompt entries only")
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        profile = acceptance_profile.load(args.acceptance_file)
+        probe = probes.load(args.probe)
+        draft = probes.load(args.draft_probe) if args.draft_probe else None
+        if args.loop_us is not None and not 0 <= args.loop_us < 1e6:
+            raise ValueError(f"--loop-us {args.loop_us:g}: give microseconds per step, 0 or more")
+        entries = [e for e in profile.entries if (not args.arm or e.arm in args.arm)
+                   and not (args.no_categories and e.scope == acceptance_profile.CATEGORY)]
+        if not entries:
+            raise ValueError(f"{args.acceptance_file}: no entries" + (f" for arm {', '.join(args.arm)}" if args.arm else ""))
+        loop_s = args.loop_us * 1e-6 if args.loop_us is not None else None
+        got = [acceptance_profile.predict_on(e, probe, draft, loop_s) for e in entries]
+    except (acceptance_profile.AcceptanceProfileError, probes.ProbeError, ValueError) as exc:
+        print(f"lab: {printable(exc)}", file=sys.stderr)
+        return 2
+    if max(probe.widths) < 2:
+        print(f"lab: {printable(args.probe)}: the probe measured width 1 only; a prediction needs T(w) at w >= 2",
+              file=sys.stderr)
+        return 2
+    for w in dict.fromkeys(w for c in got for w in c.warnings):
+        print(f"lab: warning: {printable(w)}", file=sys.stderr)
+    sys.stdout.write(printable(render(profile, probe, got, draft), keep="\n"))
+    return 0
