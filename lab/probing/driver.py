@@ -115,8 +115,8 @@ def measure(
         )
 
     if interrupted:
-        kept = build(None, model_file_bytes(model), {"interrupted": f"after {len(seconds)} of {repeats} repeats"})
-        raise ProbeInterrupted(kept if seconds else None) from None
+        partial = build(None, model_file_bytes(model), {"interrupted": f"after {len(seconds)} of {repeats} repeats"})
+        raise ProbeInterrupted(partial if seconds else None) from None
     bw = None
     if bandwidth and offloaded(notes):
         say("memory read bandwidth not measured: the model ran on a GPU, whose bandwidth the host's would not bound")

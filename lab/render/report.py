@@ -161,8 +161,10 @@ class ReportWriter:
             return
         try:
             write_acceptance(run_dir, data)
-        except (OSError, ValueError) as exc:
-            self.error = f"acceptance.json not written in {run_dir}: {getattr(exc, 'strerror', None) or exc}"
+        except OSError as exc:
+            self.error = f"acceptance.json not written in {run_dir}: {exc.strerror or exc}"
+        except ValueError as exc:
+            self.error = f"acceptance.json not written in {run_dir}: {exc}"
 
 
 def _probe(data: Mapping[str, Any]) -> Any:

@@ -6,7 +6,8 @@
 # line in $W/driver.log; a failing stage is logged and the next runs.
 #   no arguments:  overhead probe oracle_run draft_run          (call 1)
 #   stage names:   those, e.g. overhead_host probe_interleaved bench step_costs moe  (call 2)
-#                  twins_dflash, twins_mtp (or twins on a warm machine): the write-ups' twins
+#                  twins_dflash, twins_mtp (or twins on a warm machine): the write-ups' twins;
+#                  twins_a3b: the same cells on the MoE hybrid
 set -u
 W=${LAB_DEVICE_WORK:-/tmp/h200}
 R=$W/results
@@ -290,6 +291,14 @@ twins_mtp() {
 }
 
 twins() { twins_dflash; twins_mtp; }
+
+twins_a3b() {
+  # the same cells on the MoE hybrid (qwen35moe, 256 experts) and its DFlash draft
+  stage hybrid_models_a3b write_hybrid qwen35-a3b qwen35-a3b-dflash | tee -a "$R/twins-models.txt"
+  local m; m=$(hybrid_path qwen35-a3b)
+  llama-bench -m "$m" -ngl 99 -fa 1 -p 0 -n 128 -r 3 -o json > "$R/twins-a3b-llama-bench.json" 2>/dev/null
+  lab run "$repo/profiles/twin-llamacpp-a3b.toml" --out "$W/runs/twin-a3b" > "$R/twin-llamacpp-a3b.txt" 2> "$W/twin-a3b.log"
+}
 
 set_acceptance_heads() {
   # draft-mtp and draft-dflash on the twin at set acceptance 0.5 / 0.7 / 0.9 (after the twins: their probes serve it)

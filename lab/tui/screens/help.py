@@ -41,8 +41,9 @@ a row: in full where it fits, else abbreviated to its kind and figures; the
 highlighted row's verdict is always written in full under the table.
 
 Before the arms, a run measures (or finds cached) the verify cost of each
-stack that speculates: the probe line says which, and the lanes wait. Its
-measurement cannot be interrupted: `q` and `x` stop the run once it ends.
+stack that speculates: the probe line says which, and the lanes wait. The
+probe measures in a process of its own, which `q` and `x` end at once (what
+it had measured is not kept).
 
 Export (`e`): `↑` `↓` choose the format, `enter` exports to the path shown
 (the run directory); `tab` reaches the path.

@@ -549,7 +549,7 @@ class RunScreen(Screen[None]):
             return
         text = self._probe_lines[-1]
         if self.probing is not None:
-            text += f" [dim]· {time.monotonic() - self._probe_t0:.0f} s (the arms wait; q stops after it)[/dim]"
+            text += f" [dim]· {time.monotonic() - self._probe_t0:.0f} s (the arms wait; q or x ends it at once)[/dim]"
         self.query_one(ProbeText).update(text)
 
     def _tick_probe(self) -> None:
