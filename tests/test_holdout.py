@@ -89,3 +89,23 @@ def test_engine_drafting_entries_with_the_same_options_are_kin() -> None:
     steps = _steps("dflash3", 3, [3, 2] * 5) + _steps("dflash7", 7, [5, 3] * 5)
     h = held_out(rows, steps, "dflash3", "p", PROBE, 3)
     assert h is not None and h.acceptance_from == "dflash7"
+
+
+def test_a_best_n_max_past_the_measured_positions_is_marked_a_guess() -> None:
+    """An arm measured at n_max 1 that always lands its draft: a cheap flat
+    probe makes a wider n_max look best, but only by carrying position 1's
+    acceptance on; the best is flagged, and the report's column stars it."""
+    from lab.render.report import _prediction_lines
+
+    flat = Probe("llamacpp", "m", "decode", tuple(range(1, 9)), ((0.010,) * 8,))
+    rows = [_row("base", None, 0, 0), _row("d-n1", 1, 0.0001, 10, step_cost_tokens=1.0)]
+    steps = _steps("d-n1", 1, [1] * 10)
+    [p] = predictions(rows, steps, flat)
+    assert p["best_n_max"] > 1 and p["best_extrapolated"] is True
+    # measured at its best: no flag
+    rows4 = [_row("base", None, 0, 0), _row("d-n7", 7, 0.0001, 70, step_cost_tokens=1.0)]
+    [q] = predictions(rows4, _steps("d-n7", 7, [7] * 10), flat)
+    assert q["best_n_max"] == 7 and q["best_extrapolated"] is False
+    data = {"profile": {"name": "t"}, "results": rows, "steps": steps, "probes": [flat]}
+    table = [line for line in _prediction_lines(data, flat) if line.startswith("| d-n1 |")]
+    assert table and f"| {p['best_n_max']}* |" in table[-1]

@@ -182,6 +182,8 @@ def predictions(
             "predicted": own.speedup if own else None,
             "best_n_max": top.n_max if top else None,
             "best_predicted": top.speedup if top else None,
+            # the best n_max lies past the positions measured: a guess carried on, not a finding
+            "best_extrapolated": bool(top.extrapolated) if top else False,
             # made before the row ran: nothing from the row itself (lab.analysis.holdout)
             "held_out": held.predicted if held else None,
             "held_out_acceptance_from": held.acceptance_from if held else None,

@@ -27,7 +27,8 @@ def _verdict(c: CrossPrediction) -> str:
     paying = [p.n_max for p in c.predictions if p.speedup > 1.0]
     pays = (f"pays at n_max {format_widths(paying)}" if paying
             else "pays at no n_max the probe covers: every step costs more than it lands")
-    return f"  {own_text}best n_max {c.best.n_max}: {c.best.speedup:.2f}x; {pays}"
+    guess = (" (past the positions measured: where to measure next)" if c.best.extrapolated else "")
+    return f"  {own_text}best n_max {c.best.n_max}: {c.best.speedup:.2f}x{guess}; {pays}"
 
 
 def render(profile: AcceptanceProfile, probe: Probe, predictions: Sequence[CrossPrediction],

@@ -373,7 +373,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         lines.append(
             f"| {p['arm']}{other} | {p['prompt']} | {_fmt(p['n_max'], 'd')} | "
             f"{_fmt(p['measured'])}{'x' if p['measured'] is not None else ''} | "
-            f"{_predicted(p['predicted'], p['measured'])} | {_held_out(p)} | {_fmt(p['best_n_max'], 'd')} | "
+            f"{_predicted(p['predicted'], p['measured'])} | {_held_out(p)} | {_fmt(p['best_n_max'], 'd')}"
+            f"{'*' if p.get('best_extrapolated') else ''} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
     notes = _t1_notes(data["results"], preds, pool)
@@ -384,7 +385,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         "Predicted: expected tokens per step from the acceptance per position over a step's cost, "
         "T(n_max + 1) plus the drafter's measured seconds per drafted token and the loop's own measured "
         "seconds per step (where the backend reports them), in baseline tokens. "
-        "\\* marks n_max beyond the positions measured (the last position's acceptance carried on). "
+        "\\* marks n_max beyond the positions measured (the last position's acceptance carried on): "
+        "a best n_max so marked is where to measure next, not a finding. "
         "Held out: made before the row ran, from nothing of its own: acceptance per position from its set rates "
         "or from another arm of the same drafter (named), draft and loop seconds from the drafter's other arms, "
         "T(w) from the probe; — where the run has no other arm to take them from."
