@@ -18,12 +18,16 @@ from lab.base.machine import available_cores
 from lab.base.verdict import busy_warning
 from lab.telemetry.contention import Contention, fitting_threads
 
+# Long enough a cell to be judged (lab.telemetry.contention.MIN_JUDGED_S):
+# the tiny model writes 400 tokens in about 0.1 s, 1500 in 0.4 s or, its
+# threads queueing behind the burner, up to 30 s.
 PROFILE = """
 [run]
-max_tokens = 400
+max_tokens = 1500
+ignore_eos = true
 rounds = 1
 warmup = 0
-n_ctx = 512
+n_ctx = 1600
 threads = {threads}
 probe = false
 chat_template = false
