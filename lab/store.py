@@ -68,10 +68,24 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def _umask() -> int:
+    # read once, at import, before any thread: setting it is the only way to read it
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# The mode any other file of the run directory gets (open() under the umask):
+# mkstemp's private 0600 would make results.json the one file a colleague
+# cannot read.
+FILE_MODE = 0o666 & ~_umask()
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     text = dumps(data, indent=1) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -327,3 +327,16 @@ def test_a_log_file_name_stays_inside_the_run_directory(registry: Any, tmp_path:
     assert 0 < len(path.name) <= 120 and path.name not in (".", "..") and not path.name.startswith(".")
     if name == "lab.log":
         assert path.name == "lab.log"
+
+
+def test_results_json_gets_the_mode_of_the_run_directorys_other_files(tmp_path: Path) -> None:
+    """The atomic write goes through a private temporary file; the file it
+    leaves must read like report.md beside it, not 0600."""
+    import stat
+
+    from lab.store import write_json_atomic
+
+    write_json_atomic(tmp_path / "results.json", {"results": []})
+    (tmp_path / "report.md").write_text("x", encoding="utf-8")
+    mode = stat.S_IMODE((tmp_path / "results.json").stat().st_mode)
+    assert mode == stat.S_IMODE((tmp_path / "report.md").stat().st_mode)

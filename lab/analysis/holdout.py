@@ -10,8 +10,13 @@ predicts:
   (known before it ran), else the pooled steps of another arm of the same
   drafter on the same model and prompt (the one drafting most per step, as
   a sweep's largest n_max);
-- draft seconds per drafted token, loop seconds per step and the share of
-  plain iterations: the other arms of that drafter (every round, this prompt);
+- draft seconds, loop seconds per step and the share of plain iterations:
+  the other arms of that drafter (every round, this prompt). A step's draft
+  seconds are a + b x drafted tokens, not b alone: the draft first reads
+  what the target kept (one pass, whatever the step drafted), then drafts
+  token by token. With two or more other arms drafting different lengths
+  the line is fitted and read at this arm's n_max; with one, its seconds
+  per drafted token are taken as they are;
 - T(w): the probe; the baseline's seconds per token: the baseline's rows.
 
 Each input says where it came from, so the report can show it.
@@ -19,6 +24,7 @@ Each input says where it came from, so the report can show it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -100,7 +106,36 @@ def held_out(
         if not donor_steps:
             return None
         positions, source = per_position(donor_steps), donor
+    per_token = draft_per_token_at(donor_rows, n_max)
+    if per_token is not None:
+        inputs = dataclasses.replace(inputs, draft_s_per_token=per_token)
     preds = predict.predict(positions, probe, inputs, [n_max])
     if not preds:
         return None
     return HeldOut(preds[0].speedup, source, tuple(others))
+
+
+def draft_per_token_at(rows: Sequence[Mapping[str, Any]], n_max: int) -> float | None:
+    """Seconds per drafted token at ``n_max`` from a line a + b x n fitted to
+    the draft seconds per step of arms drafting different lengths; None
+    with fewer than two lengths, or where the fit is not a cost (a negative
+    part), and the caller keeps the pooled seconds per drafted token."""
+    by_arm: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("status") != "ok" or not r.get("steps") or r.get("draft_s") is None or not r.get("drafted"):
+            continue
+        acc = by_arm.setdefault(r["arm"], [0.0, 0.0, 0.0])
+        acc[0] += int(r["steps"])
+        acc[1] += int(r["drafted"])
+        acc[2] += float(r["draft_s"]) * int(r["steps"])
+    points = [(drafted / steps, secs / steps) for steps, drafted, secs in by_arm.values() if steps]
+    if len({round(x, 3) for x, _ in points}) < 2:
+        return None
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    a = my - b * mx
+    if a < 0 or b <= 0:
+        return None
+    return (a + b * n_max) / n_max
