@@ -109,3 +109,23 @@ def test_a_best_n_max_past_the_measured_positions_is_marked_a_guess() -> None:
     data = {"profile": {"name": "t"}, "results": rows, "steps": steps, "probes": [flat]}
     table = [line for line in _prediction_lines(data, flat) if line.startswith("| d-n1 |")]
     assert table and f"| {p['best_n_max']}* |" in table[-1]
+
+
+def test_a_drafts_fixed_part_is_fitted_not_spread_over_the_tokens() -> None:
+    """A draft model's step costs a + b x n (one pass over what the target
+    kept, then n drafted tokens): arms at n_max 4 and 8 give the line, and
+    the held-out n_max 2 arm is priced at (a + 2b) / 2 a token, not at the
+    others' mean per token, which would make it too cheap."""
+    from lab.analysis.holdout import draft_per_token_at
+
+    a, b = 0.004, 0.001
+
+    def arm(name: str, n: int) -> dict[str, Any]:
+        return _row(name, n, a + b * n, 10 * n)
+
+    rows = [arm("d-n4", 4), arm("d-n8", 8)]
+    assert draft_per_token_at(rows, 2) == pytest.approx((a + 2 * b) / 2)
+    # one length alone gives no line: the caller keeps the pooled figure
+    assert draft_per_token_at(rows[:1], 2) is None
+    # a fit that is no cost (more drafted, less time) is refused
+    assert draft_per_token_at([_row("x4", 4, 0.008, 40), _row("x8", 8, 0.004, 80)], 2) is None
