@@ -199,3 +199,15 @@ def test_two_runs_started_at_once_mark_each_other(tmp_path: Path) -> None:
         rows = json.loads((run_dir / "results.json").read_text())["results"]
         assert any(r["contended"] for r in rows), [r["contention"] for r in rows]
         assert "cells ran on a busy machine" in (run_dir / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_run_cancelled_before_any_cell_ended_does_not_read_as_an_old_run() -> None:
+    from lab.render.conditions import machine_lines
+
+    cancelled = [{"arm": "a", "prompt": "p", "round": 1, "status": "cancelled", "contention": None},
+                 {"arm": "b", "prompt": "p", "round": 1, "status": "skipped", "contention": None}]
+    said = " ".join(machine_lines(cancelled, {}))
+    assert "nothing to watch" in said and "noise guard" not in said
+    # a row that ran but carries no reading is a run saved before the guard existed
+    old = [{"arm": "a", "prompt": "p", "round": 1, "status": "ok", "contention": None}]
+    assert "saved before the noise guard" in " ".join(machine_lines(old, {}))

@@ -133,6 +133,9 @@ def _process_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, A
 def _noise_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     measured = [r for r in results if r.get("contention") is not None and int(r.get("round", 1)) >= 1]
     if not measured:
+        ran = [r for r in results if r.get("status") not in ("cancelled", "skipped") and int(r.get("round", 1)) >= 1]
+        if not ran:
+            return ["No cell ran to the end (every one was cancelled or skipped): there was nothing to watch."]
         return ["The run did not watch the machine (saved before the noise guard)."]
     busy = [r for r in measured if r.get("contended")]
     if not busy:
