@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.base.strictjson import FileRefused, read_bounded
-from lab.suites import SuiteError, SuitePrompt
+from lab.suites.prompt import SuiteError, SuitePrompt
 
 if sys.version_info >= (3, 11):
     import tomllib
