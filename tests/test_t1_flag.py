@@ -43,3 +43,12 @@ def test_the_note_sits_beside_the_prediction() -> None:
          "backend": "llamacpp", "model": "m"}]
     notes = _t1_notes(results, [{"arm": "spec", "prompt": "p"}], [_probe(0.0319)])
     assert len(notes) == 1 and notes[0].startswith("- ⚠ spec / p: the probe's one-row pass took 31.90 ms")
+
+
+def test_arms_the_same_disagreement_touches_share_one_line() -> None:
+    from lab.render.report import _t1_notes
+
+    spec = {"prompt": "p", "round": 1, "status": "ok", "baseline_arm": "base", "backend": "llamacpp", "model": "m"}
+    results = _base(1 / 0.0446, 1 / 0.050) + [{"arm": "a", **spec}, {"arm": "b", **spec}]
+    notes = _t1_notes(results, [{"arm": "a", "prompt": "p"}, {"arm": "b", "prompt": "p"}], [_probe(0.0319)])
+    assert len(notes) == 1 and notes[0].startswith("- ⚠ a, b / p: the probe's one-row pass took 31.90 ms")

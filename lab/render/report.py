@@ -426,7 +426,9 @@ def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str,
     seconds per token disagree (lab.analysis.predict.t1_disagreement)."""
     from lab.analysis.predict import probe_for, t1_disagreement
 
-    out = []
+    # one line per disagreement, naming every arm it touches: the same probe
+    # against the same baseline says the same thing for each of them
+    notes: dict[str, list[str]] = {}
     for p in preds:
         rows = [r for r in results if r["arm"] == p["arm"] and r["prompt"] == p["prompt"]]
         base_arm = rows[0].get("baseline_arm") if rows else None
@@ -438,8 +440,8 @@ def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str,
         base = [r for r in results if r["arm"] == base_arm and r["prompt"] == p["prompt"]]
         note = t1_disagreement(base, probe)
         if note:
-            out.append(f"- ⚠ {p['arm']} / {p['prompt']}: {note}.")
-    return out
+            notes.setdefault(f"{p['prompt']}: {note}", []).append(p["arm"])
+    return [f"- ⚠ {', '.join(arms)} / {key}." for key, arms in notes.items()]
 
 
 def _prediction_or_why(data: Mapping[str, Any], probe: Any) -> list[str]:
