@@ -1,0 +1,111 @@
+"""Draft-policy replay (lab.analysis.policy) on hand-made steps and a
+hand-made probe, the live policy's profile key, and one real run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lab.analysis import policy, predict
+from lab.analysis.acceptance import per_position
+from lab.base import draft_policy
+from lab.base.probe import Probe
+
+# T(w) = 1 + 0.3 (w - 1): verifying is cheap but not free
+PROBE = Probe("llamacpp", "m", "decode", (1, 2, 3, 4, 5), ((0.010, 0.013, 0.016, 0.019, 0.022),))
+PRICES = (1.0, 1.3, 1.6, 1.9, 2.2)  # C(n), no draft or loop cost
+
+
+def _steps(pairs: list[tuple[int, int]], round: int = 1, arm: str = "a", prompt: str = "p") -> list[dict[str, Any]]:
+    return [{"arm": arm, "prompt": prompt, "round": round, "index": i, "drafted": d, "accepted": a,
+             "landed": a + 1} for i, (d, a) in enumerate(pairs)]
+
+
+def _row(steps: list[dict[str, Any]], n_max: int = 4, round: int = 1, draft_s: float = 0.0) -> dict[str, Any]:
+    """A row whose baseline token took 10 ms, as the probe's one-row pass did."""
+    cost = sum(PRICES[s["drafted"]] for s in steps) / len(steps)
+    return {"arm": "a", "prompt": "p", "round": round, "status": "ok", "steps": len(steps),
+            "drafted": sum(s["drafted"] for s in steps), "draft_s": draft_s, "step_s": cost * 0.010,
+            "step_cost_tokens": cost, "plain_tokens": 1, "n_max": n_max, "drafter": "x", "is_baseline": False}
+
+
+# Runs the drafter gets right end to end, then stretches where it gets nothing right.
+EASY_THEN_HARD = ([(4, 4)] * 10 + [(4, 0)] * 10) * 3
+# Every step keeps three of four drafts.
+THREE_OF_FOUR = [(4, 3)] * 30
+
+
+def test_grow_shrink_beats_the_best_fixed_n_where_acceptance_comes_in_stretches() -> None:
+    steps = _steps(EASY_THEN_HARD)
+    fixed = {n: policy.replay_fixed(steps, n, PRICES, 4).speedup for n in range(1, 5)}
+    # per block: 10 steps land 5, 10 land 1, 20 steps at C(4) = 2.2
+    assert fixed[4] == pytest.approx(60 / 44)
+    assert max(fixed, key=lambda n: fixed[n] or 0) == 4
+    grown = policy.replay_stream([policy.stream(steps)], draft_policy.GROW_SHRINK, 4, PRICES, 4)
+    assert grown.tokens == sum(a + 1 for _, a in EASY_THEN_HARD)  # the same text, cut otherwise
+    assert grown.speedup is not None and grown.speedup > fixed[4] * 1.1
+
+    rep = policy.replay_cell("a", "p", [_row(steps)], {1: steps}, PROBE)
+    assert rep is not None
+    best_fixed, best, headroom = rep.best_fixed(), rep.best(), rep.headroom()
+    assert best_fixed is not None and best_fixed[0] == 4
+    assert best is not None and best[0] in policy.ADAPTIVE
+    assert headroom is not None and headroom > 1.1
+
+
+def test_grow_shrink_does_not_beat_the_best_fixed_n_where_every_step_fails_at_the_same_place() -> None:
+    steps = _steps(THREE_OF_FOUR)
+    fixed = {n: policy.replay_fixed(steps, n, PRICES, 4).speedup for n in range(1, 5)}
+    assert fixed[3] == pytest.approx(4 / 1.9)  # lands all three kept and the target's token, drafting no more
+    grown = policy.replay_stream([policy.stream(steps)], draft_policy.GROW_SHRINK, 4, PRICES, 4)
+    assert grown.speedup is not None and grown.speedup < fixed[3] * 0.99
+    rep = policy.replay_cell("a", "p", [_row(steps)], {1: steps}, PROBE)
+    assert rep is not None and rep.best() == ("fixed 3", pytest.approx(4 / 1.9))
+    assert rep.headroom() == pytest.approx(1.0)
+
+
+def test_the_replay_refuses_more_drafts_than_the_recording_made() -> None:
+    steps = _steps(THREE_OF_FOUR)
+    wide = (*PRICES, 2.5)
+    with pytest.raises(policy.ReplayRefused, match="n_max 4"):
+        policy.replay_fixed(steps, 5, wide, 4)
+    with pytest.raises(policy.ReplayRefused, match="n_max 4"):
+        policy.replay_stream([policy.stream(steps)], draft_policy.GROW_SHRINK, 5, wide, 4)
+    # nor past what the probe measured
+    with pytest.raises(policy.ReplayRefused, match="probe"):
+        policy.replay_fixed(steps, 4, PRICES[:3], 4)
+
+
+def test_fixed_n_max_replayed_is_the_in_sample_prediction() -> None:
+    steps = _steps([(4, 4), (4, 0), (4, 2), (4, 1), (4, 3), (4, 4), (4, 0)])
+    row = _row(steps, draft_s=0.0004)  # a draft token at 0.01 baseline tokens
+    row["plain_tokens"] = 4  # three plain decodes besides the prompt's token
+    inputs = predict.arm_inputs([row])
+    assert inputs is not None
+    expected = predict.predict(per_position(steps), PROBE, inputs, [4])[0].speedup
+    rep = policy.replay_cell("a", "p", [row], {1: steps}, PROBE)
+    assert rep is not None
+    assert rep.fixed[4].speedup == pytest.approx(expected)
+    assert rep.recorded.speedup == pytest.approx(expected)
+    # re-chunked along the text, fixed n_max stays on the recorded anchors: the same figure
+    prices = policy.step_prices(PROBE, inputs, 4)
+    streamed = policy.replay_stream([policy.stream(steps)], draft_policy.FIXED, 4, prices, 4, plain=3)
+    assert streamed.speedup == pytest.approx(expected)
+
+
+def test_a_short_draft_is_priced_at_what_it_drafted() -> None:
+    # an n-gram lookup that found two tokens, both kept: the step verified 3 rows
+    steps = _steps([(2, 2)])
+    assert policy.replay_fixed(steps, 4, PRICES, 4).cost == pytest.approx(PRICES[2])
+    assert policy.replay_fixed(steps, 1, PRICES, 4).landed == 2
+
+
+def test_the_live_rule() -> None:
+    grow = draft_policy.GROW_SHRINK
+    assert draft_policy.next_length(grow, 3, 3, 3, 4) == 4
+    assert draft_policy.next_length(grow, 4, 4, 4, 4) == 4  # bounded by n_max
+    assert draft_policy.next_length(grow, 4, 4, 1, 4) == 3
+    assert draft_policy.next_length(grow, 1, 1, 0, 4) == 1  # never below one
+    assert draft_policy.next_length(draft_policy.GROW_HALVE, 4, 4, 1, 4) == 2
+    assert draft_policy.next_length(draft_policy.FIXED, 2, 2, 0, 4) == 4
