@@ -3,7 +3,9 @@ affine-quantized arrays with group size 32, so no dequantization), the
 tokenizer rebuilt from the GGUF's own metadata. This is what lets the same
 file run on llama.cpp and MLX and be compared across stacks.
 
-Supports the ``llama`` architecture (SmolLM2 and other Llama-style models)."""
+Supports the ``llama`` architecture (SmolLM2 and other Llama-style models)
+and llama.cpp's ``qwen35`` hybrid (see lab_mlx.gguf_qwen35); byte-level BPE
+and SentencePiece vocabularies (see lab_mlx.gguf_spm)."""
 
 from __future__ import annotations
 
@@ -67,8 +69,10 @@ def load_gguf(path: str) -> tuple[Any, Vocab, dict[str, Any]]:
     raw: dict[str, Any] = loaded[0]
     md: dict[str, Any] = loaded[1]
     arch = _scalar(md, "general.architecture")
+    if arch == "qwen35":
+        return _load_qwen35(raw, md)
     if arch != "llama":
-        raise ValueError(f"{path}: GGUF architecture {arch!r} is not supported on MLX (llama only)")
+        raise ValueError(f"{path}: GGUF architecture {arch!r} is not supported on MLX (llama, qwen35)")
     tokens = list(md["tokenizer.ggml.tokens"])
     n_heads = int(_scalar(md, "llama.attention.head_count"))
     hidden = int(_scalar(md, "llama.embedding_length"))
@@ -111,13 +115,33 @@ def load_gguf(path: str) -> tuple[Any, Vocab, dict[str, Any]]:
     return model, vocab, config
 
 
+def _load_qwen35(raw: dict[str, Any], md: dict[str, Any]) -> tuple[Any, Vocab, dict[str, Any]]:
+    from lab_mlx.gguf_qwen35 import build_model
+
+    tokens = list(md["tokenizer.ggml.tokens"])
+    model, cfg = build_model(raw, md, len(tokens))
+    add_bos = bool(_scalar(md, "tokenizer.ggml.add_bos_token", True))
+    vocab = Vocab(_tokenizer(md, tokens), int(cfg["vocab_size"]), add_bos=add_bos)
+    config = {"model_type": "qwen3_5", "format": "gguf", "file_type": _scalar(md, "general.file_type"),
+              "tied": cfg["tie_word_embeddings"], "nextn_layers": cfg["n_nextn"]}
+    return model, vocab, config
+
+
 def _tokenizer(md: dict[str, Any], tokens: list[str]) -> Any:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     kind = _scalar(md, "tokenizer.ggml.model")
+    if kind == "llama":
+        from lab_mlx.gguf_spm import spm_tokenizer
+
+        def token_of(key: str) -> str | None:
+            i = _scalar(md, key)
+            return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
+
+        return spm_tokenizer(md, tokens, token_of)
     if kind != "gpt2":
-        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported on MLX (byte-level BPE only)")
+        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported on MLX (byte-level BPE or SentencePiece)")
     merges = [tuple(m.split(" ", 1)) for m in md.get("tokenizer.ggml.merges", [])]
     bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False)
     tok = Tokenizer(bpe)

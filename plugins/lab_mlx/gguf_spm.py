@@ -1,0 +1,59 @@
+"""A GGUF's SentencePiece vocabulary (``tokenizer.ggml.model`` ``llama``) as
+a Hugging Face fast tokenizer that splits text as llama.cpp's SPM tokenizer
+does: a space prefix, spaces as U+2581, then adjacent symbols merged while
+their concatenation is a token, the highest-scoring merge first, and
+characters that are no token spelled as byte tokens (``<0xNN>``).
+
+That merge order is byte-pair encoding whose merge ranks follow the merged
+token's score, which is how the rules are written here."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+SPACE = "\u2581"
+_NORMAL, _CONTROL, _USER = 1, 3, 4
+
+
+def merges(tokens: Sequence[str], scores: Sequence[float], types: Sequence[int]) -> list[tuple[str, str]]:
+    """Every split of a normal token into two tokens, ranked by the whole
+    token's score (highest first)."""
+    index = {t: i for i, t in enumerate(tokens)}
+    ranked: list[tuple[float, int, str, str]] = []
+    for i, t in enumerate(tokens):
+        if int(types[i]) != _NORMAL or len(t) < 2:
+            continue
+        for cut in range(1, len(t)):
+            a, b = t[:cut], t[cut:]
+            if a in index and b in index:
+                ranked.append((-float(scores[i]), i, a, b))
+    ranked.sort()
+    return [(a, b) for _, _, a, b in ranked]
+
+
+def spm_tokenizer(md: Mapping[str, Any], tokens: list[str], named: Any) -> Any:
+    """The fast tokenizer; ``named(key)`` gives the token text of a
+    ``tokenizer.ggml.*_token_id`` key or None."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    n = len(tokens)
+    scores = [float(s) for s in md.get("tokenizer.ggml.scores", [0.0] * n)]
+    types = [int(t) for t in md.get("tokenizer.ggml.token_type", [_NORMAL] * n)]
+    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges(tokens, scores, types),
+                     byte_fallback=True, fuse_unk=False, unk_token=named("tokenizer.ggml.unknown_token_id"))
+    tok = Tokenizer(bpe)
+    prefix = md.get("tokenizer.ggml.add_space_prefix", True)
+    steps: list[Any] = [normalizers.Prepend(SPACE)] if bool(prefix.item() if hasattr(prefix, "item") else prefix) else []
+    tok.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", SPACE)])
+    tok.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    specials = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t in (_CONTROL, _USER)]
+    tok.add_special_tokens(specials)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=named("tokenizer.ggml.bos_token_id"),
+        eos_token=named("tokenizer.ggml.eos_token_id"),
+        unk_token=named("tokenizer.ggml.unknown_token_id"),
+        pad_token=named("tokenizer.ggml.padding_token_id"),
+        chat_template=md.get("tokenizer.chat_template"),
+    )
