@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
+from lab.base.draft_policy import FIXED
 from lab.base.events import Cell, Emit, Status
 from lab.base.machine import available_cores
 
@@ -207,6 +208,9 @@ class GenerationRequest:
     # the target. None: the target decides. Only sent to a backend whose
     # class says ``sets_acceptance``.
     acceptance: tuple[float, ...] | None = None
+    # How many tokens each step asks the drafter for, up to n_max
+    # (lab.base.draft_policy); the lab's own loop follows it.
+    draft_policy: str = FIXED
 
 
 @dataclass

@@ -436,7 +436,7 @@ class Runner:
         return GenerationRequest(
             cell=cell, prompt=prompt.text, system=prompt.system, chat_template=run.chat_template,
             max_tokens=max_tokens, temperature=run.temperature, seed=run.seed,
-            ignore_eos=run.ignore_eos, n_max=arm.n_max, acceptance=arm.set_rates,
+            ignore_eos=run.ignore_eos, n_max=arm.n_max, acceptance=arm.set_rates, draft_policy=arm.draft_policy,
         )
 
     def _run_arm(self, arm: Arm) -> None:

@@ -3,6 +3,7 @@ hand-made probe, the live policy's profile key, and one real run."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -109,3 +110,88 @@ def test_the_live_rule() -> None:
     assert draft_policy.next_length(grow, 1, 1, 0, 4) == 1  # never below one
     assert draft_policy.next_length(draft_policy.GROW_HALVE, 4, 4, 1, 4) == 2
     assert draft_policy.next_length(draft_policy.FIXED, 2, 2, 0, 4) == 4
+
+
+PROFILE = """
+[run]
+max_tokens = 48
+rounds = 1
+warmup = 0
+
+[[prompts]]
+name = "code"
+text = "Write a Python function that reverses a list, then one that sorts it."
+
+[[arms]]
+name = "baseline"
+backend = "llamacpp"
+model = "embedded:smollm2"
+
+[[arms]]
+name = "ngram"
+backend = "llamacpp"
+model = "embedded:smollm2"
+drafter = "ngram"
+n_max = 4
+
+[[arms]]
+name = "ngram-gs"
+backend = "llamacpp"
+model = "embedded:smollm2"
+drafter = "ngram"
+n_max = 4
+{policy}
+"""
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('draft_policy = "grow-shrnk"', "unknown draft_policy 'grow-shrnk': use one of fixed, grow-shrink, "
+                                    "grow-halve; did you mean 'grow-shrink'?"),
+    ("draft_policy = 3", "draft_policy"),
+])
+def test_a_bad_draft_policy_names_file_line_and_key(tmp_path: Any, line: str, message: str) -> None:
+    from lab.profile.errors import ProfileError
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+
+    path = str(tmp_path / "p.toml")
+    source = PROFILE.format(policy=line)
+    with pytest.raises(ProfileError) as err:
+        parse_profile(source, path, load_registry())
+    text = str(err.value)
+    assert f"p.toml:{source.splitlines().index(line) + 1}:" in text and "[arms[2].draft_policy]" in text and message in text, text
+
+
+def test_a_draft_policy_needs_a_drafter(tmp_path: Any) -> None:
+    from lab.profile.errors import ProfileError
+    from lab.profile.load import parse_profile
+
+    text = PROFILE.format(policy="").replace('drafter = "ngram"\nn_max = 4\n\n', 'draft_policy = "grow-shrink"\n\n', 1)
+    with pytest.raises(ProfileError, match=r"arms\[1\]\.draft_policy.*give the arm a drafter"):
+        parse_profile(text, str(tmp_path / "p.toml"), None)
+
+
+def test_a_real_smollm2_run_with_a_grow_shrink_arm(tmp_path: Any) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+    from lab.runner import Runner
+    from lab.store import RunStore, load_steps
+
+    registry = load_registry()
+    profile = parse_profile(PROFILE.format(policy='draft_policy = "grow-shrink"'), str(tmp_path / "p.toml"),
+                            registry)
+    assert profile.arm("ngram-gs").draft_policy == draft_policy.GROW_SHRINK
+    assert profile.arm("ngram").draft_policy == draft_policy.FIXED
+    store = RunStore(profile, tmp_path)
+    rows = Runner(profile, registry, store).run()
+    assert {r.status.value for r in rows} == {"ok"}, [r.detail for r in rows]
+    by_arm = {r.arm: r for r in rows}
+    assert by_arm["ngram-gs"].draft_policy == "grow-shrink"
+    assert by_arm["ngram"].draft_policy == "fixed" and by_arm["baseline"].draft_policy is None
+    # greedy: the policy changes how the text is cut into steps, never the text
+    assert by_arm["ngram-gs"].text == by_arm["baseline"].text
+    saved = json.loads((store.path / "results.json").read_text())
+    assert {r["arm"]: r["draft_policy"] for r in saved["results"]}["ngram-gs"] == "grow-shrink"
+    steps = [s for s in load_steps(store.path) if s["arm"] == "ngram-gs"]
+    assert steps and all(1 <= s["drafted"] <= 4 for s in steps)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from lab.base.acceptance import SetAcceptance
+from lab.base.draft_policy import FIXED
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class Arm:
     sweep: Mapping[str, Any] = field(default_factory=dict)
     # drafted tokens kept at set rates, not by agreement (lab.base.acceptance)
     acceptance: SetAcceptance | None = None
+    # how many tokens each step asks the drafter for, up to n_max (lab.base.draft_policy)
+    draft_policy: str = FIXED
 
     @property
     def set_rates(self) -> tuple[float, ...] | None:

@@ -156,6 +156,10 @@ class ResultRow(Mapping[str, Any]):
     # another draft model does not (lab.analysis.holdout borrows acceptance
     # and costs only between arms that share it)
     draft_config: str | None = None
+    # how many tokens each step asked the drafter for (lab.base.draft_policy):
+    # "fixed" (n_max every step) or an adaptive policy; None for a row that
+    # did not run the lab's own loop with a drafter
+    draft_policy: str | None = None
     # keys a saved row has beyond these (a later version's), kept so that
     # reading and saving a row again loses nothing
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)

@@ -18,6 +18,7 @@ import numpy as np
 
 from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest, Rehearsing
 from lab.base.acceptance import conditional, draw_seed
+from lab.base.draft_policy import FIXED, next_length
 from lab.base.events import Cell, Emit, Event, StepEvent, TokenEvent, now
 
 
@@ -320,13 +321,16 @@ def _run(
     context = list(prompt_ids) + [pending]
 
     n_max = req.n_max or 0
+    # a policy other than fixed moves the length each step asks for; fixed asks n_max every step
+    policy = req.draft_policy if drafter is not None and req.draft_policy != FIXED else None
+    length = n_max
     step = 0  # this cell's steps; stats.steps counts the arm's
     while len(out.ids) < req.max_tokens:
         if overlap is None and cancelled():
             raise Cancelled()
         t_a = now()
         remaining = req.max_tokens - len(out.ids)
-        k = min(n_max, remaining - 1, target.n_ctx - target.n_past - 1) if drafter is not None else 0
+        k = min(length, remaining - 1, target.n_ctx - target.n_past - 1) if drafter is not None else 0
         drafted: tuple[int, ...] = ()
         draft_probs = None
         if k > 0:
@@ -381,6 +385,8 @@ def _run(
             )
         )
         step += 1
+        if policy is not None:
+            length = next_length(policy, length, len(drafted), accepted, n_max)
         stats.loop_s += now() - t_a - ep.held_s
     out.flush()
     t_end = now()

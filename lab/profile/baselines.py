@@ -43,7 +43,7 @@ def infer_baselines(src: Source, drafts: Sequence[ArmDraft], registry: Registry 
                 name=d.name, backend=d.backend, model=d.model, drafter=d.drafter, n_max=d.n_max,
                 options=d.options, drafter_options=d.drafter_options, baseline=base,
                 is_baseline=d.name not in named and not speculative[d.name],
-                stack=d.stack, group=d.group, sweep=d.sweep, acceptance=d.acceptance,
+                stack=d.stack, group=d.group, sweep=d.sweep, acceptance=d.acceptance, draft_policy=d.draft_policy,
             )
         )
     return tuple(arms)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from lab.base.acceptance import SetAcceptance
+from lab.base.draft_policy import FIXED
 from lab.base.limits import MAX_ARMS
 from lab.base.profile import Arm
 from lab.profile.errors import KeyPath, Source, shown
@@ -32,6 +33,7 @@ class ArmEntry:
     baseline: str | None
     stack: str
     acceptance: tuple[SetAcceptance | None, ...] = (None,)
+    draft_policy: str = FIXED
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def expand(src: Source, entries: Sequence[ArmEntry]) -> list[ArmDraft]:
                     options={k: values[("options", k)] for k in e.options},
                     drafter_options={k: values[("drafter_options", k)] for k in e.drafter_options},
                     baseline=e.baseline, is_baseline=False, stack=e.stack, group=e.name, sweep=sweep,
-                    acceptance=values[("acceptance", "acceptance")],
+                    acceptance=values[("acceptance", "acceptance")], draft_policy=e.draft_policy,
                 )
             )
     return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from lab.api import with_defaults
+from lab.base import draft_policy
 from lab.base.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
 from lab.base.profile import Prompt, RunSettings
 from lab.profile import acceptance as set_acceptance
@@ -21,7 +22,7 @@ from lab.profile.errors import KeyPath, Source, shown
 from lab.profile.errors import clean as clean_text
 from lab.profile.names import UniqueNames, name_problem
 from lab.profile.options import check_options, check_requires
-from lab.profile.read import no_unknown, table, typed
+from lab.profile.read import closest, no_unknown, table, typed
 from lab.profile.suites import SUITE_KEYS, SUITE_ONLY_KEYS, expand_suite
 from lab.profile.sweeps import ArmDraft, ArmEntry
 
@@ -32,7 +33,7 @@ TOP_KEYS = ("profile", "run", "prompts", "arms")
 PROFILE_KEYS = ("name", "description")
 PROMPT_KEYS = ("name", "text", "system", "file")
 ARM_KEYS = ("name", "backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline",
-            "url", "api_key_env", "concurrency", "acceptance")
+            "url", "api_key_env", "concurrency", "acceptance", "draft_policy")
 # Arm keys that are spelled at the arm's level but are options of its
 # backend (a server arm's): they are checked as its options are.
 ARM_OPTION_KEYS = ("url", "api_key_env", "concurrency")
@@ -263,6 +264,7 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None, allo
     drafter_options = table(src, t.get("drafter_options", {}), [*key, "drafter_options"])
     n_max = _n_max(src, t.get("n_max"), [*key, "n_max"])
     acceptance = set_acceptance.parse(src, t.get("acceptance"), [*key, "acceptance"])
+    policy = _draft_policy(src, t.get("draft_policy"), drafter, [*key, "draft_policy"])
 
     stack = backend
     opt_axes: dict[str, list[Any]] = {k: [v] for k, v in options.items()}
@@ -293,7 +295,24 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None, allo
             raise src.error([*key, "drafter_options"], "drafter_options given but no drafter")
         if drafter is not None and t.get("n_max") is None:
             raise src.error([*key, "n_max"], "a drafter arm needs n_max (tokens drafted per step)")
-    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack, acceptance)
+    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack, acceptance, policy)
+
+
+def _draft_policy(src: Source, raw: Any, drafter: str | None, key: KeyPath) -> str:
+    """The arm's draft-length policy: one of :data:`lab.base.draft_policy.POLICIES`,
+    and other than fixed only where the lab's own loop asks a drafter plugin."""
+    if raw is None:
+        return draft_policy.FIXED
+    value = typed(src, raw, (str,), key)
+    if value not in draft_policy.POLICIES:
+        close = closest(value, draft_policy.POLICIES)
+        hint = f"; did you mean {close!r}?" if close else ""
+        raise src.error(key, f"unknown draft_policy {shown(value)}: use one of "
+                             f"{', '.join(draft_policy.POLICIES)}{hint}")
+    if value != draft_policy.FIXED and drafter is None:
+        raise src.error(key, f"draft_policy {value!r} sets how many tokens the lab's own loop asks a drafter for: "
+                             "give the arm a drafter (a server's own speculation keeps its n_max)")
+    return value
 
 
 def _model_paths(

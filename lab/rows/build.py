@@ -188,6 +188,7 @@ def build_result(
         **_contention_keys(contention, baseline),
         warm=warm,
         draft_config=draft_config(arm) if speculative else None,
+        draft_policy=arm.draft_policy if arm.drafter is not None else None,
     )
     if ok:
         row = dataclasses.replace(row, **serving.row_fields(engine_report, baseline))
