@@ -4,6 +4,7 @@ hand-made probe, the live policy's profile key, and one real run."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -175,6 +176,7 @@ def test_a_real_smollm2_run_with_a_grow_shrink_arm(tmp_path: Any) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     from lab.profile.load import parse_profile
     from lab.registry import load_registry
+    from lab.render.report import load_for_report, render_json, render_markdown
     from lab.runner import Runner
     from lab.store import RunStore, load_steps
 
@@ -195,3 +197,12 @@ def test_a_real_smollm2_run_with_a_grow_shrink_arm(tmp_path: Any) -> None:
     assert {r["arm"]: r["draft_policy"] for r in saved["results"]}["ngram-gs"] == "grow-shrink"
     steps = [s for s in load_steps(store.path) if s["arm"] == "ngram-gs"]
     assert steps and all(1 <= s["drafted"] <= 4 for s in steps)
+
+    data = load_for_report(store.path)
+    section = render_markdown(data).split("## Draft policy", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"^\| ngram \| code \| 4 \| \d+ \(\d+\) \| 1: \d\.\d\d", section, re.M), section
+    assert "| ngram-gs | code | grow-shrink | 4 | ngram |" in section, section
+    exported = json.loads(render_json(data))["analysis"]["draft_policy"]
+    assert [r["arm"] for r in exported["replays"]] == ["ngram"]  # a live policy's steps are not a source
+    live = exported["live"][0]
+    assert live["policy"] == "grow-shrink" and live["predicted"] > 0 and live["measured"] > 0

@@ -57,8 +57,8 @@ from lab.base.probe import Probe
 ADAPTIVE = (draft_policy.GROW_SHRINK, draft_policy.GROW_HALVE)
 PER_CATEGORY = "per-category"
 ALL_PROMPTS = "all"
-CONFIDENCE_NOTE = ("no drafter records its draft's confidence in the steps it saves, so a stop-drafting "
-                   "threshold on it is not replayed")
+CONFIDENCE_NOTE = ("a stop-drafting threshold on the draft's own confidence: no drafter records a "
+                   "confidence in the steps it saves")
 # Two policies within this of each other are a tie: the simpler one (a fixed
 # n) is named, as predict.best prefers the smaller n_max.
 TIE = 0.01

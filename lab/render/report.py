@@ -532,6 +532,9 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         lines += ["", "## Why: the step arithmetic", ""] + econ
     lines += ["", "## Acceptance per draft position", ""] + _position_lines(data)
     lines += ["", "## Prediction", ""] + _prediction_or_why(data, probe)
+    from lab.render import policy as policy_section
+
+    lines += policy_section.markdown_lines(data, _probes(data, probe))
     lines += ["", "## Statistics", ""] + _stats_lines(summaries)
     if categories.has_categories(results):
         lines += ["", "## Per category", ""] + category_section.markdown_lines(results, profile.get("prompts") or ())
@@ -637,6 +640,9 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
                 out["predictions"] = analysis.predicted_for_rows(results, steps, _probes(data, probe))
             except (ArithmeticError, ValueError, TypeError):
                 out["predictions"] = None  # the prediction alone is lost (the Markdown report says why)
+    from lab.render import policy as policy_section
+
+    out["draft_policy"] = policy_section.json_data(data, _probes(data, probe))
     out["latency"] = analysis.latency_summary(results)
     out["references"] = [c.to_json() for c in compare_references(results, data.get("machine"))]
     return out
