@@ -125,3 +125,112 @@ def test_value_heads_return_to_grouped_order() -> None:
     grouped = np.arange(n_k * per_k * hd * 2).reshape(n_k * per_k * hd, 2)
     tiled = grouped.reshape(n_k, per_k, hd, 2).transpose(1, 0, 2, 3).reshape(-1, 2)
     np.testing.assert_array_equal(np.array(_grouped(mx.array(tiled), 0, n_k, per_k, hd)), grouped)
+
+
+# -- mlx-mtp on the qwen35 GGUF: its nextn block as the qwen35 head ----------------------
+
+
+def _dequantized(raw: Any, name: str) -> np.ndarray:
+    base = name.rsplit(".", 1)[0]
+    if base + ".scales" not in raw:
+        return np.array(raw[name].astype(mx.float32))
+    w, s, b = raw[name], raw[base + ".scales"], raw[base + ".biases"]
+    bits = w.shape[-1] * 32 // (s.shape[-1] * 32)
+    return np.array(mx.dequantize(w, s, b, group_size=32, bits=bits).astype(mx.float32))
+
+
+def test_qwen35_head_step_matches_numpy(gguf_path: Path, loaded: Any) -> None:
+    """One draft step of the head read from the GGUF's nextn block against
+    the same block in numpy on the same (dequantized) weights: one position,
+    so attention is each query head's value head, gated by the second half
+    of its query projection (llama.cpp's qwen35 MTP graph)."""
+    from lab_mlx.mtp_model import load_qwen35_head
+
+    raw = mx.load(str(gguf_path))
+    args = loaded.model.language_model.args
+    layer, eps, d, hd = args.num_hidden_layers, args.rms_norm_eps, args.hidden_size, args.head_dim
+    head = load_qwen35_head(args, raw, layer)
+    w = {k[len(f"blk.{layer}."):]: _dequantized(raw, k) for k in raw
+         if k.startswith(f"blk.{layer}.") and not k.endswith((".scales", ".biases"))}
+
+    def rms(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+    rng = np.random.default_rng(3)
+    emb = _dequantized(raw, "token_embd.weight")[300]
+    h = rng.standard_normal(d).astype(np.float32)
+    x = w["nextn.eh_proj.weight"] @ np.concatenate([rms(emb, w["nextn.enorm.weight"]), rms(h, w["nextn.hnorm.weight"])])
+    a = rms(x, w["attn_norm.weight"])
+    q_and_gate = (w["attn_q.weight"] @ a).reshape(args.num_attention_heads, 2 * hd)
+    v = (w["attn_v.weight"] @ a).reshape(args.num_key_value_heads, hd)
+    per_kv = args.num_attention_heads // args.num_key_value_heads
+    attended = np.concatenate([v[i // per_kv] for i in range(args.num_attention_heads)])
+    x = x + w["attn_output.weight"] @ (attended / (1 + np.exp(-q_and_gate[:, hd:].reshape(-1))))
+    m = rms(x, w["post_attention_norm.weight"])
+    g = w["ffn_gate.weight"] @ m
+    x = x + w["ffn_down.weight"] @ (g / (1 + np.exp(-g)) * (w["ffn_up.weight"] @ m))
+    want = rms(x, w["nextn.shared_head_norm.weight"])
+    _, normed = head(mx.array(emb)[None, None], mx.array(h)[None, None])
+    np.testing.assert_allclose(np.array(normed)[0, 0], want, rtol=2e-3, atol=2e-3)
+
+
+def _run_mtp_profile() -> tuple[list[dict[str, Any]], list[Any]]:
+    from lab.kit import models
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+    from lab.runner import Runner
+
+    registry = load_registry()
+    if "mlx-mtp" not in registry.backends:
+        import lab_mlx
+
+        registry = load_registry([lab_mlx])
+    if "synthetic:qwen35-tiny" not in models._BUILDERS:
+        from lab_llamacpp import hybrid
+
+        hybrid.register_models(models.register_model)
+    arms = "".join(f"""
+[[arms]]
+name = "{name}"
+backend = "{backend}"
+model = "synthetic:qwen35-tiny"
+{extra}
+""" for name, backend, extra in [
+        ("baseline", "mlx", ""),
+        ("mtp", "mlx-mtp", 'n_max = 2\noptions = { mtp = "synthetic:qwen35-tiny" }'),
+        ("mtp-set", "mlx-mtp", 'n_max = 2\nacceptance = [0.7]\noptions = { mtp = "synthetic:qwen35-tiny" }'),
+    ])
+    text = f"""
+[run]
+max_tokens = 120
+temperature = 0.0
+rounds = 1
+warmup = 0
+chat_template = false
+ignore_eos = true
+n_ctx = 512
+
+[[prompts]]
+name = "p"
+text = "{PROMPT}"
+{arms}"""
+    events: list[Any] = []
+    rows = Runner(parse_profile(text, "<test>", registry), registry, listeners=[events.append]).run()
+    return rows, events
+
+
+def test_mlx_mtp_on_the_qwen35_gguf_is_lossless_and_keeps_the_set_rate() -> None:
+    from lab.base.events import StepEvent
+
+    rows, events = _run_mtp_profile()
+    by_arm = {r["arm"]: r for r in rows}
+    for arm, row in by_arm.items():
+        assert row["status"] == "ok", f"{arm}: {row.get('detail')}"
+        assert row["n_tokens"] == 120
+    assert by_arm["mtp"]["identical_to_baseline"] is True, f"diverges at char {by_arm['mtp']['first_divergence_char']}"
+    steps = [e for e in events if isinstance(e, StepEvent) and e.cell.arm == "mtp-set" and e.drafted > 0]
+    assert steps and by_arm["mtp-set"]["steps"] == len(steps)
+    # the first drafted token of a step is kept with chance 0.7
+    n, kept = len(steps), sum(1 for e in steps if e.accepted >= 1)
+    assert n > 20
+    assert abs(kept / n - 0.7) <= 3.5 * (0.7 * 0.3 / n) ** 0.5, f"{kept} of {n} steps kept their first draft"

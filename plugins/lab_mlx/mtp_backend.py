@@ -2,7 +2,9 @@
 (nextn) head, read from a file mx.load reads (GGUF or safetensors, GGUF
 tensor names), fed the target's last layer output; the target verifies
 each step's drafts in one pass. Greedy or set acceptance only; the head
-keeps no KV cache of its own yet (each drafted token attends to itself)."""
+keeps no KV cache of its own yet (each drafted token attends to itself).
+A qwen3_5 target (llama.cpp's ``qwen35`` GGUF) gets the qwen35 head, fed
+the target's hidden state after its final norm as llama.cpp feeds it."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class MlxMtpBackend(MlxSession):
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.head: Any = None
+        self.feed: Callable[[Any], Any] | None = None  # target hidden state -> the head's h
         self.target: MlxTarget | None = None
 
     @classmethod
@@ -46,9 +49,8 @@ class MlxMtpBackend(MlxSession):
 
     def _load_on_engine(self, path: Any, emit: Emit) -> None:
         import mlx.core as mx
-        from mlx_lm.models.llama import ModelArgs
 
-        from lab_mlx.mtp_model import load_head
+        from lab_mlx.mtp_model import load_head, load_qwen35_head
         from lab_mlx.target import MlxTarget, _layers, install_capture
 
         super()._load_on_engine(path, emit)
@@ -63,16 +65,26 @@ class MlxMtpBackend(MlxSession):
             if not found:
                 raise ValueError(f"{mtp_path}: no nextn tensors (blk.N.nextn.*)")
             layer = max(found)
+        if self.loaded.config.get("model_type") == "qwen3_5":
+            model = self.loaded.model
+            self.head = load_qwen35_head(model.language_model.args, weights, layer)
+            self.feed = model.model.norm
+        else:
+            self.head = load_head(self._llama_args(), weights, layer)
+        sink = install_capture(self.loaded.model, [len(_layers(self.loaded.model)) - 1])
+        self.target = MlxTarget(self.loaded.model, self.loaded.vocab, self.ctx.run.n_ctx, sink)
+
+    def _llama_args(self) -> Any:
+        from mlx_lm.models.llama import ModelArgs
+
+        assert self.loaded is not None
         a = self.loaded.model.args
-        args = ModelArgs(
+        return ModelArgs(
             model_type="llama", hidden_size=a.hidden_size, num_hidden_layers=1, intermediate_size=a.intermediate_size,
             num_attention_heads=a.num_attention_heads, rms_norm_eps=a.rms_norm_eps, vocab_size=a.vocab_size,
             num_key_value_heads=a.num_key_value_heads, head_dim=getattr(a, "head_dim", None),
             rope_theta=getattr(a, "rope_theta", 10000.0),
         )
-        self.head = load_head(args, weights, layer)
-        sink = install_capture(self.loaded.model, [len(_layers(self.loaded.model)) - 1])
-        self.target = MlxTarget(self.loaded.model, self.loaded.vocab, self.ctx.run.n_ctx, sink)
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
         return self.call(lambda: self._generate(request, emit, cancelled))
@@ -86,21 +98,29 @@ class MlxMtpBackend(MlxSession):
         model = self.loaded.model  # type: ignore[union-attr]
         inner = model.model
         embed = inner.embed_tokens
-        lm_head = getattr(model, "lm_head", None) or embed.as_linear
+        # qwen3_5 keeps its LM head on the wrapped language model.
+        lm_head = getattr(getattr(model, "language_model", model), "lm_head", None) or embed.as_linear
         gen = generate_mtp(target, self.head, embed, lm_head, self.prompt_ids(req), req, emit, cancelled,
-                           self.arm.n_max or 2, self.stats)
+                           self.arm.n_max or 2, self.stats, self.feed)
         return self._finish(gen, target)
 
     def _release(self) -> None:
         self.target = None
         self.head = None
+        self.feed = None
 
 
 def generate_mtp(target: MlxTarget, head: Any, embed: Any, lm_head: Any, ids: list[int], req: GenerationRequest,
-                 emit: Emit, cancelled: Callable[[], bool], n_max: int, stats: LoopStats | None = None) -> Generation:
+                 emit: Emit, cancelled: Callable[[], bool], n_max: int, stats: LoopStats | None = None,
+                 feed: Callable[[Any], Any] | None = None) -> Generation:
     """One cell: each step the head drafts n_max tokens (fewer at the end of
-    the budget) and the target verifies them in one pass."""
+    the budget) and the target verifies them in one pass. ``feed`` maps the
+    target's captured hidden states to the head's h (default: as they are)."""
     from lab_mlx.mtp_model import draft
+
+    def hidden(rows: slice) -> Any:
+        h = target.hidden[:, rows]
+        return feed(h) if feed is not None else h
 
     stats = stats if stats is not None else LoopStats()
     start = stats.mark()
@@ -110,7 +130,7 @@ def generate_mtp(target: MlxTarget, head: Any, embed: Any, lm_head: Any, ids: li
     target.reset()
     check_room(target, len(ids) + 1)
     target.decode(ids, all_logits=False)
-    h = target.hidden[:, -1:]
+    h = hidden(slice(-1, None))
     pending = target.pick(-1)
     t_prompt = now()
     out.land([pending], from_draft=False)
@@ -123,7 +143,7 @@ def generate_mtp(target: MlxTarget, head: Any, embed: Any, lm_head: Any, ids: li
         if k <= 0:
             check_room(target, 1)
             target.decode([pending], all_logits=False)
-            h = target.hidden[:, -1:]
+            h = hidden(slice(-1, None))
             stats.engine_s += now() - t_a
             pending = target.pick(-1)
             stats.plain_tokens += 1
@@ -136,7 +156,7 @@ def generate_mtp(target: MlxTarget, head: Any, embed: Any, lm_head: Any, ids: li
         target.decode([pending, *drafted], all_logits=True)
         t_c = now()
         accepted, correction = accept(target, drafted, None)
-        h = target.hidden[:, accepted : accepted + 1]
+        h = hidden(slice(accepted, accepted + 1))
         target.truncate(base + 1 + accepted)
         t_d = now()
         landed = list(drafted[:accepted]) + [correction]
