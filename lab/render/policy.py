@@ -82,11 +82,13 @@ def markdown_lines(data: Mapping[str, Any], probes: Sequence[Any]) -> list[str]:
     lines += [
         "",
         "Predicted speedups over the baseline, each step priced as the Prediction prices it (T(w) from the probe, "
-        "the arm's draft and loop seconds), from the steps the arm recorded: a fixed n lands min(kept, n) + 1 of "
-        "each recorded step at the cost of the drafts it makes (** the best, the reference); grow-shrink and "
-        "grow-halve are re-cut along the recorded text (a step lands up to the first refused draft, the next "
-        "starts after it), assuming a draft at a position is kept or refused whatever step it came in: exact on "
-        "the recorded anchors, an approximation off them. No policy is replayed past the recorded n_max: the "
+        "the arm's draft and loop seconds), from the steps the arm recorded, re-cut along the recorded text into "
+        "each policy's own steps: a step drafts what it asks for (at most what the recorded draft offered from "
+        "there), lands up to its first refused draft and the target's token, and the next starts after it; a "
+        "step that would start where no recorded draft reached is a plain decode. It assumes a draft at a "
+        "position is kept or refused whatever step it came in: exact on the recorded anchors (fixed at the "
+        "recorded n_max is the in-sample prediction), an approximation off them. ** marks the best fixed n, "
+        "the reference. No policy is replayed past the recorded n_max: the "
         "arm with the largest n_max of a sweep is the source. Per-category takes each category's best fixed n, "
         "chosen on the same steps (in-sample). The best policy must beat the best fixed n by more than 1 %; "
         "its figure over the best fixed n's is the headroom. Plain decodes (no draft offered) are taken as "
