@@ -206,3 +206,18 @@ def test_a_real_smollm2_run_with_a_grow_shrink_arm(tmp_path: Any) -> None:
     assert [r["arm"] for r in exported["replays"]] == ["ngram"]  # a live policy's steps are not a source
     live = exported["live"][0]
     assert live["policy"] == "grow-shrink" and live["predicted"] > 0 and live["measured"] > 0
+
+
+def test_a_held_out_prediction_does_not_borrow_a_policy_arms_acceptance() -> None:
+    from lab.analysis import holdout
+
+    fixed_steps, policy_steps = _steps(THREE_OF_FOUR, arm="fixed"), _steps(EASY_THEN_HARD, arm="a-gs")
+    rows = []
+    for arm, steps, rule in (("fixed", fixed_steps, "fixed"), ("a-gs", policy_steps, "grow-shrink"),
+                             ("small", _steps([(2, 1)] * 10, arm="small"), "fixed")):
+        row = {**_row(steps), "arm": arm, "draft_policy": rule, "draft_config": "{}", "backend": "b", "model": "m",
+               "n_max": 2 if arm == "small" else 4}
+        rows.append(row)
+    steps = fixed_steps + policy_steps
+    held = holdout.held_out(rows, steps, "small", "p", PROBE, 2)
+    assert held is not None and held.acceptance_from == "fixed"

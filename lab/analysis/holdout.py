@@ -97,8 +97,10 @@ def held_out(
     positions = set_positions(own[0].get("set_acceptance"))
     source = "set rates"
     if positions is None:
-        # another arm's acceptance, never set rates: those say nothing of this drafter
-        candidates = [a for a in others if not any(r.get("set_acceptance") for r in results if r["arm"] == a)]
+        # another arm's acceptance, never set rates: those say nothing of this drafter; nor an
+        # arm whose draft policy drafts long only after kept drafts (deep positions flattered)
+        candidates = [a for a in others if not any(r.get("set_acceptance") or r.get("draft_policy") not in (None, "fixed")
+                                                   for r in results if r["arm"] == a)]
         if not candidates:
             return None
         donor = max(candidates, key=lambda a: max((int(r.get("n_max") or 0) for r in results if r["arm"] == a), default=0))

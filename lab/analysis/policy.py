@@ -14,8 +14,8 @@ the arm of a sweep with the largest n_max is the best source.
 That per-anchor arithmetic (:func:`replay_fixed`) weighs every recorded
 step alike, but a policy landing fewer tokens a step takes more steps over
 the same text, most of them where drafts are kept: from n_max 8 steps of
-SmolLM2 with the n-gram drafter it put fixed n_max 1-4 15-20 % below the
-arms that ran them (results/policy-cpu). So every policy, fixed n (1..n_max;
+SmolLM2 with the n-gram drafter it put fixed n_max 1-4 15-18 % (prose) and
+4-7 % (code) below the arms that ran them (results/policy-cpu). So every policy, fixed n (1..n_max;
 its best is the reference a policy has to beat) and adaptive
 (:mod:`lab.base.draft_policy`), is replayed along the text instead
 (:func:`replay_stream`). Each cell's steps become a stream of per-position marks
