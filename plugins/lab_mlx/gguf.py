@@ -129,17 +129,16 @@ def _load_qwen35(raw: dict[str, Any], md: dict[str, Any]) -> tuple[Any, Vocab, d
 
 def _tokenizer(md: dict[str, Any], tokens: list[str]) -> Any:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+
+    from lab_mlx.gguf_spm import fast_tokenizer, spm_tokenizer
+
+    def named(key: str) -> str | None:
+        i = _scalar(md, key)
+        return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
 
     kind = _scalar(md, "tokenizer.ggml.model")
     if kind == "llama":
-        from lab_mlx.gguf_spm import spm_tokenizer
-
-        def token_of(key: str) -> str | None:
-            i = _scalar(md, key)
-            return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
-
-        return spm_tokenizer(md, tokens, token_of)
+        return spm_tokenizer(md, tokens, named)
     if kind != "gpt2":
         raise ValueError(f"GGUF tokenizer model {kind!r} is not supported on MLX (byte-level BPE or SentencePiece)")
     merges = [tuple(m.split(" ", 1)) for m in md.get("tokenizer.ggml.merges", [])]
@@ -154,16 +153,4 @@ def _tokenizer(md: dict[str, Any], tokens: list[str]) -> Any:
     types = list(md.get("tokenizer.ggml.token_type", []))
     specials = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if int(t) in _SPECIAL_TYPES]
     tok.add_special_tokens(specials)
-
-    def named(key: str) -> str | None:
-        i = _scalar(md, key)
-        return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=named("tokenizer.ggml.bos_token_id"),
-        eos_token=named("tokenizer.ggml.eos_token_id"),
-        unk_token=named("tokenizer.ggml.unknown_token_id"),
-        pad_token=named("tokenizer.ggml.padding_token_id"),
-        chat_template=md.get("tokenizer.chat_template"),
-    )
+    return fast_tokenizer(tok, md, named)

@@ -35,7 +35,6 @@ def spm_tokenizer(md: Mapping[str, Any], tokens: list[str], named: Any) -> Any:
     """The fast tokenizer; ``named(key)`` gives the token text of a
     ``tokenizer.ggml.*_token_id`` key or None."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-    from transformers import PreTrainedTokenizerFast
 
     n = len(tokens)
     scores = [float(s) for s in md.get("tokenizer.ggml.scores", [0.0] * n)]
@@ -49,6 +48,15 @@ def spm_tokenizer(md: Mapping[str, Any], tokens: list[str], named: Any) -> Any:
     tok.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
     specials = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t in (_CONTROL, _USER)]
     tok.add_special_tokens(specials)
+    return fast_tokenizer(tok, md, named)
+
+
+def fast_tokenizer(tok: Any, md: Mapping[str, Any], named: Any) -> Any:
+    """A ``tokenizers`` tokenizer as the fast tokenizer the lab's Vocab
+    wraps, its special tokens and chat template from the GGUF: where both
+    vocabulary kinds (byte-level BPE and SentencePiece) end."""
+    from transformers import PreTrainedTokenizerFast
+
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=named("tokenizer.ggml.bos_token_id"),
