@@ -511,6 +511,10 @@ class Probing(ABC):
 
     # The ways this backend can measure, the first being the default.
     probe_methods: ClassVar[tuple[str, ...]] = ()
+    # The methods that can place a KV depth before the timed passes (``lab
+    # probe --depths``, :meth:`measure_verify_cost_at_depth`); none by default:
+    # a probe at a depth is then refused before anything loads.
+    probe_depth_methods: ClassVar[tuple[str, ...]] = ()
 
     def probe_needs_load(self, method: str) -> bool:
         """Whether ``method`` runs on the loaded engine (call ``load`` first)
@@ -533,6 +537,17 @@ class Probing(ABC):
             ValueError: an unknown method.
             RuntimeError: the method needs ``load`` and it has not run.
         """
+
+    def measure_verify_cost_at_depth(self, widths: Sequence[int], depth: int, method: str | None = None) -> list[float]:
+        """:meth:`measure_verify_cost` with ``depth`` tokens in the KV cache
+        before each timed pass (the passes attend to them), for a method in
+        ``probe_depth_methods``; the lab calls it for no other.
+
+        Raises:
+            ValueError: the context cannot hold ``depth`` plus the widest
+                width (the message names both), or an unknown method.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot place a KV depth before its timed passes")
 
     @classmethod
     def probe_refusal(cls, arm_options: Mapping[str, Any]) -> str | None:
@@ -756,6 +771,11 @@ CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
         "max_overshoot_tokens": int, "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
         "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
         "check_options": METHOD,
+    },
+    Probing: {
+        "probe_methods": tuple, "probe_depth_methods": tuple, "probe_needs_load": METHOD,
+        "measure_verify_cost": METHOD, "measure_verify_cost_at_depth": METHOD, "probe_refusal": METHOD,
+        "probe_notes": METHOD,
     },
     Drafter: {
         "name": str, "description": str, "options": tuple, "stacks": (frozenset, type(None)),

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pluggy
 
 from lab import hookspecs
-from lab.api import CAPABILITIES, Backend, Builder, Check, Drafter, Drafting, ModelBuilder, Option
+from lab.api import CAPABILITIES, Backend, Builder, Check, Drafter, Drafting, ModelBuilder, Option, Probing
 from lab.kit import models as model_refs
 
 # lab.models is where model-only plugins register (a module with a
@@ -285,6 +285,8 @@ def _check(cls: type, base: type, known: dict[str, type], label: str, origins: d
         owner = (origins or {}).get(f"{kind}:{name}", "another plugin")
         raise ValueError(f"{kind} name {name!r} is already registered by {owner}")
     held_to_contract(cls, base, label)
+    if base is Backend and issubclass(cls, Probing):
+        held_to_contract(cls, Probing, label)
 
 
 def held_to_contract(cls: type, base: type, label: str) -> None:

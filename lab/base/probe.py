@@ -12,7 +12,13 @@ summarizes and saves them as JSON the analysis reads back::
      "model": "embedded:smollm2", "method": "decode", "widths": [1, 2, ...],
      "seconds": [[s(w) for w in widths] for each repeat], "created": ...,
      "machine": {...}, "threads": 2, "bandwidth_bytes_s": ..., "model_bytes": ...,
-     "summary": {...derived, for people; ignored when loading}}
+     "depth": 512, "summary": {...derived, for people; ignored when loading}}
+
+``depth`` is the KV depth the passes were timed at: tokens already in the
+cache before each timed pass (``lab probe --depths``). Files written before it
+existed lack it and load with None (the backend's own prefix, which its notes
+may name). Several depths of one stack make a :class:`Surface`, saved as one
+file of kind ``speclab.probe-surface`` that ``lab predict`` reads.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class ProbeInterrupted(KeyboardInterrupt):
 MAX_WIDTH = 4096
 MIN_PASS_SECONDS = 1e-9
 MAX_PASS_SECONDS = 1e6
+# The deepest KV depth a probe file may name (past any model's context today).
+MAX_DEPTH = 1 << 24
 
 
 def _shown(value: Any) -> str:
@@ -98,6 +106,34 @@ def _optional(value: Any, kind: type, key: str) -> Any:
     if not ok or not (0 < value < float("inf")):
         raise ValueError(f"{key} must be a positive {'integer' if kind is int else 'number'} or null, got {_shown(value)}")
     return kind(value)
+
+
+def _depth(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DEPTH:
+        raise ValueError(f"a KV depth must be an integer 0..{MAX_DEPTH} or null, got {_shown(value)}")
+    return value
+
+
+def parse_depths(text: str) -> tuple[int, ...]:
+    """"512,2048,8192" (or "2k,8k") -> rising KV depths, each once."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        scale = 1024 if part.endswith("k") else 1
+        try:
+            value = int(part[:-1] if scale > 1 else part) * scale
+            _depth(value)
+        except ValueError:
+            raise ProbeError(f"bad depths {text!r}: tokens in the KV cache, e.g. 512,2048,8192 or 512,2k,8k "
+                             f"(0..{MAX_DEPTH})") from None
+        out.add(value)
+    if not out:
+        raise ProbeError(f"bad depths {text!r}: name at least one")
+    return tuple(sorted(out))
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -162,6 +198,18 @@ class Probe:
     # "seconds": what measuring cost, "key": the cache key, ...}. Empty for
     # a probe measured by `lab probe`.
     origin: Mapping[str, Any] = field(default_factory=dict)
+    # Tokens in the KV cache before each timed pass, as asked for; None: the
+    # backend's own prefix (see :attr:`kv_depth`).
+    depth: int | None = None
+
+    @property
+    def kv_depth(self) -> int | None:
+        """The KV depth the passes ran at: the one asked for, else the prefix
+        the backend's notes name (llama.cpp's ``prefix_tokens``), else None."""
+        if self.depth is not None:
+            return self.depth
+        prefix = self.notes.get("prefix_tokens")
+        return prefix if isinstance(prefix, int) and not isinstance(prefix, bool) else None
 
     @property
     def prices_steps(self) -> bool:
@@ -246,7 +294,7 @@ class Probe:
             "method": self.method, "widths": list(self.widths), "seconds": [list(r) for r in self.seconds],
             "created": self.created, "machine": dict(self.machine), "threads": self.threads,
             "bandwidth_bytes_s": self.bandwidth_bytes_s, "model_bytes": self.model_bytes,
-            "notes": dict(self.notes), "origin": dict(self.origin), "summary": self.summary(),
+            "notes": dict(self.notes), "origin": dict(self.origin), "depth": self.depth, "summary": self.summary(),
         }
 
     @classmethod
@@ -268,13 +316,18 @@ class Probe:
                 bandwidth_bytes_s=_optional(data.get("bandwidth_bytes_s"), float, "bandwidth_bytes_s"),
                 model_bytes=_optional(data.get("model_bytes"), int, "model_bytes"), notes=dict(data.get("notes") or {}),
                 origin=dict(data.get("origin") or {}),
+                depth=_depth(data.get("depth")),
             )
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise ProbeError(f"{where}: malformed probe ({_shown(exc)})") from None
 
     def origin_line(self) -> str:
         """How the run came by this probe, for progress and the report:
-        "measured in 4.1 s", "cached (measured 2026-12-01T10:50:00+0000)"."""
+        "measured in 4.1 s", "cached (measured 2026-12-01T10:50:00+0000)",
+        with the KV depth where one was asked for (", at KV depth 2048")."""
+        return self._source_words() + (f", at KV depth {self.depth}" if self.depth is not None else "")
+
+    def _source_words(self) -> str:
         source = self.origin.get("source")
         if source == "measured":
             text = f"measured in {float(self.origin.get('seconds') or 0.0):.1f} s"
@@ -291,7 +344,8 @@ class Probe:
         """The curve as text: one line per width with a bar, then the ratio."""
         lines = [
             f"verify cost T(w) on {self.backend} / {self.model} by {self.method}, "
-            f"{len(self.seconds)} repeats" + (f", {self.threads} threads" if self.threads else ""),
+            f"{len(self.seconds)} repeats" + (f", {self.threads} threads" if self.threads else "")
+            + (f", KV depth {self.kv_depth}" if self.kv_depth is not None else ""),
             f"{'w':>3}  {'pass ms':>8}  {'T(w)':>6}  {'min-max':>13}  {'w/T(w)':>6}",
         ]
         top = max(self.t_ratio(w) or 0.0 for w in self.widths)
@@ -327,9 +381,9 @@ def save(probe: Probe, path: str | Path) -> Path:
 MAX_PROBE_BYTES = 16 * 1024 * 1024
 
 
-def load(path: str | Path) -> Probe:
-    """A probe file, or the probe.json inside a run directory: a regular file
-    of at most MAX_PROBE_BYTES, numbers bounded."""
+def _read(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """A probe or surface file (or the probe.json inside a run directory) as
+    a JSON object: a regular file of at most MAX_PROBE_BYTES, numbers bounded."""
     from lab.base.strictjson import FileRefused, load_json_file
 
     p = Path(path)
@@ -353,7 +407,97 @@ def load(path: str | Path) -> Probe:
         raise ProbeError(f"{p}: not a speclab probe")
     if beyond:
         raise ProbeError(f"{p}: malformed probe ({', '.join(sorted(set(map(str, beyond))))} in it)")
+    return p, data
+
+
+def load(path: str | Path) -> Probe:
+    """A probe file, or the probe.json inside a run directory. A surface
+    file is refused with what reads it: a run prices at one depth."""
+    p, data = _read(path)
+    if data.get("kind") == SURFACE_KIND:
+        raise ProbeError(f"{p}: a probe surface of several KV depths; `lab predict --probe` reads it, "
+                         "a run's probe is one depth (`lab probe` without --depths)")
     return Probe.from_json(data, str(p))
+
+
+def load_surface(path: str | Path) -> Surface:
+    """A surface file, or one probe file as a surface of its one depth."""
+    p, data = _read(path)
+    if data.get("kind") != SURFACE_KIND:
+        return Surface((Probe.from_json(data, str(p)),))
+    return Surface.from_json(data, str(p))
+
+
+def save_surface(surface: Surface, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    from lab.base.strictjson import dumps
+
+    p.write_text(dumps(surface.to_json(), indent=1) + "\n", encoding="utf-8")
+    return p
+
+
+SURFACE_KIND = "speclab.probe-surface"
+SURFACE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Surface:
+    """T(w) at several KV depths of one stack: one probe per depth,
+    shallowest first. At depth the one-row pass itself gets slower (each
+    token attends to more cache), so each depth's T(w) is relative to its
+    own one-row pass, and :meth:`relative` puts every pass in the
+    shallowest depth's one-row pass."""
+
+    probes: tuple[Probe, ...]
+
+    def __post_init__(self) -> None:
+        if not self.probes:
+            raise ProbeError("a probe surface needs at least one depth")
+        if len(self.probes) > 1:
+            depths = [p.kv_depth for p in self.probes if p.kv_depth is not None]
+            if len(depths) != len(self.probes):
+                raise ProbeError("a probe surface of several probes needs the KV depth of each")
+            if depths != sorted(set(depths)):
+                raise ProbeError(f"a probe surface's depths must rise, each once, got {depths}")
+            first = self.probes[0]
+            for p in self.probes[1:]:
+                if (p.backend, p.model, p.method) != (first.backend, first.model, first.method):
+                    raise ProbeError(f"a probe surface holds one stack: {first.backend} / {first.model} by "
+                                     f"{first.method}, not also {p.backend} / {p.model} by {p.method}")
+
+    @property
+    def depths(self) -> tuple[int | None, ...]:
+        return tuple(p.kv_depth for p in self.probes)
+
+    @property
+    def shallowest(self) -> Probe:
+        return self.probes[0]
+
+    def widths(self) -> tuple[int, ...]:
+        """The widths every depth measured."""
+        common = set(self.probes[0].widths)
+        for p in self.probes[1:]:
+            common &= set(p.widths)
+        return tuple(sorted(common))
+
+    def relative(self, probe: Probe, w: int) -> float:
+        """A pass of w rows at ``probe``'s depth in one-row passes at the
+        shallowest depth (medians of seconds)."""
+        return probe.pass_seconds(w) / self.shallowest.pass_seconds(1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": SURFACE_KIND, "version": SURFACE_VERSION, "depths": list(self.depths),
+                "probes": [p.to_json() for p in self.probes]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "surface") -> Surface:
+        if data.get("version") != SURFACE_VERSION:
+            raise ProbeError(f"{where}: surface version {_shown(data.get('version'))}, this lab reads {SURFACE_VERSION}")
+        got = data.get("probes")
+        if not isinstance(got, list) or not all(isinstance(d, dict) for d in got):
+            raise ProbeError(f"{where}: malformed probe surface (probes must be a list of probes)")
+        return cls(tuple(Probe.from_json(d, f"{where} depth {i + 1}") for i, d in enumerate(got)))
 
 
 def find(run_dir: str | Path) -> Probe | None:

@@ -8,10 +8,12 @@ import argparse
 import sys
 
 from lab.analysis import acceptance_profile
+from lab.analysis.surface import predict_on_surface
 from lab.base import probe as probes
 from lab.base.textsafe import printable
 from lab.cli.context import Context
 from lab.render.cross_machine import render
+from lab.render.surface import render_surface_predictions
 
 DESCRIPTION = ("Would it pay on another machine? Acceptance is a property of target, drafter and text (the "
                "acceptance file, from `lab acceptance` or a run's acceptance.json); cost is a property of the machine "
@@ -20,7 +22,9 @@ DESCRIPTION = ("Would it pay on another machine? Acceptance is a property of tar
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("acceptance_file", help="an acceptance profile, or a run directory holding acceptance.json")
-    p.add_argument("--probe", required=True, metavar="FILE", help="the target's verify-cost probe on the machine to price")
+    p.add_argument("--probe", required=True, metavar="FILE",
+                   help="the target's verify-cost probe on the machine to price, or its surface over KV depths "
+                   "(lab probe --depths): then the speedup per depth and where drafting stops paying")
     p.add_argument("--draft-probe", metavar="FILE",
                    help="a probe of the draft model on that machine: its one-row pass is a drafted token's cost")
     p.add_argument("--loop-us", type=float, metavar="US",
@@ -33,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     try:
         profile = acceptance_profile.load(args.acceptance_file)
-        probe = probes.load(args.probe)
+        surface = probes.load_surface(args.probe)
+        probe = surface.shallowest
         draft = probes.load(args.draft_probe) if args.draft_probe else None
         if args.loop_us is not None and not 0 <= args.loop_us < 1e6:
             raise ValueError(f"--loop-us {args.loop_us:g}: give microseconds per step, 0 or more")
@@ -42,15 +47,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if not entries:
             raise ValueError(f"{args.acceptance_file}: no entries" + (f" for arm {', '.join(args.arm)}" if args.arm else ""))
         loop_s = args.loop_us * 1e-6 if args.loop_us is not None else None
+        # several depths: each priced, and where drafting stops paying
+        deep = [predict_on_surface(e, surface, draft, loop_s) for e in entries] if len(surface.probes) > 1 else []
         got = [acceptance_profile.predict_on(e, probe, draft, loop_s) for e in entries]
     except (acceptance_profile.AcceptanceProfileError, probes.ProbeError, ValueError) as exc:
         print(f"lab: {printable(exc)}", file=sys.stderr)
         return 2
-    if max(probe.widths) < 2:
+    if min(max(p.widths) for p in surface.probes) < 2:
         print(f"lab: {printable(args.probe)}: the probe measured width 1 only; a prediction needs T(w) at w >= 2",
               file=sys.stderr)
         return 2
     for w in dict.fromkeys(w for c in got for w in c.warnings):
         print(f"lab: warning: {printable(w)}", file=sys.stderr)
+    if deep:
+        sys.stdout.write(printable(render_surface_predictions(profile, surface, deep, draft), keep="\n"))
+        return 0
     sys.stdout.write(printable(render(profile, probe, got, draft), keep="\n"))
     return 0

@@ -4,15 +4,19 @@ save it as JSON (what a run's predictions are priced with)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
+from pathlib import Path
+from typing import Callable
 
 from lab.analysis.roofline import Roofline
 from lab.api import EngineFailure
 from lab.base import probe
 from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Context, sigterm_as_interrupt
 from lab.probing import driver
-from lab.probing.target import resolve
+from lab.probing.target import ProbeTarget, resolve
+from lab.render.surface import surface_table
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="FILE", help="take backend, model, options and threads from an arm of this profile")
     p.add_argument("--arm", metavar="NAME", help="the --profile arm (default: its first speculative arm)")
     p.add_argument("--widths", default="1-16", help="widths to verify, e.g. 1-16 or 1,2,4,8 (1 is always added)")
+    p.add_argument("--depths", metavar="D,D,...",
+                   help="KV depths to measure at, tokens in the cache before each timed pass, e.g. 512,2048,8192 "
+                   "(or 512,2k,8k): one curve per depth, saved as one surface file lab predict reads "
+                   "(default: the backend's own prefix)")
+    p.add_argument("--n-ctx", type=int, metavar="N",
+                   help="the context to load with (default: the deepest depth plus the widest width, at least 1024)")
     p.add_argument("--method", help="how to measure (llamacpp: decode, decode-interleaved, batched-bench); "
                    "default: the backend's first")
     p.add_argument("--repeats", type=int, default=3, help="measurements for min/median/max (default 3)")
@@ -46,11 +56,17 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         options = list(args.option or []) + ([f"n_gpu_layers={args.n_gpu_layers}"] if args.n_gpu_layers is not None else [])
         target = resolve(registry, args.backend, args.model, options, args.profile, args.arm, args.threads)
         say(f"target: {target.backend} / {target.model} from {target.source}, options {dict(target.options)}")
+        if args.n_ctx is not None and args.n_ctx < 1:
+            raise probe.ProbeError(f"--n-ctx {args.n_ctx}: a context holds at least one token")
+        if args.depths:
+            depths = probe.parse_depths(args.depths)
+            n_ctx = args.n_ctx or driver.default_n_ctx(widths, max(depths))
+            return _surface(args, ctx, target, widths, depths, n_ctx, say)
         with sigterm_as_interrupt() as term:
             result = driver.measure(
                 target.backend, target.model, widths, method=args.method, repeats=args.repeats,
                 threads=target.threads, registry=registry, options=target.options, bandwidth=not args.no_bandwidth,
-                progress=say,
+                progress=say, n_ctx=args.n_ctx,
             )
     except KeyboardInterrupt as exc:
         return _interrupted(args, exc, bool(term))
@@ -84,3 +100,60 @@ def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt, terminated: b
           f"widths {probe.format_widths(kept.widths)}", file=sys.stderr)
     print(f"saved: {probe.save(kept, out)}")
     return code
+
+
+SURFACE_FILE = "probe-surface.json"
+
+
+def _surface(args: argparse.Namespace, ctx: Context, target: ProbeTarget, widths: tuple[int, ...],
+             depths: tuple[int, ...], n_ctx: int, say: Callable[[str], None]) -> int:
+    """One curve per KV depth, all loaded with the same context (``n_ctx``),
+    then the table of them and one surface file. Ctrl-C keeps the depths
+    that finished."""
+    done: list[probe.Probe] = []
+    term: list[int] = []
+    try:
+        with sigterm_as_interrupt() as term:
+            for i, depth in enumerate(depths):
+                say(f"KV depth {depth} ({i + 1} of {len(depths)}), n_ctx {n_ctx}")
+                got = driver.measure(
+                    target.backend, target.model, widths, method=args.method, repeats=args.repeats,
+                    threads=target.threads, registry=ctx.registry, options=target.options,
+                    # the machine's bandwidth does not depend on the depth: measured once
+                    bandwidth=not args.no_bandwidth and not done, progress=say, depth=depth, n_ctx=n_ctx,
+                )
+                if done:
+                    got = dataclasses.replace(got, bandwidth_bytes_s=done[0].bandwidth_bytes_s)
+                done.append(got)
+                print(got.render() + "\n")
+    except KeyboardInterrupt:
+        code = EXIT_SIGTERM if term else EXIT_SIGINT
+        if not done:
+            print("\nlab: probe stopped before its first depth finished; nothing measured to keep", file=sys.stderr)
+            return code
+        print(f"\nlab: probe stopped; kept depths {', '.join(str(p.depth) for p in done)} of "
+              f"{', '.join(map(str, depths))}", file=sys.stderr)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        print(f"saved: {_save_surface(done, args.out or f'probe-surface-{stamp}.json')}")
+        return code
+    except (probe.ProbeError, ValueError, KeyError, OSError, RuntimeError, NotImplementedError, EngineFailure) as exc:
+        print(f"lab: probe failed: {exc}", file=sys.stderr)
+        return 2
+    if len(done) > 1:
+        print(surface_table(probe.Surface(tuple(done))))
+    if args.out:
+        try:
+            print(f"saved: {_save_surface(done, args.out)}")
+        except OSError as exc:
+            print(f"lab: probe not saved to {args.out} ({exc.strerror or exc}); the curves are printed above",
+                  file=sys.stderr)
+            return 2
+    return 0
+
+
+def _save_surface(done: list[probe.Probe], out: str) -> Path:
+    """One depth as a plain probe (a run can use it), several as a surface."""
+    if len(done) == 1:
+        return probe.save(done[0], out)
+    path = Path(out)
+    return probe.save_surface(probe.Surface(tuple(done)), path / SURFACE_FILE if path.is_dir() else path)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from lab.api import Probing
 from lab.base import machine
 from lab.base.machine import machine_info
 from lab.base.probe import (
@@ -44,10 +45,17 @@ def measure(
     options: Mapping[str, Any] | None = None,
     bandwidth: bool = True,
     progress: Callable[[str], None] | None = None,
+    depth: int | None = None,
+    n_ctx: int | None = None,
 ) -> Probe:
     """Load ``backend`` on ``model`` the way a baseline arm would and measure
-    T(w) ``repeats`` times. The hook the analysis and a runner can call."""
-    from lab.api import BackendContext, Probing
+    T(w) ``repeats`` times. The hook the analysis and a runner can call.
+
+    ``depth``: tokens in the KV cache before each timed pass, for a backend
+    method that can place one (``Probing.probe_depth_methods``); None
+    measures at the backend's own prefix. ``n_ctx``: the context the
+    backend is loaded with (default: :func:`default_n_ctx`)."""
+    from lab.api import BackendContext
     from lab.base.events import Event
     from lab.base.profile import Arm, RunSettings
     from lab.registry import load_registry
@@ -64,7 +72,15 @@ def measure(
     method = method or methods[0]
     if method not in methods:
         raise ProbeError(f"backend {backend} measures by {', '.join(methods)}, not {method!r}")
-    run = RunSettings(threads=threads, n_ctx=max(1024, 4 * max(widths) + 512))
+    if depth is not None:
+        depth_refusal(cls, backend, method)
+        if depth < 0:
+            raise ProbeError(f"a KV depth is 0 or more tokens, not {depth}")
+    n_ctx = n_ctx or default_n_ctx(widths, depth)
+    if depth is not None and depth + max(widths) > n_ctx:
+        raise ProbeError(f"n_ctx {n_ctx} cannot hold a KV depth of {depth} tokens and the widest width "
+                         f"{max(widths)} (needs {depth + max(widths)}): a larger --n-ctx, or a shallower depth")
+    run = RunSettings(threads=threads, n_ctx=n_ctx)
     arm = Arm(
         name="probe", backend=backend, model=model, drafter=None, n_max=None, options=dict(options or {}),
         drafter_options={}, baseline=None, is_baseline=True, stack=cls.stack, group="probe",
@@ -83,10 +99,17 @@ def measure(
             say(f"loading {model} on {backend}")
             instance.load(emit)
         capped: str | None = None
+
+        def timed(ws: Sequence[int]) -> list[float]:
+            if depth is None:
+                return instance.measure_verify_cost(ws, method)
+            return instance.measure_verify_cost_at_depth(ws, depth, method)
+
+        at = f" at KV depth {depth}" if depth is not None else ""
         for i in range(repeats):
-            say(f"repeat {i + 1}/{repeats}: widths {format_widths(widths)} by {method}")
+            say(f"repeat {i + 1}/{repeats}: widths {format_widths(widths)} by {method}{at}")
             try:
-                got = instance.measure_verify_cost(widths, method)
+                got = timed(widths)
             except ProbeWidthCap as cap:
                 # measure what the stack can verify; the prediction stops where the probe did
                 kept = tuple(w for w in widths if w <= cap.max_width)
@@ -94,7 +117,7 @@ def measure(
                     raise
                 widths, capped = kept, f"widths to {cap.max_width}: {cap.why}"
                 say(f"{capped}; measuring widths {format_widths(widths)}")
-                got = instance.measure_verify_cost(widths, method)
+                got = timed(widths)
             if len(got) != len(widths):
                 raise ProbeError(f"{backend} returned {len(got)} timings for {len(widths)} widths")
             seconds.append(tuple(float(s) for s in got))
@@ -111,7 +134,7 @@ def measure(
             backend=backend, model=model, method=method, widths=widths, seconds=tuple(seconds),
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
             threads=int(notes.get("threads") or threads) or None,
-            bandwidth_bytes_s=bw, model_bytes=size, notes={**notes, **more},
+            bandwidth_bytes_s=bw, model_bytes=size, notes={**notes, **more}, depth=depth,
         )
 
     if interrupted:
@@ -132,8 +155,26 @@ def measure(
         backend=backend, model=model, method=method, widths=widths, seconds=tuple(seconds),
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
         threads=int(notes.get("threads") or threads) or None,
-        bandwidth_bytes_s=bw, model_bytes=model_bytes, notes=notes,
+        bandwidth_bytes_s=bw, model_bytes=model_bytes, notes=notes, depth=depth,
     )
+
+
+def default_n_ctx(widths: Sequence[int], depth: int | None = None) -> int:
+    """The context a probe loads with: room for its widest pass after the
+    backend's own prefix, and for ``depth`` tokens before the widest width."""
+    return max(1024, 4 * max(widths) + 512, (depth or 0) + max(widths))
+
+
+def depth_refusal(cls: type[Probing], backend: str, method: str) -> None:
+    """Refuse, before anything loads, a KV depth the backend's method cannot
+    place (it declares the ones that can: ``probe_depth_methods``)."""
+    if method in cls.probe_depth_methods:
+        return
+    if not cls.probe_depth_methods:
+        raise ProbeError(f"backend {backend} cannot place a KV depth before its timed passes: it measures at its "
+                         "own prefix only (leave out --depths)")
+    raise ProbeError(f"backend {backend} places a KV depth by {', '.join(cls.probe_depth_methods)}, "
+                     f"not by {method}")
 
 
 # -- the probe a run takes before its arms ------------------------------------------
@@ -158,6 +199,8 @@ class ProbeSpec:
     widths: tuple[int, ...]
     # the arms this stack's probe prices (not part of its identity)
     arms: tuple[str, ...] = ()
+    # tokens in the KV cache before the timed passes; None: the backend's own prefix
+    depth: int | None = None
 
     @property
     def label(self) -> str:
@@ -167,10 +210,13 @@ class ProbeSpec:
         """What the cache keys on: the engine, the model (its reference and
         its file, so a rebuilt model is probed again), threads, the arm's
         backend options (GPU layers, batch-invariant decoding and the like)
-        and the machine (CPU model, cores, GPUs)."""
+        and the machine (CPU model, cores, GPUs); the KV depth where one is
+        asked for (absent otherwise, so probes cached before depths existed
+        keep their keys)."""
         from lab.telemetry.bandwidth import machine_identity
 
-        return {
+        at_depth = {"depth": self.depth} if self.depth is not None else {}
+        return at_depth | {
             "kind": KIND, "version": VERSION, "cache_version": CACHE_VERSION,
             "backend": self.backend, "model": self.model, "model_file": _model_file_identity(self.model),
             "threads": self.threads, "options": {k: self.options[k] for k in sorted(self.options)},
@@ -248,6 +294,8 @@ def cached(spec: ProbeSpec, root: Path | None = None) -> Probe | None:
         p = load(path)
     except ProbeError:
         return None
+    if p.depth != spec.depth:
+        return None
     wanted = set(spec.widths)
     if p.notes.get("widths_capped"):
         # the stack stopped the probe at its widest step: the widths past it cannot be had
@@ -291,7 +339,7 @@ def obtain(
         mark = watcher.mark()
         p = measure(
             spec.backend, spec.model, widths=spec.widths, repeats=repeats, threads=spec.threads,
-            registry=reg, options=spec.options, bandwidth=False, progress=progress,
+            registry=reg, options=spec.options, bandwidth=False, progress=progress, depth=spec.depth,
         )
         t_curve = time.perf_counter() - t0
         bw = machine_bandwidth(threads=spec.threads or None, root=root)

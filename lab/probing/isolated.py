@@ -74,7 +74,7 @@ def obtain_isolated(
         request.write_text(json.dumps({
             "backend": spec.backend, "model": spec.model, "threads": spec.threads, "options": dict(spec.options),
             "widths": list(spec.widths), "repeats": repeats, "root": str(root) if root is not None else None,
-            "out": str(out),
+            "out": str(out), "depth": spec.depth,
         }, default=str), encoding="utf-8")
         logfile = Path(tmp) / "child.log"
         with open(logfile, "w+", encoding="utf-8", errors="replace") as child_log:
@@ -121,8 +121,9 @@ def main(argv: list[str]) -> int:
     # runs and a server the probe started is stopped before this process ends.
     signal.signal(signal.SIGTERM, _stop_asked)
     req = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    depth = req.get("depth")
     spec = ProbeSpec(req["backend"], req["model"], int(req["threads"]), dict(req["options"]),
-                     tuple(int(w) for w in req["widths"]))
+                     tuple(int(w) for w in req["widths"]), depth=int(depth) if depth is not None else None)
     root = Path(req["root"]) if req.get("root") else None
     p = obtain(spec, load_registry(), repeats=int(req["repeats"]), root=root,
                progress=lambda text: print(text, flush=True))

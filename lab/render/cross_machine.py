@@ -39,6 +39,7 @@ def render(profile: AcceptanceProfile, probe: Probe, predictions: Sequence[Cross
         f"{profile.source_line()}",
         f"- T(w) and the baseline token ({probe.pass_seconds(1) * 1000:.3f} ms): the probe of {probe.backend} / "
         f"{probe.model} by {probe.method} on {probe_machine_words(probe)}"
+        + (f", at KV depth {probe.depth}" if probe.depth is not None else "")
         + (f", measured {probe.created}" if probe.created else "")
         + ("; its T(w) prices whole steps, draft and loop inside" if probe.prices_steps else ""),
     ]

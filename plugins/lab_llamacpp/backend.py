@@ -299,11 +299,23 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
     # decode: each width's passes back to back; decode-interleaved: widths
     # alternating pass by pass (see lab_llamacpp.probe for why it differs on a GPU)
     probe_methods = ("decode", "decode-interleaved", "batched-bench")
+    # The prefix decoded before the timed passes is the depth; llama-batched-bench
+    # shares one prompt among its sequences, a depth it would multiply by the width.
+    probe_depth_methods = ("decode", "decode-interleaved")
 
     def probe_needs_load(self, method: str) -> bool:
         return method.startswith("decode")
 
     def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
+        return self._verify_cost(widths, method, None)
+
+    def measure_verify_cost_at_depth(self, widths: Sequence[int], depth: int, method: str | None = None) -> list[float]:
+        method = method or self.probe_methods[0]
+        if method not in self.probe_depth_methods:
+            raise ValueError(f"probe method {method!r} cannot place a KV depth; use {', '.join(self.probe_depth_methods)}")
+        return self._verify_cost(widths, method, depth)
+
+    def _verify_cost(self, widths: Sequence[int], method: str | None, depth: int | None) -> list[float]:
         from lab_llamacpp import probe
 
         method = method or self.probe_methods[0]
@@ -311,14 +323,15 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
             if self.context is None:
                 raise RuntimeError("load() the backend before measuring by decode")
             order = "interleaved" if method == "decode-interleaved" else "consecutive"
+            depth = probe.PREFIX_TOKENS if depth is None else depth
             self._probe_notes = {
-                "prefix_tokens": probe.PREFIX_TOKENS, "inner_passes": probe.INNER_PASSES,
+                "prefix_tokens": depth, "inner_passes": probe.INNER_PASSES,
                 "threads": self.ctx.run.threads or available_cores(), "order": order,
                 "n_gpu_layers": int(self.arm.options.get("n_gpu_layers", 0)), "gpu_pick": self.gpu_pick_verifies,
                 "one_row_pick": "device" if self.gpu_pick_one_row else "host",
             }
             if not self.gpu_pick_verifies:
-                return probe.decode_pass_seconds(self.context, widths, order=order)
+                return probe.decode_pass_seconds(self.context, widths, order=order, depth=depth)
             from lab_llamacpp.gpu_pick import backend_greedy, host_greedy
 
             # The loop's verify passes run the sampler in the graph and copy
@@ -329,11 +342,11 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
             one = [w for w in widths if w == 1 and not self.gpu_pick_one_row]
             if one:
                 host_greedy(self.context)
-                by_width[1] = probe.decode_pass_seconds(self.context, one, order=order)[0]
+                by_width[1] = probe.decode_pass_seconds(self.context, one, order=order, depth=depth)[0]
             rest = [w for w in widths if w not in by_width]
             if rest:
                 backend_greedy(self.context)
-                by_width.update(zip(rest, probe.decode_pass_seconds(self.context, rest, order=order)))
+                by_width.update(zip(rest, probe.decode_pass_seconds(self.context, rest, order=order, depth=depth)))
             return [by_width[w] for w in widths]
         if method == "batched-bench":
             if self.arm.model is None:

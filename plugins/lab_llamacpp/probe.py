@@ -45,10 +45,24 @@ WARM_PASSES = 2
 ORDERS = ("consecutive", "interleaved")
 
 
+def prefix_tokens(ctx: Context, depth: int) -> list[int]:
+    """``depth`` tokens of filler prose, the BOS first: what the timed rows
+    attend to. Attention's cost depends on how many cells it reads, not on
+    what they hold, so the filler repeats."""
+    model = ctx.model
+    piece = model.tokenize(_PREFIX_TEXT, add_special=False)
+    head = model.tokenize(_PREFIX_TEXT * 8)
+    copies = max(0, depth - len(head)) // max(1, len(piece)) + 1
+    tokens = head + piece * copies
+    return tokens[:depth]
+
+
 def decode_pass_seconds(
-    ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES, order: str = "consecutive"
+    ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES, order: str = "consecutive",
+    depth: int = PREFIX_TOKENS,
 ) -> list[float]:
-    """Median seconds of one verification pass of w rows, per width.
+    """Median seconds of one verification pass of w rows, per width, with
+    ``depth`` tokens in the KV cache before each pass.
 
     ``order``: "consecutive" times each width's passes back to back (what a
     speculative loop of one n_max does); "interleaved" cycles through the
@@ -56,15 +70,17 @@ def decode_pass_seconds(
     frequency) over all widths but rebuilds a GPU backend's graph each pass."""
     if order not in ORDERS:
         raise ValueError(f"probe order {order!r}: use {' or '.join(ORDERS)}")
+    if depth + max(widths) > ctx.n_ctx:
+        raise ValueError(f"n_ctx {ctx.n_ctx} cannot hold a KV depth of {depth} tokens and the widest width "
+                         f"{max(widths)} (needs {depth + max(widths)})")
     model = ctx.model
-    prefix = model.tokenize(_PREFIX_TEXT * 8)[:PREFIX_TOKENS]
     rows = model.tokenize(_PREFIX_TEXT * 4, add_special=False)
     if len(rows) < max(widths):
         raise ValueError(f"widths up to {max(widths)} need more filler tokens than {len(rows)}")
-    if len(prefix) + max(widths) > ctx.n_ctx:
-        raise ValueError(f"n_ctx {ctx.n_ctx} is too small for a {len(prefix)}-token prefix and {max(widths)} rows")
+    prefix = prefix_tokens(ctx, depth)
     ctx.reset()
-    ctx.decode(prefix, "last")
+    if prefix:
+        ctx.decode(prefix, "last")
     base = ctx.n_past
 
     def one_pass(w: int) -> float:

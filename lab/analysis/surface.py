@@ -1,0 +1,87 @@
+"""Where drafting stops paying as the context grows: an acceptance profile
+priced at every KV depth of a probe surface (:class:`lab.base.probe.Surface`).
+
+At depth d a baseline token is that depth's one-row pass T_d(1), and a step
+drafting n tokens costs T_d(n + 1) / T_d(1) of them plus the draft's and the
+loop's seconds over T_d(1). Those seconds are taken once, as the shallowest
+depth prices them (:func:`lab.analysis.acceptance_profile.inputs_for`), and
+held in seconds across depths: an n-gram lookup and the loop's own work do
+not attend to the target's cache, so as the baseline token slows with depth
+they cost fewer baseline tokens. (A draft model's own passes do slow with its
+context; a draft probe of one depth leaves that out.) Acceptance does not
+depend on the machine, so every depth lands what the acceptance file says;
+the speedup at a depth is the one a generation has while its context is
+about that deep, against a baseline decoding at the same depth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from lab.analysis import predict
+from lab.analysis.acceptance_profile import CrossPrediction, Entry, predict_on
+from lab.base.probe import Probe, Surface
+
+# A best speedup at or below this does not pay (the report's break-even is 1.0).
+PAYS_ABOVE = 1.0
+
+
+@dataclass(frozen=True)
+class DepthPrediction:
+    """One depth's predictions for one entry."""
+
+    depth: int | None
+    baseline_token_s: float  # the one-row pass at this depth
+    predictions: tuple[predict.Prediction, ...]
+    best: predict.Prediction | None
+
+    @property
+    def pays(self) -> bool:
+        return self.best is not None and self.best.speedup > PAYS_ABOVE
+
+
+@dataclass(frozen=True)
+class StopsPaying:
+    """The last measured depth where some n_max pays and the next, where
+    none does; ``about`` is where the best speedup crosses 1.0 on the line
+    between them (None when a depth is unknown)."""
+
+    last_paying: DepthPrediction
+    first_losing: DepthPrediction
+    about: float | None
+
+
+@dataclass(frozen=True)
+class SurfacePrediction:
+    # the shallowest depth as ``lab predict`` prices one probe: the inputs,
+    # where the draft's and the loop's seconds came from, the warnings
+    cross: CrossPrediction
+    depths: tuple[DepthPrediction, ...]
+
+    def stops_paying(self) -> StopsPaying | None:
+        """The first depth, deeper than one that pays, where no n_max pays;
+        None when it pays at every depth, or at none."""
+        for before, after in zip(self.depths, self.depths[1:]):
+            if before.pays and not after.pays:
+                about = None
+                if before.depth is not None and after.depth is not None and before.best and after.best:
+                    drop = before.best.speedup - after.best.speedup
+                    share = (before.best.speedup - PAYS_ABOVE) / drop if drop > 0 else 1.0
+                    about = before.depth + share * (after.depth - before.depth)
+                return StopsPaying(before, after, about)
+        return None
+
+
+def at_depth(entry: Entry, probe: Probe, cross: CrossPrediction) -> DepthPrediction:
+    """The entry priced by one depth's probe, with the draft's and the loop's
+    seconds of ``cross`` (the shallowest depth's) held fixed."""
+    inputs = dataclasses.replace(cross.inputs, baseline_token_s=probe.pass_seconds(1))
+    preds = tuple(predict.predict(entry.positions, probe, inputs))
+    return DepthPrediction(probe.kv_depth, probe.pass_seconds(1), preds, predict.best(preds))
+
+
+def predict_on_surface(entry: Entry, surface: Surface, draft_probe: Probe | None = None,
+                       loop_s_per_step: float | None = None) -> SurfacePrediction:
+    cross = predict_on(entry, surface.shallowest, draft_probe, loop_s_per_step)
+    return SurfacePrediction(cross, tuple(at_depth(entry, p, cross) for p in surface.probes))

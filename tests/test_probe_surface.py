@@ -1,0 +1,222 @@
+"""The verify-cost surface: T(w) at several KV depths (``lab probe
+--depths``), its file, and ``lab predict`` naming the depth where drafting
+stops paying. The arithmetic runs on hand-made surfaces; one real probe of
+the embedded SmolLM2 checks that a deeper cache does not make the one-row
+pass faster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, ClassVar, Sequence
+
+import pytest
+from fakes import FakeBackend
+
+from lab.analysis.acceptance import PositionAcceptance
+from lab.analysis.acceptance_profile import PROMPT, AcceptanceProfile, Costs, Entry
+from lab.analysis.surface import predict_on_surface
+from lab.api import Backend, Probing
+from lab.base import probe as probes
+from lab.cli import main
+from lab.hookspecs import hookimpl
+from lab.probing import driver
+from lab.registry import Registry, load_registry
+from lab.render.surface import render_surface_predictions, surface_table
+
+# A one-row pass at each depth, and how much each further row adds to it:
+# at 8192 a row costs as much as a whole pass, so no acceptance can pay.
+SHAPES = {64: (0.010, 0.05), 2048: (0.014, 0.30), 8192: (0.020, 1.00)}
+
+
+def _probe(depth: int | None, t1: float, per_row: float, widths: Sequence[int] = (1, 2, 3, 4, 5)) -> probes.Probe:
+    return probes.Probe(
+        backend="llamacpp", model="embedded:smollm2", method="decode", widths=tuple(widths),
+        seconds=(tuple(t1 * (1 + per_row * (w - 1)) for w in widths),), depth=depth,
+    )
+
+
+def _surface(*depths: int) -> probes.Surface:
+    return probes.Surface(tuple(_probe(d, *SHAPES[d]) for d in depths))
+
+
+def _entry(rate: float = 0.8, loop_s: float = 0.0) -> Entry:
+    reached = (1000, int(1000 * rate), int(1000 * rate ** 2), int(1000 * rate ** 3))
+    accepted = (*reached[1:], int(1000 * rate ** 4))
+    return Entry(
+        scope=PROMPT, arm="ngram", name="prose", backend="llamacpp", target="embedded:smollm2", drafter="ngram",
+        drafter_model=None, n_max=4, temperature=0.0, prompts=("prose",), prompt_sha256=("0" * 64,),
+        positions=PositionAcceptance(reached, accepted),
+        costs=Costs(baseline_token_s=0.010, draft_s_per_token=0.0, loop_s_per_step=loop_s, plain_share=0.0),
+    )
+
+
+def test_the_depth_where_drafting_stops_paying_is_named() -> None:
+    got = predict_on_surface(_entry(), _surface(64, 2048, 8192))
+    assert [d.depth for d in got.depths] == [64, 2048, 8192]
+    assert [d.pays for d in got.depths] == [True, True, False]
+    # the shallowest depth is what lab predict gives for one probe
+    assert [p.speedup for p in got.depths[0].predictions] == [p.speedup for p in got.cross.predictions]
+    stop = got.stops_paying()
+    assert stop is not None and (stop.last_paying.depth, stop.first_losing.depth) == (2048, 8192)
+    assert stop.about is not None and 2048 < stop.about < 8192
+    text = render_surface_predictions(AcceptanceProfile({"run": "r"}, (_entry(),)), _surface(64, 2048, 8192), [got])
+    assert "drafting stops paying between depth 2048" in text and "and depth 8192" in text
+    assert "the acceptance file" in text and "the probe surface of llamacpp / embedded:smollm2" in text
+
+
+def test_a_surface_where_drafting_never_stops_paying_says_so() -> None:
+    got = predict_on_surface(_entry(), _surface(64, 2048))
+    assert got.stops_paying() is None
+    text = render_surface_predictions(AcceptanceProfile({}, (_entry(),)), _surface(64, 2048), [got])
+    assert "pays at every measured depth, to 2048" in text and "stops paying" not in text
+
+
+def test_the_loops_seconds_are_held_as_the_baseline_token_slows() -> None:
+    # 2 ms of loop a step: a fifth of a baseline token at depth 64, a tenth at 8192 (20 ms a token)
+    got = predict_on_surface(_entry(loop_s=0.002), _surface(64, 8192))
+    assert got.depths[0].predictions[0].loop_cost == pytest.approx(0.2)
+    assert got.depths[1].predictions[0].loop_cost == pytest.approx(0.1)
+
+
+def test_the_table_gives_each_depth_in_its_own_and_the_shallowest_token() -> None:
+    text = surface_table(_surface(64, 8192))
+    own, shallow = text.split("T(w) in one-row passes at the same depth:")[1].split("the same passes in")
+    row2 = next(line.split() for line in own.splitlines() if line.strip().startswith("2 "))
+    assert row2 == ["2", "1.05", "2.00"]
+    row1 = next(line.split() for line in shallow.splitlines() if line.strip().startswith("1 "))
+    assert row1 == ["1", "1.00", "2.00"]  # the one-row pass at 8192 is two at 64
+
+
+# -- the file --------------------------------------------------------------------------
+
+def test_the_depth_survives_the_json_and_an_old_file_loads_without_it(tmp_path: Path) -> None:
+    p = _probe(2048, 0.01, 0.1)
+    back = probes.load(probes.save(p, tmp_path / "p.json"))
+    assert back.depth == 2048 and back.kv_depth == 2048 and "KV depth 2048" in back.render()
+    old = p.to_json()
+    del old["depth"]
+    old["notes"] = {"prefix_tokens": 128}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    legacy = probes.load(tmp_path / "old.json")
+    assert legacy.depth is None and legacy.kv_depth == 128
+    assert "depth" not in legacy.origin_line()
+    assert probes.load_surface(tmp_path / "old.json").depths == (128,)
+
+
+def test_a_surface_round_trips_and_a_run_refuses_it(tmp_path: Path) -> None:
+    path = probes.save_surface(_surface(64, 2048, 8192), tmp_path / "s.json")
+    back = probes.load_surface(path)
+    assert back.depths == (64, 2048, 8192) and back.probes[2].pass_seconds(1) == pytest.approx(0.020)
+    with pytest.raises(probes.ProbeError, match="lab predict"):
+        probes.load(path)
+
+
+def test_depths_parse_and_a_surface_needs_them_rising() -> None:
+    assert probes.parse_depths("8k, 512,2048,512") == (512, 2048, 8192)
+    with pytest.raises(probes.ProbeError, match="bad depths"):
+        probes.parse_depths("deep")
+    with pytest.raises(probes.ProbeError, match="rise"):
+        probes.Surface((_probe(2048, 0.01, 0.1), _probe(64, 0.01, 0.1)))
+
+
+def test_the_origin_line_and_the_cache_key_carry_the_depth() -> None:
+    p = _probe(1024, 0.01, 0.1)
+    assert p.origin_line().endswith("at KV depth 1024")
+    plain = driver.ProbeSpec("llamacpp", "m", 1, {}, (1, 2))
+    deep = driver.ProbeSpec("llamacpp", "m", 1, {}, (1, 2), depth=1024)
+    assert "depth" not in plain.identity() and deep.identity()["depth"] == 1024
+    assert plain.key() != deep.key()
+
+
+# -- the contract ----------------------------------------------------------------------
+
+class FixedPrefix(FakeBackend, Probing):
+    """Measures at a prefix of its own: it declares no method that places a depth."""
+
+    name = "fake-fixed-prefix"
+    probe_methods = ("scripted",)
+
+    def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
+        return [0.01 * w for w in widths]
+
+
+class PlacesDepth(FixedPrefix):
+    """A one-row pass that slows with depth; records the context it was given."""
+
+    name = "fake-places-depth"
+    probe_depth_methods = ("scripted",)
+    n_ctx: ClassVar[list[int]] = []
+
+    def measure_verify_cost_at_depth(self, widths: Sequence[int], depth: int, method: str | None = None) -> list[float]:
+        PlacesDepth.n_ctx.append(self.ctx.run.n_ctx)
+        return [0.01 * (1 + depth / 1000) * (1 + 0.1 * (w - 1)) for w in widths]
+
+
+class _Plugin:
+    __name__ = "tests.test_probe_surface"
+
+    @hookimpl
+    def lab_register_backends(self, register: Callable[[type[Backend]], None]) -> None:
+        register(FixedPrefix)
+        register(PlacesDepth)
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return load_registry(extra_plugins=[_Plugin()])
+
+
+def test_a_backend_that_cannot_place_a_depth_refuses_it(registry: Registry) -> None:
+    with pytest.raises(probes.ProbeError, match="fake-fixed-prefix cannot place a KV depth"):
+        driver.measure("fake-fixed-prefix", "", (1, 2), registry=registry, bandwidth=False, depth=512)
+
+
+def test_a_context_too_small_for_depth_and_width_names_both(registry: Registry) -> None:
+    with pytest.raises(probes.ProbeError, match=r"n_ctx 1024 cannot hold a KV depth of 1020 tokens and the widest "
+                                                r"width 8 \(needs 1028\)"):
+        driver.measure("fake-places-depth", "", (1, 8), registry=registry, bandwidth=False, depth=1020, n_ctx=1024)
+
+
+def test_the_llamacpp_probe_refuses_a_context_too_small() -> None:
+    from lab_llamacpp import probe
+
+    class Tiny:
+        n_ctx = 256
+        model = None
+
+    with pytest.raises(ValueError, match=r"n_ctx 256 cannot hold a KV depth of 300 tokens and the widest width 4"):
+        probe.decode_pass_seconds(Tiny(), (1, 2, 4), depth=300)  # type: ignore[arg-type]
+
+
+def test_lab_probe_depths_saves_one_surface(registry: Registry, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    PlacesDepth.n_ctx.clear()
+    out = tmp_path / "surface.json"
+    code = main(["probe", "--backend", "fake-places-depth", "--model", "m", "--depths", "64,1024", "--widths", "1,2",
+                 "--repeats", "1", "--no-bandwidth", "--quiet", "--out", str(out)], registry=registry)
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "verify cost by KV depth" in printed and "KV depth 1024" in printed
+    surface = probes.load_surface(out)
+    assert surface.depths == (64, 1024)
+    assert len(set(PlacesDepth.n_ctx)) == 1  # every depth loaded with the one context
+    code = main(["probe", "--backend", "fake-fixed-prefix", "--model", "m", "--depths", "64", "--quiet",
+                 "--no-bandwidth"], registry=registry)
+    assert code == 2 and "cannot place a KV depth" in capsys.readouterr().err
+
+
+# -- a real probe ----------------------------------------------------------------------
+
+def test_a_deeper_cache_does_not_make_smollm2s_one_row_pass_faster(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    out = tmp_path / "surface.json"
+    code = main(["probe", "--model", "embedded:smollm2", "--depths", "64,1024", "--widths", "1,2,4", "--repeats", "1",
+                 "--no-bandwidth", "--quiet", "--out", str(out)])
+    assert code == 0
+    surface = probes.load_surface(out)
+    assert surface.depths == (64, 1024)
+    shallow, deep = surface.probes
+    assert shallow.notes["prefix_tokens"] == 64 and deep.notes["prefix_tokens"] == 1024
+    # attention reads 16x the cells at 1024: the pass is not faster beyond noise
+    assert deep.pass_seconds(1) >= 0.9 * shallow.pass_seconds(1)
