@@ -40,14 +40,14 @@ def _surface(*depths: int) -> probes.Surface:
     return probes.Surface(tuple(_probe(d, *SHAPES[d]) for d in depths))
 
 
-def _entry(rate: float = 0.8, loop_s: float = 0.0) -> Entry:
+def _entry(rate: float = 0.8, loop_s: float = 0.0, draft_s: float = 0.0, draft_model: str | None = None) -> Entry:
     reached = (1000, int(1000 * rate), int(1000 * rate ** 2), int(1000 * rate ** 3))
     accepted = (*reached[1:], int(1000 * rate ** 4))
     return Entry(
         scope=PROMPT, arm="ngram", name="prose", backend="llamacpp", target="embedded:smollm2", drafter="ngram",
-        drafter_model=None, n_max=4, temperature=0.0, prompts=("prose",), prompt_sha256=("0" * 64,),
+        drafter_model=draft_model, n_max=4, temperature=0.0, prompts=("prose",), prompt_sha256=("0" * 64,),
         positions=PositionAcceptance(reached, accepted),
-        costs=Costs(baseline_token_s=0.010, draft_s_per_token=0.0, loop_s_per_step=loop_s, plain_share=0.0),
+        costs=Costs(baseline_token_s=0.010, draft_s_per_token=draft_s, loop_s_per_step=loop_s, plain_share=0.0),
     )
 
 
@@ -77,6 +77,14 @@ def test_the_loops_seconds_are_held_as_the_baseline_token_slows() -> None:
     got = predict_on_surface(_entry(loop_s=0.002), _surface(64, 8192))
     assert got.depths[0].predictions[0].loop_cost == pytest.approx(0.2)
     assert got.depths[1].predictions[0].loop_cost == pytest.approx(0.1)
+
+
+def test_a_draft_models_seconds_slow_with_the_target_a_lookups_do_not() -> None:
+    # 1 ms a drafted token at depth 64 (a tenth of a baseline token there)
+    lookup = predict_on_surface(_entry(draft_s=0.001), _surface(64, 8192))
+    model = predict_on_surface(_entry(draft_s=0.001, draft_model="embedded:smollm2-q4_0"), _surface(64, 8192))
+    assert lookup.depths[1].predictions[0].draft_cost == pytest.approx(0.05)
+    assert model.depths[1].predictions[0].draft_cost == pytest.approx(0.1)
 
 
 def test_the_table_gives_each_depth_in_its_own_and_the_shallowest_token() -> None:

@@ -4,11 +4,13 @@ priced at every KV depth of a probe surface (:class:`lab.base.probe.Surface`).
 At depth d a baseline token is that depth's one-row pass T_d(1), and a step
 drafting n tokens costs T_d(n + 1) / T_d(1) of them plus the draft's and the
 loop's seconds over T_d(1). Those seconds are taken once, as the shallowest
-depth prices them (:func:`lab.analysis.acceptance_profile.inputs_for`), and
-held in seconds across depths: an n-gram lookup and the loop's own work do
-not attend to the target's cache, so as the baseline token slows with depth
-they cost fewer baseline tokens. (A draft model's own passes do slow with its
-context; a draft probe of one depth leaves that out.) Acceptance does not
+depth prices them (:func:`lab.analysis.acceptance_profile.inputs_for`). The
+loop's and a lookup drafter's (n-gram, no model) are held in seconds across
+depths: they do not attend to the target's cache, so as the baseline token
+slows with depth they cost fewer baseline tokens. A draft model reads a
+context as deep as the target's, so its seconds scale with the target's
+one-row pass (a probe surface of the draft model would measure them; one
+draft probe has one depth). Acceptance does not
 depend on the machine, so every depth lands what the acceptance file says;
 the speedup at a depth is the one a generation has while its context is
 about that deep, against a baseline decoding at the same depth.
@@ -74,9 +76,13 @@ class SurfacePrediction:
 
 
 def at_depth(entry: Entry, probe: Probe, cross: CrossPrediction) -> DepthPrediction:
-    """The entry priced by one depth's probe, with the draft's and the loop's
-    seconds of ``cross`` (the shallowest depth's) held fixed."""
-    inputs = dataclasses.replace(cross.inputs, baseline_token_s=probe.pass_seconds(1))
+    """The entry priced by one depth's probe, with the loop's seconds of
+    ``cross`` (the shallowest depth's) held, and the draft's held (a lookup)
+    or scaled with the target's one-row pass (a draft model)."""
+    token_s = probe.pass_seconds(1)
+    slower = token_s / cross.inputs.baseline_token_s if entry.drafter_model else 1.0
+    inputs = dataclasses.replace(cross.inputs, baseline_token_s=token_s,
+                                 draft_s_per_token=cross.inputs.draft_s_per_token * slower)
     preds = tuple(predict.predict(entry.positions, probe, inputs))
     return DepthPrediction(probe.kv_depth, probe.pass_seconds(1), preds, predict.best(preds))
 

@@ -79,8 +79,9 @@ def render_surface_predictions(profile: AcceptanceProfile, surface: Surface,
         f"surface of {first.backend} / {first.model} by {first.method} on {probe_machine_words(first)}"
         + (f", measured {first.created}" if first.created else "")
         + ("; its T(w) prices whole steps, draft and loop inside" if first.prices_steps else ""),
-        f"- the draft's and the loop's seconds: as the shallowest depth ({_depth(first.kv_depth)}) prices them, "
-        "held in seconds at every depth",
+        f"- the draft's and the loop's seconds: as the shallowest depth ({_depth(first.kv_depth)}) prices them; "
+        "the loop's and a lookup drafter's held in seconds at every depth, a draft model's scaled with the target's "
+        "one-row pass (its context deepens too)",
     ]
     if draft_probe is not None:
         lines.append(f"- draft seconds of a model drafter: the draft probe of {draft_probe.model} "
