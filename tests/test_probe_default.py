@@ -235,9 +235,10 @@ def test_a_real_smollm2_run_reports_a_prediction_and_a_roofline(tmp_path: Path) 
     assert re.search(r"probe: (measured in \d+\.\d s|cached \(measured )", prediction)
     row = next(line for line in prediction.splitlines() if line.startswith("| oracle |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # measured, predicted (its error), held out, best n_max, predicted there: numbers
+    # measured, predicted (its error), held out, best n_max (starred when past the positions
+    # measured), predicted there: numbers
     assert re.fullmatch(r"\d+\.\d\dx", cells[3]) and re.fullmatch(r"\d+\.\d\dx \([+-]\d+%\)", cells[4])
-    assert re.fullmatch(r"\d+", cells[6]) and re.fullmatch(r"\d+\.\d\dx", cells[7])
+    assert re.fullmatch(r"\d+\*?", cells[6]) and re.fullmatch(r"\d+\.\d\dx", cells[7])
     roofline = md.split("## Roofline", 1)[1].split("\n## ", 1)[0]
     assert re.search(r"reaches \d+% of it .* = \d+\.\d\d\)", roofline), roofline
     latency = md.split("## Latency", 1)[1].split("\n## ", 1)[0]
