@@ -96,6 +96,14 @@ def test_the_table_gives_each_depth_in_its_own_and_the_shallowest_token() -> Non
     assert row1 == ["1", "1.00", "2.00"]  # the one-row pass at 8192 is two at 64
 
 
+def test_the_shallowest_depth_reads_its_own_t_in_both_tables() -> None:
+    # repeats that disagree: a median of ratios is not a ratio of medians
+    noisy = probes.Probe(backend="llamacpp", model="embedded:smollm2", method="decode", widths=(1, 2),
+                         seconds=((0.010, 0.016), (0.012, 0.015), (0.011, 0.0125)), depth=64)
+    surface = probes.Surface((noisy, _probe(8192, *SHAPES[8192], widths=(1, 2))))
+    assert surface.relative(noisy, 2) == pytest.approx(noisy.t_ratio(2) or 0.0)
+
+
 # -- the file --------------------------------------------------------------------------
 
 def test_the_depth_survives_the_json_and_an_old_file_loads_without_it(tmp_path: Path) -> None:

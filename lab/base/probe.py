@@ -483,8 +483,9 @@ class Surface:
 
     def relative(self, probe: Probe, w: int) -> float:
         """A pass of w rows at ``probe``'s depth in one-row passes at the
-        shallowest depth (medians of seconds)."""
-        return probe.pass_seconds(w) / self.shallowest.pass_seconds(1)
+        shallowest depth: its T(w) times how much slower its one-row pass is
+        (so the shallowest depth reads its own T(w), the median of ratios)."""
+        return (probe.t_ratio(w) or 0.0) * probe.pass_seconds(1) / self.shallowest.pass_seconds(1)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": SURFACE_KIND, "version": SURFACE_VERSION, "depths": list(self.depths),
