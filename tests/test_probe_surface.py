@@ -72,6 +72,14 @@ def test_a_surface_where_drafting_never_stops_paying_says_so() -> None:
     assert "pays at every measured depth, to 2048" in text and "stops paying" not in text
 
 
+def test_a_surface_that_pays_only_in_the_middle_says_so() -> None:
+    surface = probes.Surface((_probe(16, 0.010, 1.00), _probe(64, *SHAPES[64]), _probe(8192, *SHAPES[8192])))
+    got = predict_on_surface(_entry(), surface)
+    assert [d.pays for d in got.depths] == [False, True, False]
+    text = render_surface_predictions(AcceptanceProfile({}, (_entry(),)), surface, [got])
+    assert "stops paying between depth 64" in text and "it does not pay at depth 16 either" in text
+
+
 def test_the_loops_seconds_are_held_as_the_baseline_token_slows() -> None:
     # 2 ms of loop a step: a fifth of a baseline token at depth 64, a tenth at 8192 (20 ms a token)
     got = predict_on_surface(_entry(loop_s=0.002), _surface(64, 8192))

@@ -55,8 +55,11 @@ def _stops(sp: SurfacePrediction) -> str:
     if stop is not None:
         a, b = stop.last_paying, stop.first_losing
         about = f", about {stop.about:.0f} tokens on the line between them" if stop.about is not None else ""
+        # a curve that pays only in the middle (often noise near 1.0x) says so
+        before = [_depth(d.depth) for d in sp.depths[:sp.depths.index(a)] if not d.pays]
+        either = f"; it does not pay at depth {', '.join(before)} either" if before else ""
         return (f"  drafting stops paying between depth {_depth(a.depth)} (best {a.best.speedup:.2f}x) and "
-                f"depth {_depth(b.depth)} (best {b.best.speedup if b.best else 0.0:.2f}x){about}"
+                f"depth {_depth(b.depth)} (best {b.best.speedup if b.best else 0.0:.2f}x){about}{either}"
                 if a.best is not None else f"  drafting stops paying by depth {_depth(b.depth)}")
     if all(d.pays for d in sp.depths):
         best = deepest.best
