@@ -76,14 +76,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     print(result.render())
     if result.bandwidth_bytes_s and result.model_bytes and not result.on_gpu:
         print(Roofline(result.model_bytes, result.bandwidth_bytes_s, "measured read bandwidth").line())
-    if args.out:
-        try:
-            print(f"saved: {probe.save(result, args.out)}")
-        except OSError as exc:
-            print(f"lab: probe not saved to {args.out} ({exc.strerror or exc}); the curve is printed above",
-                  file=sys.stderr)
-            return 2
-    return 0
+    return _saved(args.out, lambda out: probe.save(result, out), "the curve is")
 
 
 def _interrupted(args: argparse.Namespace, exc: KeyboardInterrupt, terminated: bool) -> int:
@@ -141,13 +134,19 @@ def _surface(args: argparse.Namespace, ctx: Context, target: ProbeTarget, widths
         return 2
     if len(done) > 1:
         print(surface_table(probe.Surface(tuple(done))))
-    if args.out:
-        try:
-            print(f"saved: {_save_surface(done, args.out)}")
-        except OSError as exc:
-            print(f"lab: probe not saved to {args.out} ({exc.strerror or exc}); the curves are printed above",
-                  file=sys.stderr)
-            return 2
+    return _saved(args.out, lambda out: _save_surface(done, out), "the curves are")
+
+
+def _saved(out: str | None, save: Callable[[str], Path], what: str) -> int:
+    """Save to ``out`` where one is given; a failed save costs the file, not
+    what was printed: the exit status says so."""
+    if not out:
+        return 0
+    try:
+        print(f"saved: {save(out)}")
+    except OSError as exc:
+        print(f"lab: probe not saved to {out} ({exc.strerror or exc}); {what} printed above", file=sys.stderr)
+        return 2
     return 0
 
 

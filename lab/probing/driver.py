@@ -151,12 +151,7 @@ def measure(
             bw = measure_read_bandwidth(threads=threads or None)
         except KeyboardInterrupt:
             raise ProbeInterrupted(build(None, model_bytes, {"interrupted": "during the bandwidth measurement"})) from None
-    return Probe(
-        backend=backend, model=model, method=method, widths=widths, seconds=tuple(seconds),
-        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
-        threads=int(notes.get("threads") or threads) or None,
-        bandwidth_bytes_s=bw, model_bytes=model_bytes, notes=notes, depth=depth,
-    )
+    return build(bw, model_bytes, {})
 
 
 def default_n_ctx(widths: Sequence[int], depth: int | None = None) -> int:
