@@ -101,6 +101,19 @@ def test_the_threshold_is_beyond_the_engine_s_spare_cores() -> None:
     assert not quiet.contended and busy.contended and not spare.contended and throttled.contended
 
 
+def test_an_engine_queued_for_its_core_is_contended_under_the_busy_limit() -> None:
+    # readings taken on 2 cores: a one-thread engine beside two burners (others
+    # under spare + BUSY_CORES, yet the engine waits for a core a third of the
+    # time) and beside one neighbour on its spare core (no wait to speak of)
+    squeezed = contention.Contention(others_cores=1.27, spare_cores=1.0, seconds=0.9,
+                                     waiting_cores=0.46, own_cores=0.71, cores=2)
+    beside = contention.Contention(others_cores=1.0, spare_cores=1.0, seconds=0.9,
+                                   waiting_cores=0.06, own_cores=0.99, cores=2)
+    own_threads = contention.Contention(others_cores=0.05, spare_cores=0.0, seconds=0.9,
+                                        waiting_cores=0.6, own_cores=1.6, cores=2)
+    assert squeezed.contended and not beside.contended and not own_threads.contended
+
+
 PROFILE = """
 [profile]
 name = "busy"

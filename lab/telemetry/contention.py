@@ -33,10 +33,16 @@ from lab.base.periodic import PeriodicSampler
 # 0.0-0.1 here (system daemons); one busy neighbour process is about 1.
 BUSY_CORES = 0.5
 INTERVAL_S = 0.25
-# This tree's threads waiting for a core, in cores, beyond which a cell with
-# other processes' work beside it is contended even under BUSY_CORES beyond
-# the spare ones (two burners on two cores beside a one-thread engine: 0.78).
+# This tree's threads waiting for a core, in cores, beyond which a thread
+# count is suggested (two burners on two cores beside a one-thread engine:
+# 0.46-0.85 over ten cells).
 STARVED_CORES = 0.5
+# The same wait as a share of this tree's busy cores, beyond which a cell
+# with other processes' work beside it is contended even under BUSY_CORES
+# beyond the spare ones. Measured on 2 cores with the embedded model: 0.03-0.06
+# quiet and beside one neighbour on the spare core, 0.65-1.4 beside two
+# burners (a one-thread engine getting about two thirds of its core).
+STARVED_SHARE = 0.25
 # Other processes' busy cores of an idle background (system daemons).
 QUIET_CORES = 0.1
 # The kernel counts CPU time in ticks (10 ms): over a few milliseconds a
@@ -70,8 +76,10 @@ class Contention:
         # threads queue for one: an engine squeezed onto fewer cores than it
         # has threads (or a neighbour on the engine's own cores) is slowed
         # as surely as one beside a bigger neighbour.
-        return (self.others_cores > BUSY_CORES and self.waiting_cores is not None
-                and self.waiting_cores > STARVED_CORES)
+        if self.others_cores <= BUSY_CORES or self.waiting_cores is None:
+            return False
+        limit = STARVED_SHARE * self.own_cores if self.own_cores > 0 else STARVED_CORES
+        return self.waiting_cores > limit
 
     def threads_hint(self) -> int | None:
         """The thread count to try on a cell whose engine kept more cores busy
