@@ -16,7 +16,7 @@ from fakes import FakeBackend
 from lab.analysis.acceptance import PositionAcceptance
 from lab.analysis.acceptance_profile import PROMPT, AcceptanceProfile, Costs, Entry
 from lab.analysis.surface import predict_on_surface
-from lab.api import Backend, Probing
+from lab.api import Backend, Emit, Probing
 from lab.base import probe as probes
 from lab.cli import main
 from lab.hookspecs import hookimpl
@@ -172,6 +172,12 @@ class PlacesDepth(FixedPrefix):
     probe_depth_methods = ("scripted",)
     n_ctx: ClassVar[list[int]] = []
 
+    loads: ClassVar[list[int]] = []
+
+    def load(self, emit: Emit) -> None:
+        PlacesDepth.loads.append(id(self))
+        super().load(emit)
+
     def measure_verify_cost_at_depth(self, widths: Sequence[int], depth: int, method: str | None = None) -> list[float]:
         PlacesDepth.n_ctx.append(self.ctx.run.n_ctx)
         return [0.01 * (1 + depth / 1000) * (1 + 0.1 * (w - 1)) for w in widths]
@@ -200,6 +206,40 @@ def test_a_context_too_small_for_depth_and_width_names_both(registry: Registry) 
     with pytest.raises(probes.ProbeError, match=r"n_ctx 1024 cannot hold a KV depth of 1020 tokens and the widest "
                                                 r"width 8 \(needs 1028\)"):
         driver.measure("fake-places-depth", "", (1, 8), registry=registry, bandwidth=False, depth=1020, n_ctx=1024)
+
+
+def test_several_depths_load_the_model_once_with_room_for_the_deepest(registry: Registry) -> None:
+    PlacesDepth.loads.clear()
+    PlacesDepth.n_ctx.clear()
+    handed: list[int | None] = []
+    got = driver.measure_depths("fake-places-depth", "", (64, 2048, 512), (1, 4), repeats=2, registry=registry,
+                                bandwidth=False, on_curve=lambda c: handed.append(c.depth))
+    assert len(PlacesDepth.loads) == 1
+    # one context for every depth: the deepest and the widest width fit in it
+    assert len(set(PlacesDepth.n_ctx)) == 1 and PlacesDepth.n_ctx[0] >= 2048 + 4
+    assert handed == [64, 2048, 512] == [c.depth for c in got]
+    # each depth its own curve: the deeper, the slower its one-row pass
+    assert [len(c.seconds) for c in got] == [2, 2, 2]
+    assert got[0].seconds[0][0] < got[2].seconds[0][0] < got[1].seconds[0][0]
+
+
+def test_a_stop_between_depths_hands_over_the_finished_ones(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = PlacesDepth.measure_verify_cost_at_depth
+
+    def stop_at_the_second(self: PlacesDepth, widths: Sequence[int], depth: int, method: str | None = None) -> list[float]:
+        calls.append(depth)
+        if depth == 2048:
+            raise KeyboardInterrupt
+        return real(self, widths, depth, method)
+
+    monkeypatch.setattr(PlacesDepth, "measure_verify_cost_at_depth", stop_at_the_second)
+    handed: list[probes.Probe] = []
+    with pytest.raises(probes.ProbeInterrupted) as stopped:
+        driver.measure_depths("fake-places-depth", "", (64, 2048), (1, 2), repeats=1, registry=registry,
+                              bandwidth=False, on_curve=handed.append)
+    assert [c.depth for c in handed] == [64] and calls == [64, 2048]
+    assert stopped.value.probe is None  # nothing of the stopped depth finished
 
 
 def test_the_llamacpp_probe_refuses_a_context_too_small() -> None:

@@ -4,7 +4,6 @@ save it as JSON (what a run's predictions are priced with)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -100,25 +99,28 @@ SURFACE_FILE = "probe-surface.json"
 
 def _surface(args: argparse.Namespace, ctx: Context, target: ProbeTarget, widths: tuple[int, ...],
              depths: tuple[int, ...], n_ctx: int, say: Callable[[str], None]) -> int:
-    """One curve per KV depth, all loaded with the same context (``n_ctx``),
-    then the table of them and one surface file. Ctrl-C keeps the depths
-    that finished."""
+    """One curve per KV depth, the model loaded once with the same context
+    (``n_ctx``) for all, then the table of them and one surface file. Ctrl-C
+    keeps the depths that finished."""
     done: list[probe.Probe] = []
     term: list[int] = []
+
+    def finished(curve: probe.Probe) -> None:
+        done.append(curve)
+        print(curve.render() + "\n")
+
     try:
         with sigterm_as_interrupt() as term:
-            for i, depth in enumerate(depths):
-                say(f"KV depth {depth} ({i + 1} of {len(depths)}), n_ctx {n_ctx}")
-                got = driver.measure(
-                    target.backend, target.model, widths, method=args.method, repeats=args.repeats,
-                    threads=target.threads, registry=ctx.registry, options=target.options,
-                    # the machine's bandwidth does not depend on the depth: measured once
-                    bandwidth=not args.no_bandwidth and not done, progress=say, depth=depth, n_ctx=n_ctx,
-                )
-                if done:
-                    got = dataclasses.replace(got, bandwidth_bytes_s=done[0].bandwidth_bytes_s)
-                done.append(got)
-                print(got.render() + "\n")
+            say(f"KV depths {', '.join(map(str, depths))}, n_ctx {n_ctx}")
+            done[:] = driver.measure_depths(
+                target.backend, target.model, depths, widths, method=args.method, repeats=args.repeats,
+                threads=target.threads, registry=ctx.registry, options=target.options,
+                bandwidth=not args.no_bandwidth, progress=say, n_ctx=n_ctx, on_curve=finished,
+            )
+            first = done[0]
+            if first.bandwidth_bytes_s and first.model_bytes and not first.on_gpu:
+                # the machine's bandwidth does not depend on the depth: measured once, after the engine closed
+                print(Roofline(first.model_bytes, first.bandwidth_bytes_s, "measured read bandwidth").line() + "\n")
     except KeyboardInterrupt:
         code = EXIT_SIGTERM if term else EXIT_SIGINT
         if not done:

@@ -5,6 +5,7 @@ machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -55,6 +56,32 @@ def measure(
     method that can place one (``Probing.probe_depth_methods``); None
     measures at the backend's own prefix. ``n_ctx``: the context the
     backend is loaded with (default: :func:`default_n_ctx`)."""
+    return measure_depths(backend, model, (depth,), widths, method=method, repeats=repeats, threads=threads,
+                          registry=registry, options=options, bandwidth=bandwidth, progress=progress, n_ctx=n_ctx)[0]
+
+
+def measure_depths(
+    backend: str,
+    model: str,
+    depths: Sequence[int | None],
+    widths: Sequence[int] = DEFAULT_WIDTHS,
+    method: str | None = None,
+    repeats: int = 3,
+    threads: int = 0,
+    registry: Registry | None = None,
+    options: Mapping[str, Any] | None = None,
+    bandwidth: bool = True,
+    progress: Callable[[str], None] | None = None,
+    n_ctx: int | None = None,
+    on_curve: Callable[[Probe], None] | None = None,
+) -> list[Probe]:
+    """:func:`measure` at each of ``depths`` in turn, the model loaded once
+    (with room for the deepest) and the machine's bandwidth measured once,
+    after the engine closed: one curve per depth, each handed to
+    ``on_curve`` as it finishes (without the bandwidth, measured last).
+
+    Ctrl-C raises :class:`ProbeInterrupted` holding the repeats of the
+    depth it stopped, or None; the depths before it went to ``on_curve``."""
     from lab.api import BackendContext
     from lab.base.events import Event
     from lab.base.profile import Arm, RunSettings
@@ -64,6 +91,8 @@ def measure(
     widths = tuple(sorted(set(widths) | {1}))
     if repeats < 1:
         raise ProbeError("repeats must be at least 1")
+    if not depths:
+        raise ProbeError("a probe measures at one depth at least")
     reg = registry or load_registry()
     cls = reg.backend(backend)
     if not issubclass(cls, Probing) or not cls.probe_methods:
@@ -72,14 +101,16 @@ def measure(
     method = method or methods[0]
     if method not in methods:
         raise ProbeError(f"backend {backend} measures by {', '.join(methods)}, not {method!r}")
-    if depth is not None:
+    placed = [d for d in depths if d is not None]
+    if placed:
         depth_refusal(cls, backend, method)
-        if depth < 0:
-            raise ProbeError(f"a KV depth is 0 or more tokens, not {depth}")
-    n_ctx = n_ctx or default_n_ctx(widths, depth)
-    if depth is not None and depth + max(widths) > n_ctx:
-        raise ProbeError(f"n_ctx {n_ctx} cannot hold a KV depth of {depth} tokens and the widest width "
-                         f"{max(widths)} (needs {depth + max(widths)}): a larger --n-ctx, or a shallower depth")
+        if min(placed) < 0:
+            raise ProbeError(f"a KV depth is 0 or more tokens, not {min(placed)}")
+    deepest = max(placed) if placed else None
+    n_ctx = n_ctx or default_n_ctx(widths, deepest)
+    if deepest is not None and deepest + max(widths) > n_ctx:
+        raise ProbeError(f"n_ctx {n_ctx} cannot hold a KV depth of {deepest} tokens and the widest width "
+                         f"{max(widths)} (needs {deepest + max(widths)}): a larger --n-ctx, or a shallower depth")
     run = RunSettings(threads=threads, n_ctx=n_ctx)
     arm = Arm(
         name="probe", backend=backend, model=model, drafter=None, n_max=None, options=dict(options or {}),
@@ -90,56 +121,68 @@ def measure(
     def emit(_event: Event) -> None:
         return None
 
+    def build(depth: int | None, ws: tuple[int, ...], seconds: list[tuple[float, ...]], bw: float | None,
+              size: int | None, notes: Mapping[str, Any]) -> Probe:
+        return Probe(
+            backend=backend, model=model, method=method, widths=ws, seconds=tuple(seconds),
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
+            threads=int(notes.get("threads") or threads) or None,
+            bandwidth_bytes_s=bw, model_bytes=size, notes=dict(notes), depth=depth,
+        )
+
+    curves: list[Probe] = []
+    # the depth being measured: its repeats so far, its notes
+    depth: int | None = None
     seconds: list[tuple[float, ...]] = []
     notes: dict[str, Any] = {}
-    model_bytes: int | None = None
+    capped: str | None = None
     interrupted = False
     try:
         if instance.probe_needs_load(method):
-            say(f"loading {model} on {backend}")
+            say(f"loading {model} on {backend}" + (f" (n_ctx {n_ctx})" if placed else ""))
             instance.load(emit)
-        capped: str | None = None
 
-        def timed(ws: Sequence[int]) -> list[float]:
-            if depth is None:
+        def timed(ws: Sequence[int], at_depth: int | None) -> list[float]:
+            if at_depth is None:
                 return instance.measure_verify_cost(ws, method)
-            return instance.measure_verify_cost_at_depth(ws, depth, method)
+            return instance.measure_verify_cost_at_depth(ws, at_depth, method)
 
-        at = f" at KV depth {depth}" if depth is not None else ""
-        for i in range(repeats):
-            say(f"repeat {i + 1}/{repeats}: widths {format_widths(widths)} by {method}{at}")
-            try:
-                got = timed(widths)
-            except ProbeWidthCap as cap:
-                # measure what the stack can verify; the prediction stops where the probe did
-                kept = tuple(w for w in widths if w <= cap.max_width)
-                if i > 0 or len(kept) < 2:
-                    raise
-                widths, capped = kept, f"widths to {cap.max_width}: {cap.why}"
-                say(f"{capped}; measuring widths {format_widths(widths)}")
-                got = timed(widths)
-            if len(got) != len(widths):
-                raise ProbeError(f"{backend} returned {len(got)} timings for {len(widths)} widths")
-            seconds.append(tuple(float(s) for s in got))
-            notes = instance.probe_notes() | ({"widths_capped": capped} if capped else {})
-        model_bytes = model_file_bytes(model)
+        for k, depth in enumerate(depths):
+            seconds, notes = [], {}
+            at = f" at KV depth {depth}" if depth is not None else ""
+            if len(depths) > 1:
+                say(f"KV depth {depth} ({k + 1} of {len(depths)})")
+            for i in range(repeats):
+                say(f"repeat {i + 1}/{repeats}: widths {format_widths(widths)} by {method}{at}")
+                try:
+                    got = timed(widths, depth)
+                except ProbeWidthCap as cap:
+                    # measure what the stack can verify; the prediction stops where the probe did
+                    kept = tuple(w for w in widths if w <= cap.max_width)
+                    if i > 0 or len(kept) < 2:
+                        raise
+                    widths, capped = kept, f"widths to {cap.max_width}: {cap.why}"
+                    say(f"{capped}; measuring widths {format_widths(widths)}")
+                    got = timed(widths, depth)
+                if len(got) != len(widths):
+                    raise ProbeError(f"{backend} returned {len(got)} timings for {len(widths)} widths")
+                seconds.append(tuple(float(s) for s in got))
+                notes = instance.probe_notes() | ({"widths_capped": capped} if capped else {})
+            curve = build(depth, widths, seconds, None, None, notes)
+            curves.append(curve)
+            if on_curve is not None:
+                on_curve(curve)
     except KeyboardInterrupt:
         # what finished is kept: the caller saves it and says how much it is
         interrupted = True
     finally:
         instance.close()
 
-    def build(bw: float | None, size: int | None, more: Mapping[str, Any]) -> Probe:
-        return Probe(
-            backend=backend, model=model, method=method, widths=widths, seconds=tuple(seconds),
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
-            threads=int(notes.get("threads") or threads) or None,
-            bandwidth_bytes_s=bw, model_bytes=size, notes={**notes, **more}, depth=depth,
-        )
-
+    model_bytes = model_file_bytes(model)
     if interrupted:
-        partial = build(None, model_file_bytes(model), {"interrupted": f"after {len(seconds)} of {repeats} repeats"})
-        raise ProbeInterrupted(partial if seconds else None) from None
+        partial = build(depth, widths, seconds, None, model_bytes,
+                        {**notes, "interrupted": f"after {len(seconds)} of {repeats} repeats"}) if seconds else None
+        raise ProbeInterrupted(partial) from None
     bw = None
     if bandwidth and offloaded(notes):
         say("memory read bandwidth not measured: the model ran on a GPU, whose bandwidth the host's would not bound")
@@ -150,8 +193,11 @@ def measure(
         try:
             bw = measure_read_bandwidth(threads=threads or None)
         except KeyboardInterrupt:
-            raise ProbeInterrupted(build(None, model_bytes, {"interrupted": "during the bandwidth measurement"})) from None
-    return build(bw, model_bytes, {})
+            last = curves[-1]
+            raise ProbeInterrupted(dataclasses.replace(
+                last, model_bytes=model_bytes, notes={**last.notes, "interrupted": "during the bandwidth measurement"},
+            )) from None
+    return [dataclasses.replace(c, bandwidth_bytes_s=bw, model_bytes=model_bytes) for c in curves]
 
 
 def default_n_ctx(widths: Sequence[int], depth: int | None = None) -> int:
