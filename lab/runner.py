@@ -298,7 +298,8 @@ class Runner:
             self.emit(probes.ProbeReported(f"{p.backend} / {p.model}", p.origin_line(), probe=p))
             got.append(p)
         else:
-            specs, skipped = driver.plan(self.profile.arms, self.profile.run.threads, self.registry)
+            specs, skipped = driver.plan(self.profile.arms, self.profile.run.threads, self.registry,
+                                         self.profile.run.probe_depth)
             for line in skipped:
                 self.emit(probes.ProbeReported("", line))
             for spec in specs:

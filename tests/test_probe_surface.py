@@ -284,3 +284,100 @@ def test_a_deeper_cache_does_not_make_smollm2s_one_row_pass_faster(tmp_path: Pat
     assert shallow.notes["prefix_tokens"] == 64 and deep.notes["prefix_tokens"] == 1024
     # attention reads 16x the cells at 1024: the pass is not faster beyond noise
     assert deep.pass_seconds(1) >= 0.9 * shallow.pass_seconds(1)
+
+
+# -- a run's own probe at a depth ([run] probe_depth) ------------------------------------------
+
+DEEP_PROFILE = """
+[run]
+max_tokens = 24
+rounds = 1
+warmup = 0
+threads = 1
+n_ctx = 1024
+chat_template = false
+probe_depth = {depth}
+[[prompts]]
+name = "p"
+text = "Write a short poem about the sea."
+[[arms]]
+name = "base"
+backend = "llamacpp"
+model = "tiny:llama"
+[[arms]]
+name = "oracle"
+backend = "llamacpp"
+model = "tiny:llama"
+drafter = "oracle"
+n_max = 2
+"""
+
+
+def test_probe_depth_is_checked_where_the_profile_says_it() -> None:
+    from lab.profile.errors import ProfileError
+    from lab.profile.load import parse_profile
+
+    got = parse_profile(DEEP_PROFILE.format(depth=512), "deep.toml", load_registry())
+    assert got.run.probe_depth == 512
+    with pytest.raises(ProfileError, match=r"deep\.toml:9: \[run\.probe_depth\] must be at least 0"):
+        parse_profile(DEEP_PROFILE.format(depth=-1), "deep.toml", load_registry())
+    with pytest.raises(ProfileError, match=r"run\.probe_depth"):
+        parse_profile(DEEP_PROFILE.format(depth='"prompt"'), "deep.toml", load_registry())
+
+
+def test_the_run_plans_its_probe_at_the_depth_where_the_stack_can_place_it() -> None:
+    from lab.profile.load import parse_profile
+
+    registry = load_registry()
+    text = DEEP_PROFILE.format(depth=700) + """
+[[arms]]
+name = "server-draft"
+backend = "llamacpp-server"
+model = "tiny:llama"
+n_max = 2
+options = { spec_type = "draft-simple", draft_model = "tiny:llama" }
+"""
+    profile = parse_profile(text, "deep.toml", registry)
+    specs, said = driver.plan(profile.arms, 1, registry, profile.run.probe_depth)
+    by = {s.backend: s for s in specs}
+    assert by["llamacpp"].depth == 700 and by["llamacpp-server"].depth is None
+    assert any("server-draft is priced at the backend's own prefix, not at [run] probe_depth 700" in s for s in said)
+    plain, _ = driver.plan(profile.arms, 1, registry)
+    assert all(s.depth is None for s in plain)
+
+
+def test_a_row_far_deeper_than_its_probe_says_so() -> None:
+    from lab.analysis.predict import depth_disagreement
+
+    def rows(prompt: int) -> list[dict[str, object]]:
+        return [{"status": "ok", "prompt_tokens": prompt, "n_tokens": 200}]
+
+    at_128 = _probe(128, 0.01, 0.3)
+    # the row decodes around 2,100 tokens deep: priced at 128
+    note = depth_disagreement(rows(2000), at_128) or ""
+    assert "about 2100 tokens but the probe's passes ran at 128" in note and "probe_depth = 2100" in note
+    assert depth_disagreement(rows(100), at_128) is None  # 200 against 128: close
+    assert depth_disagreement(rows(500), _probe(1024, 0.01, 0.3)) is None  # within the floor
+    assert depth_disagreement([{"status": "ok"}], at_128) is None  # no prompt length: nothing to say
+
+
+@pytest.mark.engine
+def test_a_run_with_probe_depth_prices_its_arms_at_that_depth(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from lab.profile.load import parse_profile
+    from lab.render.report import ReportWriter
+    from lab.runner import Runner
+    from lab.store import RunStore
+
+    registry = load_registry()
+    profile = parse_profile(DEEP_PROFILE.format(depth=600), str(tmp_path / "deep.toml"), registry)
+    store = RunStore(profile, tmp_path / "runs")
+    # measured now or found in the machine's cache, keyed by its depth too
+    rows = Runner(profile, registry, store, [ReportWriter()]).run()
+    assert all(r["status"] == "ok" for r in rows), [(r["arm"], r["detail"][:200]) for r in rows]
+    got = probes.find_all(store.path)
+    assert [p.depth for p in got] == [600] and got[0].notes["prefix_tokens"] == 600
+    report = (store.path / "report.md").read_text(encoding="utf-8")
+    assert "at KV depth 600" in report
+    # the row decodes some 30 tokens deep against passes at 600: the report says so
+    assert "but the probe's passes ran at 600" in report

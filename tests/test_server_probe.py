@@ -1,6 +1,6 @@
 """A llama-server arm priced by llama-server (lab_llamacpp_server.probe):
-the probe starts the server as the arm would, at n_max = w - 1 and full set
-acceptance, and times whole steps; the prediction of a server row takes its
+the probe starts the server as the arm would, at n_max = w - 1 and a set
+acceptance that keeps all drafts or none, and times whole steps of both kinds; the prediction of a server row takes its
 step cost from that probe alone, not from the in-process engine's passes,
 and the report marks it as priced by the server, not with †. A cancelled
 probe leaves no server behind."""
@@ -36,6 +36,26 @@ def test_a_step_priced_probe_is_the_whole_step_cost() -> None:
     # a step-priced one is the step: 3 tokens landed over 2.5 baseline tokens
     assert steps.cost == pytest.approx(2.5) and steps.step_priced
     assert steps.speedup == pytest.approx(3 / 2.5)
+
+
+def test_a_step_that_keeps_some_drafts_is_priced_between_keeping_none_and_all() -> None:
+    # one-row 10 ms; a step of width 3 that kept both drafts 25 ms, one that kept none 20 ms
+    kept_none = {"prices": PRICES_STEPS, "kept_none_s": {"2": 0.015, "3": 0.020}}
+    probe = Probe(backend="b", model="m", method="x", widths=(1, 2, 3), seconds=((0.01, 0.02, 0.025),), notes=kept_none)
+    assert probe.kept_none_ratio(3) == pytest.approx(2.0) and probe.kept_none_ratio(4) is None
+    assert probe.step_ratio(3, 0.0) == pytest.approx(2.0) and probe.step_ratio(3, 1.0) == pytest.approx(2.5)
+    assert probe.step_ratio(3, 0.5) == pytest.approx(2.25)
+    # a probe that timed no such step (a pass-priced one, a server probe saved before) prices T(w) whatever is kept
+    assert _probe(PRICES_STEPS).step_ratio(3, 0.0) == pytest.approx(2.5)
+    assert Probe(backend="b", model="m", method="x", widths=(1, 2, 3), seconds=((0.01, 0.02, 0.025),),
+                 notes={"kept_none_s": {"3": 0.02}}).kept_none_ratio(3) is None
+    # half the first draft kept, the second never: 1.5 tokens a step keeping a quarter of its 2 drafts
+    half = PositionAcceptance((100, 100), (50, 0))
+    inputs = ArmInputs(baseline_token_s=0.01, draft_s_per_token=0.004, plain_share=0.0, n_max=2)
+    got = predict(half, probe, inputs, [2])[0]
+    assert got.kept_share == pytest.approx(0.25) and got.cost == pytest.approx(2.0 + 0.25 * 0.5)
+    assert got.speedup == pytest.approx(1.5 / 2.125)
+    assert predict(half, _probe(PRICES_STEPS), inputs, [2])[0].kept_share is None
 
 
 def test_the_server_says_which_arms_it_cannot_price() -> None:
@@ -133,14 +153,18 @@ def test_a_server_row_is_priced_by_the_server(tmp_path: Path) -> None:
         assert note["tokens"] > 0 and server.pass_seconds(w) > 0
         if w > 1:
             assert f"--spec-draft-n-max {w - 1} --spec-synth-rates" in " ".join(note["argv"])
-            assert note["full_steps"] >= 6
+            # each step kept all its drafts or none, both timed
+            assert note["full_steps"] >= 6 and note["kept_none_steps"] >= 6
+            assert 0 < server.kept_none_ratio(w) < 4 * server.t_ratio(w)
     data = load_run(store.path)
     preds = {p["arm"]: p for p in predicted_for_rows(data["results"], load_steps(store.path), got)}
     row = preds["server-draft"]
     assert row["probe_matches"] and row["step_priced"] and row["priced_by"] == "llama-server"
     # its step cost is the server probe's T(3), not the in-process engine's
     at2 = next(c for c in row["curve"] if c["n_max"] == 2)
-    assert at2["verify_cost"] == pytest.approx(server.t_ratio(3)) and at2["draft_cost"] == 0.0
+    # read between its steps that kept none and all, at the share the row keeps
+    assert 0 <= at2["kept_share"] <= 1 and at2["draft_cost"] == 0.0
+    assert at2["verify_cost"] == pytest.approx(server.step_ratio(3, at2["kept_share"]))
     assert at2["verify_cost"] != pytest.approx(engine.t_ratio(3), rel=1e-3)
     assert preds["oracle"]["probe_matches"] and not preds["oracle"]["step_priced"]
     report = (store.path / "report.md").read_text()
@@ -173,3 +197,65 @@ def test_a_cancelled_server_probe_stops_its_server(tmp_path: Path) -> None:
     assert _server_pids() == []
     # nothing cached from a probe that did not finish
     assert not driver.cache_path(spec, tmp_path).exists()
+
+
+CONCURRENT = """
+[run]
+max_tokens = 32
+rounds = 1
+warmup = 0
+threads = 1
+n_ctx = 512
+chat_template = false
+ignore_eos = true
+[[prompts]]
+name = "p"
+text = "Write a short poem about the sea and the lighthouse keeper."
+[[arms]]
+name = "server-base"
+backend = "llamacpp-server"
+model = "tiny:llama"
+concurrency = 2
+[[arms]]
+name = "server-draft"
+backend = "llamacpp-server"
+model = "tiny:llama"
+n_max = 2
+concurrency = 2
+options = { spec_type = "draft-simple", draft_model = "tiny:llama" }
+acceptance = 0.8
+"""
+
+
+@pytest.mark.engine
+def test_a_row_of_several_streams_is_priced_at_as_many_streams(tmp_path: Path) -> None:
+    _need_server()
+    from lab.analysis.run import predicted_for_rows
+    from lab.base.probe import find_all
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+    from lab.render.report import ReportWriter
+    from lab.runner import Runner
+    from lab.store import RunStore, load_run, load_steps
+
+    registry = load_registry()
+    profile = parse_profile(CONCURRENT, str(tmp_path / "p.toml"), registry)
+    store = RunStore(profile, tmp_path / "runs")
+    rows = Runner(profile, registry, store, [ReportWriter()]).run()
+    assert all(r["status"] == "ok" for r in rows), [(r["arm"], r["detail"][:300]) for r in rows]
+    (server,) = find_all(store.path)
+    assert server.prices_steps and server.notes["streams"] == 2
+    for w in server.widths:
+        note = server.notes["widths"][str(w)]
+        # each width on a server with a slot per stream
+        assert "--parallel 2" in " ".join(note["argv"]), note["argv"]
+        if w > 1:
+            assert note["streams"] == 2 and all(note["drafted"])
+    # no step that kept none: the streams' steps cannot be told apart in the log
+    assert server.kept_none_ratio(3) is None
+    data = load_run(store.path)
+    (pred,) = predicted_for_rows(data["results"], load_steps(store.path), [server])
+    assert pred["arm"] == "server-draft" and pred["probe_matches"] and pred["step_priced"]
+    assert pred["predicted"] is not None and pred["measured"] is not None
+    report = (store.path / "report.md").read_text()
+    assert "2 streams at once" in report

@@ -22,8 +22,14 @@ and the server's loop inside, over its baseline's seconds per token, so
     C(n) = T(n + 1),
 
 and only the acceptance per position and the plain share come from the
-row. It assumes a step costs what it costs at full acceptance whatever it
-keeps: the draft drafts n tokens and the target verifies n + 1 either way.
+row. The draft drafts n tokens and the target verifies n + 1 whatever the
+step keeps, but the server does work per token it keeps: where the probe
+also priced a step that kept none (T0(n + 1)), a step keeping a share
+s = (L(n) - 1) / n of its drafts on average costs
+
+    C(n) = T0(n + 1) + s (T(n + 1) - T0(n + 1)),
+
+and the full-acceptance figure alone where it did not.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ class Prediction:
     loop_cost: float = 0.0  # the loop's own seconds per step, baseline tokens
     # verify_cost is a whole step's cost, draft and loop inside (a probe that prices steps)
     step_priced: bool = False
+    # the share of its drafts a step keeps, where verify_cost was read between
+    # the probe's step that kept none and its step that kept all; None otherwise
+    kept_share: float | None = None
 
     @property
     def cost(self) -> float:
@@ -104,13 +113,14 @@ def predict(
     q = inputs.plain_share
     out = []
     for n in ns:
-        t = probe.t_ratio(n + 1)
+        landed, missing = acceptance.expected_landed(n)
+        kept = (landed - 1) / n if whole and probe.kept_none_ratio(n + 1) is not None else None
+        t = probe.t_ratio(n + 1) if kept is None else probe.step_ratio(n + 1, kept)
         if t is None:
             continue
-        landed, missing = acceptance.expected_landed(n)
         draft_cost = n * draft_per_token
         speedup = (q + (1 - q) * landed) / (q + (1 - q) * (t + draft_cost + loop_cost))
-        out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole))
+        out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole, kept))
     return out
 
 
@@ -161,3 +171,28 @@ def t1_disagreement(baseline_rows: Sequence[Mapping[str, Any]], probe: Probe) ->
     return (f"the probe's one-row pass took {t1 * 1000:.2f} ms but this run's baseline token took "
             f"{mid * 1000:.2f} ms ({gap * 100:+.0f}% apart, rounds spread {spread * 100:.0f}%): measured "
             "under different conditions, so the prediction is off by about as much")
+
+
+# How far a row's decoding depth may lie from the probe's before the
+# prediction says so: twice as deep (or half), and this many tokens apart.
+DEPTH_RATIO = 2.0
+DEPTH_FLOOR = 512
+
+
+def depth_disagreement(rows: Sequence[Mapping[str, Any]], probe: Probe) -> str | None:
+    """A note when the row's steps ran at a KV depth far from the one the
+    probe's passes ran at (:attr:`lab.base.probe.Probe.kv_depth`): a pass
+    over w rows attends to every token before it, so T(w) moves with depth
+    (``lab probe --depths`` shows how much on this machine). The row's
+    depth is its prompt plus half its generated tokens, the middle of its
+    decoding. None when they are close or either is unknown."""
+    depth = probe.kv_depth
+    mids = sorted(int(r["prompt_tokens"]) + int(r.get("n_tokens") or 0) // 2 for r in rows
+                  if r.get("status") == "ok" and r.get("prompt_tokens") is not None)
+    if depth is None or not mids:
+        return None
+    mid = mids[len(mids) // 2]
+    if abs(mid - depth) < DEPTH_FLOOR or max(mid, depth) < DEPTH_RATIO * max(1, min(mid, depth)):
+        return None
+    return (f"its steps ran at a KV depth of about {mid} tokens but the probe's passes ran at {depth}: T(w) moves "
+            f"with depth (lab probe --depths shows how much); [run] probe_depth = {mid} prices them at theirs")

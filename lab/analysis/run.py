@@ -191,7 +191,8 @@ def predictions(
             "measured_positions": len(pa.reached),
             "curve": [
                 {"n_max": p.n_max, "speedup": p.speedup, "landed": p.landed, "verify_cost": p.verify_cost,
-                 "draft_cost": p.draft_cost, "loop_cost": p.loop_cost, "extrapolated": p.extrapolated}
+                 "draft_cost": p.draft_cost, "loop_cost": p.loop_cost, "extrapolated": p.extrapolated,
+                 "kept_share": p.kept_share}
                 for p in preds
             ],
         })

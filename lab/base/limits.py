@@ -52,6 +52,7 @@ RUN_RANGES: dict[str, Range] = {
     "warmup": Range(0, 100),
     "warmup_tokens": Range(0, 1_048_576),
     "n_ctx": Range(64, 1_048_576),
+    "probe_depth": Range(0, 1_048_576),
     "threads": Range(0, 512),
     # below 10 ms the sampler itself would take a core from the engine
     "memory_interval_s": Range(0.01, 3600),

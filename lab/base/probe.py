@@ -24,6 +24,7 @@ file of kind ``speclab.probe-surface`` that ``lab predict`` reads.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -261,6 +262,42 @@ class Probe:
         a, b = lower[-1], upper[0]
         ta, tb = statistics.median(self._ratios(a)), statistics.median(self._ratios(b))
         return ta + (tb - ta) * (w - a) / (b - a)
+
+    def kept_none_ratio(self, w: int) -> float | None:
+        """A whole step at width w that kept none of its w - 1 drafts, in
+        baseline tokens, where a step-priced probe measured one (its notes'
+        ``kept_none_s``, from its last repeat, over that repeat's one-row
+        figure); linear between measured widths; None elsewhere."""
+        table = self.notes.get("kept_none_s")
+        if not self.prices_steps or not isinstance(table, Mapping):
+            return None
+        unit = self.seconds[-1][0]
+        try:
+            known = {int(k): float(v) / unit for k, v in table.items()}
+        except (TypeError, ValueError, ArithmeticError):
+            return None
+        known = {k: v for k, v in known.items() if k in self.widths and k > 1 and math.isfinite(v) and v > 0}
+        if w in known:
+            return known[w]
+        lower = [x for x in known if x < w]
+        upper = [x for x in known if x > w]
+        if not lower or not upper:
+            return None
+        a, b = max(lower), min(upper)
+        return known[a] + (known[b] - known[a]) * (w - a) / (b - a)
+
+    def step_ratio(self, w: int, kept_share: float) -> float | None:
+        """A step's cost at width w, in baseline tokens, when it keeps
+        ``kept_share`` (0 to 1) of its w - 1 drafts on average: T(w) where
+        the probe priced no step that kept none (a pass-priced probe, or a
+        server probe from before it did), else the line between that step
+        and T(w), one that kept all, read at ``kept_share``."""
+        full = self.t_ratio(w)
+        none = self.kept_none_ratio(w)
+        if full is None or none is None:
+            return full
+        share = min(1.0, max(0.0, kept_share))
+        return none + (full - none) * share
 
     def t_range(self, w: int) -> tuple[float, float, float]:
         """min, median, max of T(w) over repeats."""

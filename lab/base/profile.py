@@ -34,6 +34,10 @@ class RunSettings:
     # (or finds cached) one before the arms, false turns that off, a string
     # names a saved probe (lab probe --out FILE).
     probe: str | bool | None = None
+    # Tokens in the KV cache before the probe's timed passes, on stacks whose
+    # probe can place them (lab probe --depths): a run of long prompts
+    # prices its steps at their depth. None: the backend's own prefix.
+    probe_depth: int | None = None
     # Time every baseline arm's plain decoding with the engine's own tool
     # too (lab.api.Referencing: llama-bench tg, a bare server request),
     # after the arm's cells; the report compares the baseline with it.

@@ -225,7 +225,8 @@ def depth_refusal(cls: type[Probing], backend: str, method: str) -> None:
 # (lab probe --repeats gives the spread over repeats).
 DEFAULT_REPEATS = 1
 # 2: a llama.cpp probe on a GPU prices T(1) as the baseline decodes it.
-CACHE_VERSION = 2
+# 3: a llama-server probe times steps that kept none of their drafts too.
+CACHE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -282,10 +283,13 @@ def _model_file_identity(model: str) -> list[Any] | None:
     return [path.name, st.st_size, st.st_mtime_ns]
 
 
-def plan(arms: Sequence[Any], threads: int, registry: Registry) -> tuple[list[ProbeSpec], list[str]]:
+def plan(arms: Sequence[Any], threads: int, registry: Registry,
+         depth: int | None = None) -> tuple[list[ProbeSpec], list[str]]:
     """The stacks to probe for a run: one per distinct target stack that
-    speculates, widths for every n_max it runs. Also a line per stack that
-    cannot be probed (its backend has no Probing capability)."""
+    speculates, widths for every n_max it runs, at KV ``depth`` where the
+    stack's probe can place one (``[run] probe_depth``). Also a line per
+    stack that cannot be probed (its backend has no Probing capability) or
+    is probed at its own prefix instead of the depth asked for."""
     from lab.api import Probing
 
     specs: dict[tuple[str, str, str], ProbeSpec] = {}
@@ -306,6 +310,13 @@ def plan(arms: Sequence[Any], threads: int, registry: Registry) -> tuple[list[Pr
         if why is not None:
             skipped.append(f"{arm.backend}: no probe of {arm.name}'s own stack ({why})")
             continue
+        at = depth
+        if depth is not None and cls.probe_methods[0] not in cls.probe_depth_methods:
+            at = None
+            line = (f"{arm.backend}: its probe cannot place a KV depth, so {arm.name} is priced at the "
+                    f"backend's own prefix, not at [run] probe_depth {depth}")
+            if line not in skipped:
+                skipped.append(line)
         opts = dict(arm.options)
         model = arm.model or ""
         ident = (arm.backend, model, json.dumps(opts, sort_keys=True, default=str))
@@ -316,7 +327,7 @@ def plan(arms: Sequence[Any], threads: int, registry: Registry) -> tuple[list[Pr
         if old is not None:
             wanted |= set(old.widths)
             arms_of = (*old.arms, arm.name)
-        specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)), arms_of)
+        specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)), arms_of, depth=at)
     return list(specs.values()), skipped
 
 

@@ -51,6 +51,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "threads": (int,),
     "memory_interval_s": (float, int),
     "probe": (str, bool),
+    "probe_depth": (int,),
     "reference": (bool,),
     "allow_outside_paths": (bool,),
 }

@@ -353,8 +353,11 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{pr.backend} / {pr.model} by {pr.method}, {n} repeat{'s' if n != 1 else ''}"
             + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
             + "; T(w) " + ", ".join(f"{w}: {pr.t_ratio(w):.2f}" for w in pr.widths if w in (1, 2, 4, 5, 8, 16))
-            + (f"; priced by {pr.priced_by}: whole steps that drafted w - 1 tokens at full acceptance, "
+            + (f"; priced by {pr.priced_by}: whole steps that drafted w - 1 tokens and kept them all, "
                "the draft's cost inside" if pr.prices_steps else "")
+            + _kept_none_words(pr)
+            + (f"; {pr.notes['streams']} streams at once, each step of every stream keeping all its drafts"
+               if isinstance(pr.notes.get("streams"), int) and pr.notes["streams"] > 1 else "")
             + (f"; prices {', '.join(map(str, pr.origin['arms']))}" if pr.origin.get("arms") else "") + "."
         )
     lines.append("")
@@ -391,8 +394,10 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         "or from another arm of the same drafter (named), draft and loop seconds from the drafter's other arms, "
         "T(w) from the probe; — where the run has no other arm to take them from."
         + (" Arms priced by a server (" + ", ".join(sorted({p["arm"] for p in preds if p.get("step_priced")}))
-           + "): the step's cost is T(n_max + 1) alone, the server's own seconds of a step that drafted n_max "
-           "tokens at full acceptance (draft and loop inside) over its baseline's seconds per token."
+           + "): the step's cost is the server's own seconds of a step that drafted n_max tokens (draft and "
+           "loop inside) over its baseline's seconds per token: T(n_max + 1), a step that kept them all, or, "
+           "where the probe also timed steps that kept none, the line between the two read at the share of "
+           "its drafts a step keeps on average (the server does work per token it keeps)."
            if any(p.get("step_priced") and p["probe_matches"] for p in preds) else "")
         + (" † the probe measured another stack than this arm runs (another backend, model or options), "
            "so its figures price another engine's steps." if any(not p["probe_matches"] for p in preds) else ""),
@@ -421,10 +426,20 @@ def _held_out(p: Mapping[str, Any]) -> str:
     return f"{value:.2f}x{_error(value, p.get('measured'))}, {where}"
 
 
+def _kept_none_words(pr: Any) -> str:
+    """The step-priced probe's steps that kept none of their drafts, in
+    baseline tokens beside T(w), where it timed them."""
+    shown = [(w, pr.kept_none_ratio(w)) for w in pr.widths if w in (2, 4, 5, 8, 16)]
+    got = [f"{w}: {t:.2f}" for w, t in shown if t is not None]
+    return f"; a step that kept none, {', '.join(got)}" if got else ""
+
+
 def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str, Any]], pool: Sequence[Any]) -> list[str]:
     """⚠ beside each prediction whose probe's T(1) and whose baseline's
-    seconds per token disagree (lab.analysis.predict.t1_disagreement)."""
-    from lab.analysis.predict import probe_for, t1_disagreement
+    seconds per token disagree (lab.analysis.predict.t1_disagreement), or
+    whose steps ran far deeper or shallower in the KV cache than the
+    probe's passes (lab.analysis.predict.depth_disagreement)."""
+    from lab.analysis.predict import depth_disagreement, probe_for, t1_disagreement
 
     # one line per disagreement, naming every arm it touches: the same probe
     # against the same baseline says the same thing for each of them
@@ -438,9 +453,9 @@ def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str,
         if probe is None:
             continue
         base = [r for r in results if r["arm"] == base_arm and r["prompt"] == p["prompt"]]
-        note = t1_disagreement(base, probe)
-        if note:
-            notes.setdefault(f"{p['prompt']}: {note}", []).append(p["arm"])
+        for note in (t1_disagreement(base, probe), depth_disagreement(rows, probe)):
+            if note:
+                notes.setdefault(f"{p['prompt']}: {note}", []).append(p["arm"])
     return [f"- ⚠ {', '.join(arms)} / {key}." for key, arms in notes.items()]
 
 

@@ -9,15 +9,30 @@ lab cannot split from outside, so this probe measures that step whole:
   options without its speculative ones), seconds per generated token of one
   request, as a baseline row counts them (generation seconds over tokens);
 - width w > 1: a server started with the arm's own flags, spec type and
-  draft, n_max = w - 1 and set acceptance at 1 for every position
-  (``--spec-synth-rates 1,1,...``), so every step drafts w - 1 tokens,
-  verifies w and keeps them all; the figure is the mean seconds of the
-  server's logged steps that drafted w - 1 (a speculative row's ``step_s``),
-  the median of three requests to the same server.
+  draft, n_max = w - 1 and set acceptance of one half at every position
+  (``--spec-synth-rates 0.5,0.5,...``: the first draft is kept with
+  probability one half, and every later one with the one before it), so
+  every step drafts w - 1 tokens and verifies w, and keeps either all of
+  them or none. The figure is the mean seconds of the server's logged
+  steps that kept all w - 1 (a speculative row's ``step_s``), the median
+  of three requests to the same server; the steps that kept none give a
+  second figure, ``kept_none_s`` in the notes.
+
+An arm with ``concurrency = N`` is priced at N streams at once, each width
+on a server with N slots: the server's log interleaves the streams' steps,
+so every step keeps all its drafts (``--spec-synth-rates 1,1,...``) and the
+figure is the lead stream's seconds per token times w; width 1 is one
+stream's seconds per token beside N - 1 others. Such a probe prices steps
+that kept all only.
 
 So T(w) of this probe is a whole step's cost in baseline tokens, the
 draft's w - 1 tokens and the server's loop included; the prediction adds
-nothing to it (:attr:`lab.base.probe.Probe.prices_steps`). Every server it
+nothing to it (:attr:`lab.base.probe.Probe.prices_steps`), and prices a
+step that keeps some of its drafts between the two figures
+(:meth:`lab.base.probe.Probe.step_ratio`): a server does work per token it
+keeps (sampling, detokenizing, streaming), so a step that keeps none costs
+less than one that keeps all, more so where a step lasts milliseconds.
+The two kinds of step come in random order, as a row's steps do. Every server it
 starts is stopped before the next starts, on every way out.
 """
 
@@ -45,10 +60,17 @@ SPECULATIVE_OPTIONS = ("spec_type", "draft_model", "mtp_model", "draft_n_min", "
 # n-gram types draft only where their n-grams match, so no request can make
 # them draft w - 1 tokens a step.
 BLOCK_SPEC_TYPES = frozenset(t for t, flag in DRAFT_N_MAX_FLAG.items() if flag == "--spec-draft-n-max")
-# Steps a width's figure must rest on; a request generates enough tokens
-# for about twice as many at full acceptance.
+# Steps per timed request each of a width's two figures must rest on, on
+# average; a request generates enough tokens for STEPS_PER_REQUEST steps,
+# about half of them keeping all their drafts (the draws are seeded: every
+# probe of a width draws the same ones).
 MIN_STEPS = 6
-STEPS_PER_REQUEST = 16
+STEPS_PER_REQUEST = 32
+# The set acceptance of every draft position: a step keeps all or none.
+KEEP_RATE = 0.5
+# Several streams: the share of drafted tokens the streams must have kept
+# for their seconds per token times w to be a step's.
+FULL_SHARE = 0.95
 # Timed requests a width's figure is the median of, each on the same server.
 TIMED_REQUESTS = 3
 MIN_TOKENS = 48
@@ -61,8 +83,6 @@ def refusal(spec_type: str, options: Mapping[str, Any]) -> str | None:
     or None when it can."""
     if options.get("url"):
         return "an attached server runs with its own flags, so the lab cannot start it at other widths"
-    if int(options.get("concurrency") or 1) > 1:
-        return "several streams at once interleave the server's step log"
     if spec_type not in BLOCK_SPEC_TYPES:
         return (f"--spec-type {spec_type} drafts only where its n-grams match, so no request makes every "
                 "step draft w - 1 tokens")
@@ -82,7 +102,8 @@ def _request(cell: Cell, max_tokens: int, n_max: int | None, full: tuple[float, 
 
 
 def _tokens(width: int) -> int:
-    return max(MIN_TOKENS, STEPS_PER_REQUEST * width)
+    # a step lands w tokens when it keeps all, one when it keeps none
+    return max(MIN_TOKENS, STEPS_PER_REQUEST * (width + 1) // 2)
 
 
 def measure(
@@ -96,6 +117,7 @@ def measure(
     why = refusal(spec_type, arm.options)
     if why is not None:
         raise ProbeError(f"{arm.backend} / {arm.model}: cannot price by the server: {why}")
+    streams = int(arm.options.get("concurrency") or 1)
     cap = _widest(arm, spec_type)
     if cap is not None and max(widths) > cap[0]:
         raise ProbeWidthCap(cap[0], cap[1])
@@ -118,19 +140,24 @@ def measure(
                     is_baseline=True)
             else:
                 cls = backend_cls
+                rate = KEEP_RATE if streams == 1 else 1.0
                 probe_arm = dataclasses.replace(
-                    arm, name=f"probe-w{w}", n_max=w - 1, acceptance=SetAcceptance("rates", (1.0,) * (w - 1)),
+                    arm, name=f"probe-w{w}", n_max=w - 1, acceptance=SetAcceptance("rates", (rate,) * (w - 1)),
                     is_baseline=False, baseline="probe-w1")
-            say(f"width {w}: llama-server " + ("as the baseline" if w == 1 else f"n_max {w - 1} at full acceptance"))
+            at = f", {streams} streams at once" if streams > 1 else ""
+            say(f"width {w}: llama-server " + ("as the baseline" if w == 1 else
+                                               f"n_max {w - 1}, each step keeping all its drafts or none" if streams == 1
+                                               else f"n_max {w - 1} at full acceptance") + at)
             figure, note = _one_width(cls, probe_arm, inner_ctx, w)
             seconds.append(figure)
             per_width[str(w)] = note
             build = build or note.get("server_build")
     notes = {
         "prices": PRICES_STEPS, "priced_by": "llama-server", "spec_type": spec_type,
+        "kept_none_s": {k: n["kept_none_s"] for k, n in per_width.items() if "kept_none_s" in n},
         "draft_model": arm.options.get("draft_model") or arm.options.get("mtp_model"),
         "server_build": build, "threads": ctx.run.threads or None,
-        "n_gpu_layers": arm.options.get("n_gpu_layers"), "widths": per_width,
+        "n_gpu_layers": arm.options.get("n_gpu_layers"), "widths": per_width, "streams": streams,
     }
     return seconds, notes
 
@@ -172,21 +199,39 @@ def _one_width(cls: type[Backend], arm: Arm, ctx: BackendContext, width: int) ->
         instance.close()
     note: dict[str, Any] = {"argv": report.get("argv"), "server_build": report.get("server_build"),
                             "tokens": len(gens[0].ids), "gen_s": [g.gen_s for g in gens]}
-    if width == 1:
+    streams = int(arm.options.get("concurrency") or 1)
+    if width == 1 or streams > 1:
         if any(not g.ids or g.gen_s <= 0 for g in gens):
-            raise ProbeError("the baseline server generated nothing to time")
-        per_request = [g.gen_s / len(g.ids) for g in gens]
+            raise ProbeError(f"the server at width {width} generated nothing to time")
+        # one stream's seconds per token; at full acceptance a step lands w of them
+        per_request = [g.gen_s / len(g.ids) * width for g in gens]
+        if width > 1:
+            # every stream's drafts, as the server counted them
+            figures = [g.engine_report.get("concurrency") or {} for g in gens]
+            drafted = [int(f.get("drafted_total") or 0) for f in figures]
+            accepted = [int(f.get("accepted_total") or 0) for f in figures]
+            # (the server keeps no drafted end-of-generation token, whatever the rates say)
+            if not all(drafted) or sum(accepted) < FULL_SHARE * sum(drafted):
+                raise ProbeError(f"llama-server at n_max {width - 1} with {streams} streams kept {sum(accepted)} of "
+                                 f"{sum(drafted)} drafted tokens where the probe set every one kept")
+            note.update(streams=streams, drafted=drafted)
     else:
-        per_request = []
-        for i in range(1, TIMED_REQUESTS + 1):
-            mine = [s for s in steps if s.cell.round == i]
-            full_steps = [s.step_s for s in mine if s.drafted == width - 1]
-            if len(full_steps) < MIN_STEPS:
+        drafting = [s for s in steps if s.drafted == width - 1]
+        kinds: dict[str, list[float]] = {}
+        for kind, kept in (("all", width - 1), ("none", 0)):
+            got = [[s.step_s for s in drafting if s.cell.round == i and s.accepted == kept]
+                   for i in range(1, TIMED_REQUESTS + 1)]
+            if sum(map(len, got)) < MIN_STEPS * TIMED_REQUESTS:
                 raise ProbeError(
-                    f"llama-server at n_max {width - 1} drafted {width - 1} tokens in {len(full_steps)} of "
-                    f"{len(mine)} steps (at least {MIN_STEPS} needed): its drafter stopped short (--spec-draft-p-min?)")
-            per_request.append(statistics.fmean(full_steps))
-        note.update(steps=len(steps), full_steps=sum(1 for s in steps if s.drafted == width - 1))
+                    f"llama-server at n_max {width - 1} drafted {width - 1} tokens in {len(drafting)} of {len(steps)} "
+                    f"steps, {sum(map(len, got))} of them keeping {kind} (at least {MIN_STEPS * TIMED_REQUESTS} "
+                    "needed): its drafter stopped short (--spec-draft-p-min?)")
+            # a request's mean where it has a few steps of the kind: the draws are random
+            kinds[kind] = [statistics.fmean(g) for g in got if len(g) >= 2]
+        per_request, none_per_request = kinds["all"], kinds["none"]
+        note.update(steps=len(steps), full_steps=sum(1 for s in steps if s.drafted == width - 1 == s.accepted),
+                    kept_none_steps=sum(1 for s in steps if s.drafted == width - 1 and s.accepted == 0),
+                    per_request_kept_none_s=none_per_request, kept_none_s=statistics.median(none_per_request))
     # the median request: one request slowed by something else moves nothing
     note["per_request_s"] = per_request
     return statistics.median(per_request), note
