@@ -21,7 +21,8 @@ lab cannot split from outside, so this probe measures that step whole:
 An arm with ``concurrency = N`` is priced at N streams at once, each width
 on a server with N slots: the server's log interleaves the streams' steps,
 so every step keeps all its drafts (``--spec-synth-rates 1,1,...``) and the
-figure is the lead stream's seconds per token times w; width 1 is one
+figure is the lead stream's seconds over its steps (the streams' drafted
+tokens, as the server counted them, over N and w - 1); width 1 is one
 stream's seconds per token beside N - 1 others. Such a probe prices steps
 that kept all only.
 
@@ -69,8 +70,8 @@ STEPS_PER_REQUEST = 32
 # The set acceptance of every draft position: a step keeps all or none.
 KEEP_RATE = 0.5
 # Several streams: the share of drafted tokens the streams must have kept
-# for their seconds per token times w to be a step's.
-FULL_SHARE = 0.95
+# (the rest: the last step of each stream, cut by the token budget).
+FULL_SHARE = 0.9
 # Timed requests a width's figure is the median of, each on the same server.
 TIMED_REQUESTS = 3
 MIN_TOKENS = 48
@@ -203,18 +204,20 @@ def _one_width(cls: type[Backend], arm: Arm, ctx: BackendContext, width: int) ->
     if width == 1 or streams > 1:
         if any(not g.ids or g.gen_s <= 0 for g in gens):
             raise ProbeError(f"the server at width {width} generated nothing to time")
-        # one stream's seconds per token; at full acceptance a step lands w of them
-        per_request = [g.gen_s / len(g.ids) * width for g in gens]
+        # one stream's seconds per token
+        per_request = [g.gen_s / len(g.ids) for g in gens]
         if width > 1:
-            # every stream's drafts, as the server counted them
+            # every stream's drafts, as the server counted them: a stream's steps are its drafts over w - 1
             figures = [g.engine_report.get("concurrency") or {} for g in gens]
             drafted = [int(f.get("drafted_total") or 0) for f in figures]
             accepted = [int(f.get("accepted_total") or 0) for f in figures]
-            # (the server keeps no drafted end-of-generation token, whatever the rates say)
+            # (the last step of a stream keeps what the token budget leaves, and the server
+            # keeps no drafted end-of-generation token, whatever the rates say)
             if not all(drafted) or sum(accepted) < FULL_SHARE * sum(drafted):
                 raise ProbeError(f"llama-server at n_max {width - 1} with {streams} streams kept {sum(accepted)} of "
                                  f"{sum(drafted)} drafted tokens where the probe set every one kept")
-            note.update(streams=streams, drafted=drafted)
+            per_request = [g.gen_s / (d / streams / (width - 1)) for g, d in zip(gens, drafted)]
+            note.update(streams=streams, drafted=drafted, accepted=accepted)
     else:
         drafting = [s for s in steps if s.drafted == width - 1]
         kinds: dict[str, list[float]] = {}
