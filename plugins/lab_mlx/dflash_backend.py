@@ -1,6 +1,7 @@
 """The ``mlx-dflash`` backend: a DFlash or DFlash 2 draft (z-lab checkpoint
-format) drafts blocks from the target's hidden states; the target verifies
-each block in one pass. Its baseline is the ``mlx`` arm on the same model."""
+format, or a DFlash GGUF as llama.cpp's draft-dflash loads it) drafts blocks
+from the target's hidden states; the target verifies each block in one pass.
+Its baseline is the ``mlx`` arm on the same model."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ if TYPE_CHECKING:
 
 class MlxDFlashBackend(MlxSession):
     name = "mlx-dflash"
-    description = "MLX target + DFlash / DFlash 2 block draft (z-lab checkpoints); draft and verify timed apart"
+    description = "MLX target + DFlash / DFlash 2 block draft (z-lab checkpoints or llama.cpp DFlash GGUF); draft and verify timed apart"
     options = MlxSession.options + (
-        Option("draft", str, None, "draft checkpoint directory (config.json with dflash_config + safetensors), or tiny:...", required=True,
-               model_ref=True),
+        Option("draft", str, None,
+               "draft checkpoint directory (config.json with dflash_config + safetensors), a DFlash .gguf "
+               "(llama.cpp's draft-dflash file), or a built-in model (tiny:..., synthetic:...-dflash)",
+               required=True, model_ref=True),
         Option("block_size", int, 0, "tokens per block, the last target token included: drafts block_size - 1 = n_max (0: n_max + 1 if the arm sets n_max, else the draft's own)",
                min=0, max=1025),
         Option("draft_bits", int, 0, "quantize the draft's layers at load (0: keep as stored)", choices=(0, 2, 3, 4, 6, 8)),
@@ -74,8 +77,13 @@ class MlxDFlashBackend(MlxSession):
         self.block_size = block_opt or (n_max + 1 if n_max else spec.block_size)
         if self.block_size < 2:
             raise ValueError("block_size must be at least 2 (the last target token plus one drafted)")
+        if spec.target_layer_inputs and self.block_size > spec.block_size:
+            # llama.cpp would clamp n_max to the trained block: say so rather than run another arm
+            raise ValueError(f"block_size {self.block_size} exceeds the DFlash GGUF's trained block of {spec.block_size} "
+                             f"(llama.cpp's draft-dflash clamps n_max to {spec.block_size - 1})")
         self.draft.bind(self.loaded.model)
-        sink = install_capture(self.loaded.model, spec.target_layer_ids)
+        # A GGUF's target_layers count layer inputs, as llama.cpp extracts them.
+        sink = install_capture(self.loaded.model, spec.target_layer_ids, inputs=spec.target_layer_inputs)
         self.target = MlxTarget(self.loaded.model, self.loaded.vocab, self.ctx.run.n_ctx, sink)
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
@@ -92,6 +100,7 @@ class MlxDFlashBackend(MlxSession):
         gen.engine_report["timing"] = "split" if split else "fused"
         gen.engine_report["block_size"] = self.block_size
         gen.engine_report["draft_version"] = self.draft.spec.version
+        gen.engine_report["draft_format"] = "gguf" if self.draft.spec.target_layer_inputs else "checkpoint"
         return self._finish(gen, self.target)
 
     def _release(self) -> None:

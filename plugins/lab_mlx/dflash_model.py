@@ -1,7 +1,8 @@
 """DFlash and DFlash 2 block-diffusion drafts on MLX, loading z-lab's
 checkpoint format: a directory with ``config.json`` (model sizes plus a
 ``dflash_config`` table: block_size, target_layer_ids, mask_token_id, and for
-DFlash 2 the conv and candidate-selector sizes) and ``*.safetensors``.
+DFlash 2 the conv and candidate-selector sizes) and ``*.safetensors``; or a
+DFlash draft as llama.cpp's GGUF (see lab_mlx.gguf_dflash).
 
 The draft has no embedding or output head of its own: it borrows the
 target's. Per step it reads a block ``[last token, mask, mask, ...]`` and
@@ -51,6 +52,15 @@ class DFlashSpec:
     conv_group_size: int
     selector_rank: int
     selector_top_k: int
+    rope_dims: int = 0  # leading dimensions of a head that rotate (0: all)
+    attention_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
+    # False: target_layer_ids name the layers whose output the draft reads
+    # (z-lab's ids); True: whose input it reads (llama.cpp's GGUF ids, z-lab's
+    # id + 1), see lab_mlx.target.install_capture.
+    target_layer_inputs: bool = False
+    # Whether the target's own embedding scale (a Gemma-style sqrt(d)) is
+    # applied to the block's embeddings; llama.cpp applies only the draft's.
+    target_embedding_scale: bool = True
 
 
 def read_spec(path: Path) -> DFlashSpec:
@@ -105,7 +115,7 @@ class Attention(nn.Module):
         self.n_kv = s.num_key_value_heads
         self.head_dim = s.head_dim
         self.causal = s.causal
-        self.scale = s.head_dim ** -0.5
+        self.scale = s.attention_scale or s.head_dim ** -0.5
         self.q_proj = nn.Linear(s.hidden_size, s.num_attention_heads * s.head_dim, bias=False)
         self.k_proj = nn.Linear(s.hidden_size, s.num_key_value_heads * s.head_dim, bias=False)
         self.v_proj = nn.Linear(s.hidden_size, s.num_key_value_heads * s.head_dim, bias=False)
@@ -274,7 +284,7 @@ class DFlashDraft(nn.Module):
         from mlx_lm.models.rope_utils import initialize_rope
 
         self._rope = initialize_rope(
-            dims=spec.head_dim, base=spec.rope_theta, traditional=False,
+            dims=spec.rope_dims or spec.head_dim, base=spec.rope_theta, traditional=False,
             scaling_config=spec.rope_scaling, max_position_embeddings=spec.max_position_embeddings,
         )
         self._borrowed: _Borrowed | None = None
@@ -292,7 +302,8 @@ class DFlashDraft(nn.Module):
         head = getattr(target, "lm_head", None) or getattr(getattr(target, "language_model", None), "lm_head", None)
         if head is None:
             head = embed.as_linear
-        scale = float(getattr(embed, "embed_scale", getattr(inner, "embed_scale", 1.0))) * self.spec.input_embedding_scale
+        own = float(getattr(embed, "embed_scale", getattr(inner, "embed_scale", 1.0))) if self.spec.target_embedding_scale else 1.0
+        scale = own * self.spec.input_embedding_scale
         self._borrowed = _Borrowed(embed, head, scale)
 
     def make_cache(self) -> list[KVCache]:
@@ -317,7 +328,20 @@ class DFlashDraft(nn.Module):
         return out
 
 
+def _quantize_layers(draft: DFlashDraft, bits: int, group_size: int) -> None:
+    """Quantize the draft's float layers at load (those stored quantized stay as they are)."""
+    nn.quantize(
+        draft, group_size=group_size, bits=bits,
+        class_predicate=lambda _p, m: hasattr(m, "to_quantized") and m.weight.shape[-1] % group_size == 0,
+    )
+
+
 def load_draft(path: Path, bits: int | None = None, group_size: int = 64) -> DFlashDraft:
+    """A draft from a z-lab checkpoint directory or a llama.cpp DFlash GGUF file."""
+    if path.is_file() and path.suffix == ".gguf":
+        from lab_mlx.gguf_dflash import load_gguf_draft
+
+        return load_gguf_draft(path, bits, group_size)
     spec = read_spec(path)
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -334,10 +358,7 @@ def load_draft(path: Path, bits: int | None = None, group_size: int = 64) -> DFl
     draft = DFlashDraft(spec)
     draft.load_weights(list(weights.items()))
     if bits:
-        nn.quantize(
-            draft, group_size=group_size, bits=bits,
-            class_predicate=lambda _p, m: hasattr(m, "to_quantized") and m.weight.shape[-1] % group_size == 0,
-        )
+        _quantize_layers(draft, bits, group_size)
     mx.eval(draft.parameters())
     draft.eval()
     return draft

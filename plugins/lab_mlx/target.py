@@ -40,21 +40,35 @@ def _layers(model: Any) -> list[Any]:
     raise AttributeError(f"cannot find the decoder layers of {type(model).__name__}")
 
 
-def install_capture(model: Any, layer_ids: Sequence[int]) -> _Sink:
-    """Wrap the chosen decoder layers so each forward pass records their
-    output (the residual stream after that layer)."""
+def install_capture(model: Any, layer_ids: Sequence[int], inputs: bool = False) -> _Sink:
+    """Wrap the chosen decoder layers so each forward pass records target
+    hidden states, one slot per id in the order given.
+
+    ``inputs`` False: id ``i`` is the output of layer ``i`` (the residual
+    stream after it: z-lab's ``target_layer_ids``, HF ``hidden_states[i + 1]``).
+    ``inputs`` True: id ``i`` is the input of layer ``i``, as llama.cpp
+    extracts a draft-dflash target's features (a DFlash GGUF's
+    ``target_layers``, z-lab's id + 1): 0 is the token embeddings and
+    ``len(layers)`` the last layer's output before the final norm. Either
+    way layers are counted as llama.cpp counts a qwen35 hybrid: the trunk
+    only (its nextn / MTP blocks come after it and are never read), delta-net
+    and full-attention layers in one sequence, which is mlx-lm's list."""
     import mlx.nn as nn
 
     class Capture(nn.Module):
-        def __init__(self, layer: Any, slot: int, sink: _Sink) -> None:
+        def __init__(self, layer: Any, in_slots: list[int], out_slots: list[int], sink: _Sink) -> None:
             super().__init__()
             self.layer = layer
-            self._slot = slot
+            self._in_slots = in_slots
+            self._out_slots = out_slots
             self._sink = sink
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            for slot in self._in_slots:
+                self._sink.values[slot] = args[0] if args else kwargs["x"]
             out = self.layer(*args, **kwargs)
-            self._sink.values[self._slot] = out[0] if isinstance(out, tuple) else out
+            for slot in self._out_slots:
+                self._sink.values[slot] = out[0] if isinstance(out, tuple) else out
             return out
 
         def __getattr__(self, name: str) -> Any:
@@ -67,18 +81,29 @@ def install_capture(model: Any, layer_ids: Sequence[int]) -> _Sink:
                 return getattr(self["layer"], name)
 
     layers = _layers(model)
+    key = (bool(inputs), tuple(layer_ids))
     existing = getattr(model, "_lab_capture", None)
     if existing is not None:
-        if existing[0] != tuple(layer_ids):
+        if existing[0] != key:
             raise RuntimeError("this model already captures other layers")
         return existing[1]
+    n = len(layers)
+    top = n if inputs else n - 1
     for lid in layer_ids:
-        if not 0 <= lid < len(layers):
-            raise ValueError(f"target layer {lid} does not exist (the target has {len(layers)} layers)")
-    sink = _Sink(len(layer_ids))
+        if not 0 <= lid <= top:
+            what = "layer inputs 0" if inputs else "layer outputs 0"
+            raise ValueError(f"target layer {lid} does not exist (the target has {n} layers: {what}..{top})")
+    # layer index -> (slots recording its input, slots recording its output)
+    plan: dict[int, tuple[list[int], list[int]]] = {}
     for slot, lid in enumerate(layer_ids):
-        layers[lid] = Capture(layers[lid], slot, sink)
-    object.__setattr__(model, "_lab_capture", (tuple(layer_ids), sink))
+        if inputs and lid < n:
+            plan.setdefault(lid, ([], []))[0].append(slot)
+        else:
+            plan.setdefault(lid - 1 if inputs else lid, ([], []))[1].append(slot)
+    sink = _Sink(len(layer_ids))
+    for index, (in_slots, out_slots) in plan.items():
+        layers[index] = Capture(layers[index], in_slots, out_slots, sink)
+    object.__setattr__(model, "_lab_capture", (key, sink))
     return sink
 
 
