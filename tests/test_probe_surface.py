@@ -381,3 +381,20 @@ def test_a_run_with_probe_depth_prices_its_arms_at_that_depth(tmp_path: Path) ->
     assert "at KV depth 600" in report
     # the row decodes some 30 tokens deep against passes at 600: the report says so
     assert "but the probe's passes ran at 600" in report
+
+
+def test_a_row_far_from_its_probe_s_depth_gets_the_depth_note_not_the_clock_one() -> None:
+    from lab.render.report import _t1_notes
+
+    probe = _probe(128, 0.010, 0.3)  # one-row pass 10 ms at depth 128
+    base = [{"arm": "base", "prompt": "p", "status": "ok", "tok_per_s": 1 / 0.018, "round": r, "prompt_tokens": 2000,
+             "n_tokens": 128} for r in (1, 2)]
+    spec = [{"arm": "spec", "prompt": "p", "status": "ok", "baseline_arm": "base", "round": r, "prompt_tokens": 2000,
+             "n_tokens": 128} for r in (1, 2)]
+    preds = [{"arm": "spec", "prompt": "p"}]
+    notes = _t1_notes(base + spec, preds, [probe])
+    # the baseline token is 80 % slower than the probe's pass because it decodes 2,064 deep: one note, the depth's
+    assert len(notes) == 1 and "KV depth of about 2064 tokens" in notes[0]
+    shallow = [dict(r, prompt_tokens=100) for r in base + spec]
+    notes = _t1_notes(shallow, preds, [probe])
+    assert len(notes) == 1 and "measured under different conditions" in notes[0]

@@ -194,5 +194,6 @@ def depth_disagreement(rows: Sequence[Mapping[str, Any]], probe: Probe) -> str |
     mid = mids[len(mids) // 2]
     if abs(mid - depth) < DEPTH_FLOOR or max(mid, depth) < DEPTH_RATIO * max(1, min(mid, depth)):
         return None
-    return (f"its steps ran at a KV depth of about {mid} tokens but the probe's passes ran at {depth}: T(w) moves "
-            f"with depth (lab probe --depths shows how much); [run] probe_depth = {mid} prices them at theirs")
+    return (f"its steps ran at a KV depth of about {mid} tokens but the probe's passes ran at {depth}: a pass, the "
+            f"baseline token's included, and T(w) move with depth (lab probe --depths shows how much); "
+            f"[run] probe_depth = {mid} prices them at theirs")

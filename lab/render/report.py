@@ -453,9 +453,11 @@ def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str,
         if probe is None:
             continue
         base = [r for r in results if r["arm"] == base_arm and r["prompt"] == p["prompt"]]
-        for note in (t1_disagreement(base, probe), depth_disagreement(rows, probe)):
-            if note:
-                notes.setdefault(f"{p['prompt']}: {note}", []).append(p["arm"])
+        # a row far from the probe's depth has a slower (or faster) baseline token
+        # for that reason: the depth is the note, not two clocks that disagree
+        note = depth_disagreement(rows, probe) or t1_disagreement(base, probe)
+        if note:
+            notes.setdefault(f"{p['prompt']}: {note}", []).append(p["arm"])
     return [f"- ⚠ {', '.join(arms)} / {key}." for key, arms in notes.items()]
 
 
