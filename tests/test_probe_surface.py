@@ -362,8 +362,10 @@ def test_a_row_far_deeper_than_its_probe_says_so() -> None:
 
 
 @pytest.mark.engine
-def test_a_run_with_probe_depth_prices_its_arms_at_that_depth(tmp_path: Path) -> None:
+def test_a_run_with_probe_depth_prices_its_arms_at_that_depth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    # a cache of its own: the probe at the depth is measured by the code under test
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path / "cache"))
     from lab.profile.load import parse_profile
     from lab.render.report import ReportWriter
     from lab.runner import Runner
@@ -372,11 +374,11 @@ def test_a_run_with_probe_depth_prices_its_arms_at_that_depth(tmp_path: Path) ->
     registry = load_registry()
     profile = parse_profile(DEEP_PROFILE.format(depth=600), str(tmp_path / "deep.toml"), registry)
     store = RunStore(profile, tmp_path / "runs")
-    # measured now or found in the machine's cache, keyed by its depth too
     rows = Runner(profile, registry, store, [ReportWriter()]).run()
     assert all(r["status"] == "ok" for r in rows), [(r["arm"], r["detail"][:200]) for r in rows]
     got = probes.find_all(store.path)
     assert [p.depth for p in got] == [600] and got[0].notes["prefix_tokens"] == 600
+    assert got[0].origin["source"] == "measured"
     report = (store.path / "report.md").read_text(encoding="utf-8")
     assert "at KV depth 600" in report
     # the row decodes some 30 tokens deep against passes at 600: the report says so
