@@ -346,7 +346,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
     preds = analysis.predicted_for_rows(data["results"], steps, pool)
     lines = []
     for pr in pool:
-        ratio = pr.batch_ratio()
+        # a step-priced probe's T(8) is a whole step of 7 drafts, not a batch of 8 rows
+        ratio = None if pr.prices_steps else pr.batch_ratio()
         n = len(pr.seconds)
         lines.append(
             f"- probe: {pr.origin_line()}; it ran before the arms, apart from their timing. "
