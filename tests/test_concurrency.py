@@ -81,6 +81,8 @@ rounds = 1
 warmup = 0
 n_ctx = 512
 threads = 1
+# the streams, not their prediction (tests/test_server_probe.py prices a row of several streams)
+probe = false
 [[prompts]]
 name = "code"
 text = "Write a Python class LRUCache with get and put methods, using a dict and a doubly linked list."

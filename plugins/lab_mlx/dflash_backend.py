@@ -57,6 +57,7 @@ class MlxDFlashBackend(MlxSession):
 
     def _load_on_engine(self, path: Any, emit: Emit) -> None:
         from lab_mlx.dflash_model import load_draft
+        from lab_mlx.gguf_dflash import load_gguf_draft
         from lab_mlx.target import MlxTarget, install_capture
 
         super()._load_on_engine(path, emit)
@@ -64,7 +65,9 @@ class MlxDFlashBackend(MlxSession):
         opts = self.arm.options
         draft_path = models.resolve(str(opts["draft"]))
         bits = int(opts.get("draft_bits", 0) or 0)
-        self.draft = load_draft(draft_path, bits or None, int(opts.get("draft_group_size", 64)))
+        # a file is llama.cpp's DFlash GGUF, a directory z-lab's checkpoint
+        load = load_gguf_draft if draft_path.is_file() and draft_path.suffix == ".gguf" else load_draft
+        self.draft = load(draft_path, bits or None, int(opts.get("draft_group_size", 64)))
         spec = self.draft.spec
         if spec.vocab_size != self.loaded.vocab.n_vocab:
             raise ValueError(f"draft {draft_path} has vocab_size {spec.vocab_size}, the target {self.loaded.vocab.n_vocab}")

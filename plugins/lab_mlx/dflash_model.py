@@ -337,11 +337,8 @@ def _quantize_layers(draft: DFlashDraft, bits: int, group_size: int) -> None:
 
 
 def load_draft(path: Path, bits: int | None = None, group_size: int = 64) -> DFlashDraft:
-    """A draft from a z-lab checkpoint directory or a llama.cpp DFlash GGUF file."""
-    if path.is_file() and path.suffix == ".gguf":
-        from lab_mlx.gguf_dflash import load_gguf_draft
-
-        return load_gguf_draft(path, bits, group_size)
+    """A draft from a z-lab checkpoint directory (a llama.cpp DFlash GGUF
+    file loads through lab_mlx.gguf_dflash)."""
     spec = read_spec(path)
     files = sorted(path.glob("*.safetensors"))
     if not files:
