@@ -259,3 +259,28 @@ def test_oracle_and_synthetic_draft_hit_their_built_acceptance(engine: Any, tiny
     # 70 % agreement per token: a 4-token block survives whole far less often
     rates = [r["acceptance_rate"] for r in by_arm["draft-a70"]]
     assert all(0.2 < x < 0.95 for x in rates), rates
+
+
+@pytest.mark.engine
+def test_the_context_prompts_are_one_token_a_word(engine: Any, tmp_path: Path) -> None:
+    """profiles/prompts/synthetic-*.txt, which the GPU context profiles price
+    at a depth worked out from their length, are what their writer writes and
+    tokenize to one synthetic piece a word."""
+    import importlib.util
+
+    import llama_cpp
+
+    root = Path(__file__).resolve().parents[1] / "profiles" / "prompts"
+    spec = importlib.util.spec_from_file_location("make_synthetic_words", root / "make_synthetic_words.py")
+    assert spec is not None and spec.loader is not None
+    writer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writer)
+    # the llama-8b vocabulary on a model too small to matter (a few MB)
+    path = tmp_path / "vocab.gguf"
+    synthetic.write(synthetic.scaled("llama-8b", n_embd=64, n_layer=1, n_ff=128, n_head=2, n_head_kv=1, head_dim=32),
+                    path)
+    model = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    for name, n in writer.LENGTHS.items():
+        text = (root / f"{name}.txt").read_text(encoding="utf-8")
+        assert text == writer.words(n, seed=n)
+        assert len(model.tokenize(text.encode(), add_bos=True)) == n + 1

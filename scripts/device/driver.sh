@@ -300,6 +300,14 @@ twins_a3b() {
   lab run "$repo/profiles/twin-llamacpp-a3b.toml" --out "$W/runs/twin-a3b" > "$R/twin-llamacpp-a3b.txt" 2> "$W/twin-a3b.log"
 }
 
+context() {
+  # oracle rows at three KV depths, each run's probe at its cells' depth ([run] probe_depth)
+  local d
+  for d in 512 8k 32k; do
+    lab run "$repo/profiles/h200-context-$d.toml" --out "$W/runs/context" > "$R/context-$d.txt" 2> "$W/context-$d.log"
+  done
+}
+
 set_acceptance_heads() {
   # draft-mtp and draft-dflash on the twin at set acceptance 0.5 / 0.7 / 0.9 (after the twins: their probes serve it)
   twins_models
