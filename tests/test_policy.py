@@ -96,6 +96,31 @@ def test_fixed_n_max_replayed_is_the_in_sample_prediction() -> None:
     assert streamed.speedup == pytest.approx(expected)
 
 
+def test_a_server_step_is_replayed_at_the_share_it_kept_as_the_prediction_prices_it() -> None:
+    from lab.base.probe import PRICES_STEPS
+
+    # a server probe: steps that kept all cost 1.3-2.2 baseline tokens, steps that kept none 0.2 less
+    server = Probe("llamacpp-server", "m", "server-steps", (1, 2, 3, 4, 5), ((0.010, 0.013, 0.016, 0.019, 0.022),),
+                   notes={"prices": PRICES_STEPS, "kept_none_s": {"2": 0.011, "3": 0.014, "4": 0.017, "5": 0.020}})
+    steps = _steps([(4, 4), (4, 0), (4, 2), (4, 1), (4, 3), (4, 4), (4, 0)])
+    row = _row(steps)
+    inputs = predict.arm_inputs([row])
+    assert inputs is not None
+    expected = predict.predict(per_position(steps), server, inputs, [4])[0]
+    assert expected.kept_share is not None
+    rep = policy.replay_cell("a", "p", [row], {1: steps}, server)
+    assert rep is not None
+    assert rep.fixed[4].speedup == pytest.approx(expected.speedup)
+    assert rep.recorded.speedup == pytest.approx(expected.speedup)
+    # the step that kept all its 4 drafts costs C(4); the one that kept none 0.2 less
+    none = policy.kept_none_prices(server, 4)
+    assert none == pytest.approx((1.0, 1.1, 1.4, 1.7, 2.0))
+    assert policy.replay_fixed(_steps([(4, 4)]), 4, PRICES, 4, none=none).cost == pytest.approx(2.2)
+    assert policy.replay_fixed(_steps([(4, 0)]), 4, PRICES, 4, none=none).cost == pytest.approx(2.0)
+    assert policy.replay_fixed(_steps([(4, 2)]), 4, PRICES, 4, none=none).cost == pytest.approx(2.1)
+    assert policy.kept_none_prices(PROBE, 4) is None
+
+
 def test_a_short_draft_is_priced_at_what_it_drafted() -> None:
     # an n-gram lookup that found two tokens, both kept: the step verified 3 rows
     steps = _steps([(2, 2)])

@@ -6,7 +6,9 @@ A step that drafted d tokens and kept a tells what its first min(a + 1, d)
 drafts did: 1..a kept and, when a < d, a + 1 refused. A step of the same
 anchor asking for n <= d lands min(a, n) + 1 tokens and costs C(min(n, d)),
 C(n) = T(n + 1) + n * draft seconds per token + the loop's seconds per step
-(baseline tokens; a probe that prices whole steps gives C(n) = T(n + 1)).
+(baseline tokens; a probe that prices whole steps gives C(n) = T(n + 1), and
+where it also timed steps that kept none, a step keeping k of its n drafts
+costs the line between the two at k / n, as the prediction prices it).
 Nothing says what a draft past the recorded n_max would have done, so the
 replay never asks for more than the arm recorded (:class:`ReplayRefused`):
 the arm of a sweep with the largest n_max is the best source.
@@ -102,6 +104,28 @@ class Tally:
         return (self.landed + self.plain) / spent if spent > 0 else None
 
 
+def kept_none_prices(probe: Probe, n_max: int) -> tuple[float, ...] | None:
+    """C(n) of a step that kept none of its n drafts, for n = 0..n_max where
+    a step-priced probe timed one (a server probe); None where it timed none.
+    A step keeping k of n costs the line from this to C(n) at k / n, as
+    :mod:`lab.analysis.predict` prices it."""
+    prices = [1.0]
+    for n in range(1, n_max + 1):
+        t = probe.kept_none_ratio(n + 1)
+        if t is None:
+            break
+        prices.append(t)
+    return tuple(prices) if len(prices) > 1 else None
+
+
+def _priced(prices: Sequence[float], none: Sequence[float] | None, d: int, kept: int) -> float:
+    """A step of d drafts that kept ``kept``: C(d), or on the line from the
+    step that kept none where the probe priced one."""
+    if none is None or d >= len(none):
+        return prices[d]
+    return none[d] + (prices[d] - none[d]) * min(kept, d) / d
+
+
 def step_prices(probe: Probe, inputs: predict.ArmInputs, n_max: int) -> tuple[float, ...]:
     """C(n) for n = 0..n_max where the probe covers T(n + 1) (index 0: a
     plain decode, one baseline token); shorter when the probe stops first."""
@@ -127,9 +151,10 @@ def _check(n: int, recorded_n_max: int, prices: Sequence[float]) -> None:
 
 
 def replay_fixed(steps: Sequence[Mapping[str, Any]], n: int, prices: Sequence[float], recorded_n_max: int,
-                 plain: int = 0) -> Tally:
+                 plain: int = 0, none: Sequence[float] | None = None) -> Tally:
     """Fixed n, each recorded step its own anchor: min(a, n) + 1 landed at
-    C(min(n, d)). ``plain``: the recording's plain decodes."""
+    C(min(n, d)). ``plain``: the recording's plain decodes. ``none``: the
+    steps that kept none (:func:`kept_none_prices`), where priced."""
     _check(n, recorded_n_max, prices)
     count = drafted = landed = 0
     cost = 0.0
@@ -140,7 +165,7 @@ def replay_fixed(steps: Sequence[Mapping[str, Any]], n: int, prices: Sequence[fl
         count += 1
         drafted += d
         landed += min(int(s["accepted"]), d) + 1
-        cost += prices[d]
+        cost += _priced(prices, none, d, int(s["accepted"]))
     return Tally(count, drafted, landed, cost, plain)
 
 
@@ -169,7 +194,7 @@ def stream(steps: Sequence[Mapping[str, Any]]) -> Stream:
 
 
 def replay_stream(cells: Sequence[Stream], policy: str, n_max: int, prices: Sequence[float], recorded_n_max: int,
-                  plain: int = 0) -> Tally:
+                  plain: int = 0, none: Sequence[float] | None = None) -> Tally:
     """A policy re-chunking each cell's text into its own steps (the module's
     docstring says how and what it assumes). Each cell starts at n_max, as
     the live loop does."""
@@ -193,7 +218,7 @@ def replay_stream(cells: Sequence[Stream], policy: str, n_max: int, prices: Sequ
             count += 1
             drafted += d
             landed += lands
-            cost += prices[d]
+            cost += _priced(prices, none, d, kept)
             pos += lands
             length = draft_policy.next_length(policy, length, d, kept, n_max)
     return Tally(count, drafted, landed, cost, plain)
@@ -364,9 +389,11 @@ def replay_cell(
     if top < recorded_n_max:
         notes.append(f"the probe covers steps of up to {top} drafts, fewer than the {recorded_n_max} recorded")
     streams = [stream(c) for c in cells]
-    fixed = {n: replay_stream(streams, draft_policy.FIXED, n, prices, recorded_n_max, plain) for n in range(1, top + 1)}
-    adaptive = {p: replay_stream(streams, p, top, prices, recorded_n_max, plain) for p in ADAPTIVE}
-    recorded = replay_fixed(flat, top, prices, recorded_n_max, plain)
+    none = kept_none_prices(probe, recorded_n_max)
+    fixed = {n: replay_stream(streams, draft_policy.FIXED, n, prices, recorded_n_max, plain, none)
+             for n in range(1, top + 1)}
+    adaptive = {p: replay_stream(streams, p, top, prices, recorded_n_max, plain, none) for p in ADAPTIVE}
+    recorded = replay_fixed(flat, top, prices, recorded_n_max, plain, none)
     return Replay(arm, prompt, ok[0].get("category"), recorded_n_max, len(cells), recorded, fixed, adaptive,
                   notes=tuple(notes))
 
