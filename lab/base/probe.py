@@ -182,6 +182,19 @@ def offloaded(notes: Mapping[str, Any]) -> bool:
         return False
 
 
+def _between(known: Mapping[int, float], w: int) -> float | None:
+    """The figure at width w: measured there, else linear between the
+    nearest measured widths either side, else None (nothing past them)."""
+    if w in known:
+        return known[w]
+    lower = [x for x in known if x < w]
+    upper = [x for x in known if x > w]
+    if not lower or not upper:
+        return None
+    a, b = max(lower), min(upper)
+    return known[a] + (known[b] - known[a]) * (w - a) / (b - a)
+
+
 @dataclass(frozen=True)
 class Probe:
     backend: str
@@ -253,15 +266,7 @@ class Probe:
     def t_ratio(self, w: int) -> float | None:
         """T(w), median over repeats; linear between measured widths, None
         beyond the widest one (no guessing past what was measured)."""
-        if w in self.widths:
-            return statistics.median(self._ratios(w))
-        lower = [x for x in self.widths if x < w]
-        upper = [x for x in self.widths if x > w]
-        if not lower or not upper:
-            return None
-        a, b = lower[-1], upper[0]
-        ta, tb = statistics.median(self._ratios(a)), statistics.median(self._ratios(b))
-        return ta + (tb - ta) * (w - a) / (b - a)
+        return _between({x: statistics.median(self._ratios(x)) for x in self.widths}, w)
 
     def kept_none_ratio(self, w: int) -> float | None:
         """A whole step at width w that kept none of its w - 1 drafts, in
@@ -276,15 +281,8 @@ class Probe:
             known = {int(k): float(v) / unit for k, v in table.items()}
         except (TypeError, ValueError, ArithmeticError):
             return None
-        known = {k: v for k, v in known.items() if k in self.widths and k > 1 and math.isfinite(v) and v > 0}
-        if w in known:
-            return known[w]
-        lower = [x for x in known if x < w]
-        upper = [x for x in known if x > w]
-        if not lower or not upper:
-            return None
-        a, b = max(lower), min(upper)
-        return known[a] + (known[b] - known[a]) * (w - a) / (b - a)
+        return _between({k: v for k, v in known.items() if k in self.widths and k > 1 and math.isfinite(v) and v > 0},
+                        w)
 
     def step_ratio(self, w: int, kept_share: float) -> float | None:
         """A step's cost at width w, in baseline tokens, when it keeps

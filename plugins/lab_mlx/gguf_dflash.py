@@ -42,24 +42,19 @@ from typing import Any, Mapping
 
 from lab_mlx.dflash_model import DFlashDraft, DFlashSpec, _quantize_layers
 from lab_mlx.gguf import _scalar
-from lab_mlx.gguf_qwen35 import _quantize
+from lab_mlx.gguf_qwen35 import ATTENTION, COMMON, _quantize
 
 ARCH = "dflash"
 
 # GGUF tensor (no suffix) -> DFlashDraft parameter path (no suffix).
 TOP = {"fc": "fc", "enc.output_norm": "hidden_norm", "output_norm": "norm"}
+# A draft layer is a plain attention block: the qwen35 target's attention
+# names and its feed-forward ones, the post-attention norm under llama.cpp's
+# name for a dense block.
 LAYER = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
+    **ATTENTION,
+    **{k: v for k, v in COMMON.items() if k != "post_attention_norm"},
     "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
 }
 # Tensors llama.cpp knows for a dflash draft that change what it computes.
 _REFUSED = (
