@@ -234,6 +234,10 @@ class BackendContext:
     run: RunSettings
     run_dir: str
     log: Callable[[str], None]
+    # For a probe that times whole requests (Probing.probe_times_requests):
+    # the tokens of a timed request and of a warmup one, as the run's cells
+    # generate them; None: the probe's own lengths (``lab probe`` alone).
+    probe_requests: tuple[int, int] | None = None
 
 
 class ResourceHints:
@@ -515,6 +519,10 @@ class Probing(ABC):
     # probe --depths``, :meth:`measure_verify_cost_at_depth`); none by default:
     # a probe at a depth is then refused before anything loads.
     probe_depth_methods: ClassVar[tuple[str, ...]] = ()
+    # Whether the probe times whole generation requests (a server's steps),
+    # whose figures move with a request's length and warmup: a run's probe
+    # then sends requests as long as its cells' (BackendContext.probe_requests).
+    probe_times_requests: ClassVar[bool] = False
 
     def probe_needs_load(self, method: str) -> bool:
         """Whether ``method`` runs on the loaded engine (call ``load`` first)

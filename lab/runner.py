@@ -299,7 +299,7 @@ class Runner:
             got.append(p)
         else:
             specs, skipped = driver.plan(self.profile.arms, self.profile.run.threads, self.registry,
-                                         self.profile.run.probe_depth)
+                                         self.profile.run.probe_depth, self.profile.run.request_lengths())
             for line in skipped:
                 self.emit(probes.ProbeReported("", line))
             for spec in specs:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_llamacpp_server.probe import _tokens
 
 from lab.analysis.acceptance import PositionAcceptance
 from lab.analysis.predict import ArmInputs, predict
@@ -58,6 +59,43 @@ def test_a_step_that_keeps_some_drafts_is_priced_between_keeping_none_and_all() 
     assert predict(half, _probe(PRICES_STEPS), inputs, [2])[0].kept_share is None
 
 
+def test_a_runs_server_probe_sends_requests_as_long_as_the_runs_cells() -> None:
+    from lab_llamacpp_server import probe
+
+    from lab.api import BackendContext
+    from lab.base.profile import RunSettings
+
+    alone = BackendContext(RunSettings(max_tokens=400), "", lambda _t: None)
+    # lab probe alone: the probe's own lengths, whatever the settings say
+    assert probe.request_lengths(alone, 5) == (probe._tokens(5), probe.WARMUP_TOKENS)
+    run = RunSettings(max_tokens=256, warmup_tokens=0)
+    in_run = BackendContext(run, "", lambda _t: None, probe_requests=run.request_lengths())
+    assert probe.request_lengths(in_run, 5) == (256, 256)
+    # never fewer tokens than the width's figures need
+    assert probe.request_lengths(in_run, 17) == (probe._tokens(17), 256) and probe._tokens(17) > 256
+    short = RunSettings(max_tokens=24, warmup_tokens=8)
+    assert probe.request_lengths(BackendContext(short, "", lambda _t: None, probe_requests=short.request_lengths()),
+                                 2) == (probe._tokens(2), probe.WARMUP_TOKENS)
+
+
+def test_only_a_probe_that_times_requests_keys_on_the_runs_lengths() -> None:
+    from lab.probing import driver
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+
+    registry = load_registry()
+    profile = parse_profile(PROFILE, "p.toml", registry)
+    specs, _ = driver.plan(profile.arms, 1, registry, None, profile.run.request_lengths())
+    by = {s.backend: s for s in specs}
+    assert by["llamacpp-server"].request_tokens == (72, 64) and by["llamacpp"].request_tokens is None
+    assert by["llamacpp-server"].identity()["request_tokens"] == [72, 64]
+    assert "request_tokens" not in by["llamacpp"].identity()
+    other, _ = driver.plan(profile.arms, 1, registry, None, (400, 64))
+    keys = {s.backend: s.key() for s in other}
+    # a run of longer cells measures its server probe again; the in-process probe is the same
+    assert keys["llamacpp-server"] != by["llamacpp-server"].key() and keys["llamacpp"] == by["llamacpp"].key()
+
+
 def test_the_server_says_which_arms_it_cannot_price() -> None:
     from lab_llamacpp_server.backend import LlamaDFlashBackend, LlamaServerBackend
 
@@ -92,7 +130,7 @@ def _need_server() -> None:
 
 PROFILE = """
 [run]
-max_tokens = 48
+max_tokens = 72
 rounds = 1
 warmup = 0
 threads = 1
@@ -157,12 +195,15 @@ def test_a_server_row_is_priced_by_the_server(tmp_path: Path, own_cache: None) -
     assert list(server.origin["arms"]) == ["server-draft"]
     for w in server.widths:
         note = server.notes["widths"][str(w)]
-        assert note["tokens"] > 0 and server.pass_seconds(w) > 0
+        # requests as long as the run's cells (72 tokens, more than the probe's own 48-64 at w <= 3), warmed up as
+        # they are, and never shorter than the width's figures need
+        assert note["tokens"] == max(72, _tokens(w)) and note["warmup_tokens"] == 64 and server.pass_seconds(w) > 0
         if w > 1:
             assert f"--spec-draft-n-max {w - 1} --spec-synth-rates" in " ".join(note["argv"])
             # each step kept all its drafts or none, both timed
             assert note["full_steps"] >= 6 and note["kept_none_steps"] >= 6
             assert 0 < server.kept_none_ratio(w) < 4 * server.t_ratio(w)
+    assert any(note["tokens"] == 72 > _tokens(int(w)) for w, note in server.notes["widths"].items())
     data = load_run(store.path)
     preds = {p["arm"]: p for p in predicted_for_rows(data["results"], load_steps(store.path), got)}
     row = preds["server-draft"]

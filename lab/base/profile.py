@@ -46,6 +46,11 @@ class RunSettings:
     # paths, ``..``); off so that a shared profile cannot read what it likes.
     allow_outside_paths: bool = False
 
+    def request_lengths(self) -> tuple[int, int]:
+        """Tokens of a measured cell and of a warmup one (``warmup_tokens``
+        0: a whole cell): what a probe that times requests sends."""
+        return self.max_tokens, self.warmup_tokens or self.max_tokens
+
 
 @dataclass(frozen=True)
 class Prompt:

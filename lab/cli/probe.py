@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             result = driver.measure(
                 target.backend, target.model, widths, method=args.method, repeats=args.repeats,
                 threads=target.threads, registry=registry, options=target.options, bandwidth=not args.no_bandwidth,
-                progress=say, n_ctx=args.n_ctx,
+                progress=say, n_ctx=args.n_ctx, requests=target.requests,
             )
     except KeyboardInterrupt as exc:
         return _interrupted(args, exc, bool(term))
@@ -116,6 +116,7 @@ def _surface(args: argparse.Namespace, ctx: Context, target: ProbeTarget, widths
                 target.backend, target.model, depths, widths, method=args.method, repeats=args.repeats,
                 threads=target.threads, registry=ctx.registry, options=target.options,
                 bandwidth=not args.no_bandwidth, progress=say, n_ctx=n_ctx, on_curve=finished,
+                requests=target.requests,
             )
             first = done[0]
             if first.bandwidth_bytes_s and first.model_bytes and not first.on_gpu:

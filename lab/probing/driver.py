@@ -48,6 +48,7 @@ def measure(
     progress: Callable[[str], None] | None = None,
     depth: int | None = None,
     n_ctx: int | None = None,
+    requests: tuple[int, int] | None = None,
 ) -> Probe:
     """Load ``backend`` on ``model`` the way a baseline arm would and measure
     T(w) ``repeats`` times. The hook the analysis and a runner can call.
@@ -55,9 +56,11 @@ def measure(
     ``depth``: tokens in the KV cache before each timed pass, for a backend
     method that can place one (``Probing.probe_depth_methods``); None
     measures at the backend's own prefix. ``n_ctx``: the context the
-    backend is loaded with (default: :func:`default_n_ctx`)."""
+    backend is loaded with (default: :func:`default_n_ctx`). ``requests``:
+    a run's (tokens, warmup tokens), for a probe that times requests."""
     return measure_depths(backend, model, (depth,), widths, method=method, repeats=repeats, threads=threads,
-                          registry=registry, options=options, bandwidth=bandwidth, progress=progress, n_ctx=n_ctx)[0]
+                          registry=registry, options=options, bandwidth=bandwidth, progress=progress, n_ctx=n_ctx,
+                          requests=requests)[0]
 
 
 def measure_depths(
@@ -74,6 +77,7 @@ def measure_depths(
     progress: Callable[[str], None] | None = None,
     n_ctx: int | None = None,
     on_curve: Callable[[Probe], None] | None = None,
+    requests: tuple[int, int] | None = None,
 ) -> list[Probe]:
     """:func:`measure` at each of ``depths`` in turn, the model loaded once
     (with room for the deepest) and the machine's bandwidth measured once,
@@ -107,7 +111,7 @@ def measure_depths(
         if min(placed) < 0:
             raise ProbeError(f"a KV depth is 0 or more tokens, not {min(placed)}")
     deepest = max(placed) if placed else None
-    n_ctx = n_ctx or default_n_ctx(widths, deepest)
+    n_ctx = n_ctx or default_n_ctx(widths, deepest, requests[0] if requests and cls.probe_times_requests else None)
     if deepest is not None and deepest + max(widths) > n_ctx:
         raise ProbeError(f"n_ctx {n_ctx} cannot hold a KV depth of {deepest} tokens and the widest width "
                          f"{max(widths)} (needs {deepest + max(widths)}): a larger --n-ctx, or a shallower depth")
@@ -116,7 +120,8 @@ def measure_depths(
         name="probe", backend=backend, model=model, drafter=None, n_max=None, options=dict(options or {}),
         drafter_options={}, baseline=None, is_baseline=True, stack=cls.stack, group="probe",
     )
-    instance = cls(arm, BackendContext(run=run, run_dir="", log=lambda _t: None))
+    timed_requests = requests if cls.probe_times_requests else None
+    instance = cls(arm, BackendContext(run=run, run_dir="", log=lambda _t: None, probe_requests=timed_requests))
 
     def emit(_event: Event) -> None:
         return None
@@ -200,10 +205,11 @@ def measure_depths(
     return [dataclasses.replace(c, bandwidth_bytes_s=bw, model_bytes=model_bytes) for c in curves]
 
 
-def default_n_ctx(widths: Sequence[int], depth: int | None = None) -> int:
+def default_n_ctx(widths: Sequence[int], depth: int | None = None, tokens: int | None = None) -> int:
     """The context a probe loads with: room for its widest pass after the
-    backend's own prefix, and for ``depth`` tokens before the widest width."""
-    return max(1024, 4 * max(widths) + 512, (depth or 0) + max(widths))
+    backend's own prefix, for ``depth`` tokens before the widest width, and
+    for a request of ``tokens`` after its prompt."""
+    return max(1024, 4 * max(widths) + 512, (depth or 0) + max(widths), (tokens or 0) + 512)
 
 
 def depth_refusal(cls: type[Probing], backend: str, method: str) -> None:
@@ -226,7 +232,8 @@ def depth_refusal(cls: type[Probing], backend: str, method: str) -> None:
 DEFAULT_REPEATS = 1
 # 2: a llama.cpp probe on a GPU prices T(1) as the baseline decodes it.
 # 3: a llama-server probe times steps that kept none of their drafts too.
-CACHE_VERSION = 3
+# 4: a llama.cpp probe on a GPU times the passes that switch width too.
+CACHE_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,8 @@ class ProbeSpec:
     arms: tuple[str, ...] = ()
     # tokens in the KV cache before the timed passes; None: the backend's own prefix
     depth: int | None = None
+    # a probe that times whole requests: the run's (request, warmup) tokens; None elsewhere
+    request_tokens: tuple[int, int] | None = None
 
     @property
     def label(self) -> str:
@@ -253,11 +262,13 @@ class ProbeSpec:
         its file, so a rebuilt model is probed again), threads, the arm's
         backend options (GPU layers, batch-invariant decoding and the like)
         and the machine (CPU model, cores, GPUs); the KV depth where one is
-        asked for (absent otherwise, so probes cached before depths existed
-        keep their keys)."""
+        asked for and the run's request lengths where the probe times
+        requests (each absent otherwise, so older probes keep their keys)."""
         from lab.telemetry.bandwidth import machine_identity
 
-        at_depth = {"depth": self.depth} if self.depth is not None else {}
+        at_depth: dict[str, Any] = {"depth": self.depth} if self.depth is not None else {}
+        if self.request_tokens is not None:
+            at_depth["request_tokens"] = list(self.request_tokens)
         return at_depth | {
             "kind": KIND, "version": VERSION, "cache_version": CACHE_VERSION,
             "backend": self.backend, "model": self.model, "model_file": _model_file_identity(self.model),
@@ -284,10 +295,12 @@ def _model_file_identity(model: str) -> list[Any] | None:
 
 
 def plan(arms: Sequence[Any], threads: int, registry: Registry,
-         depth: int | None = None) -> tuple[list[ProbeSpec], list[str]]:
+         depth: int | None = None, requests: tuple[int, int] | None = None) -> tuple[list[ProbeSpec], list[str]]:
     """The stacks to probe for a run: one per distinct target stack that
     speculates, widths for every n_max it runs, at KV ``depth`` where the
-    stack's probe can place one (``[run] probe_depth``). Also a line per
+    stack's probe can place one (``[run] probe_depth``), with requests of
+    the run's (tokens, warmup tokens) where the probe times whole requests
+    (``RunSettings.request_lengths``). Also a line per
     stack that cannot be probed (its backend has no Probing capability) or
     is probed at its own prefix instead of the depth asked for."""
     from lab.api import Probing
@@ -327,7 +340,9 @@ def plan(arms: Sequence[Any], threads: int, registry: Registry,
         if old is not None:
             wanted |= set(old.widths)
             arms_of = (*old.arms, arm.name)
-        specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)), arms_of, depth=at)
+        lengths = requests if cls.probe_times_requests else None
+        specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)), arms_of, depth=at,
+                                 request_tokens=lengths)
     return list(specs.values()), skipped
 
 
@@ -392,6 +407,7 @@ def obtain(
         p = measure(
             spec.backend, spec.model, widths=spec.widths, repeats=repeats, threads=spec.threads,
             registry=reg, options=spec.options, bandwidth=False, progress=progress, depth=spec.depth,
+            requests=spec.request_tokens,
         )
         t_curve = time.perf_counter() - t0
         bw = machine_bandwidth(threads=spec.threads or None, root=root)

@@ -75,6 +75,7 @@ def obtain_isolated(
             "backend": spec.backend, "model": spec.model, "threads": spec.threads, "options": dict(spec.options),
             "widths": list(spec.widths), "repeats": repeats, "root": str(root) if root is not None else None,
             "out": str(out), "depth": spec.depth,
+            "request_tokens": list(spec.request_tokens) if spec.request_tokens is not None else None,
         }, default=str), encoding="utf-8")
         logfile = Path(tmp) / "child.log"
         with open(logfile, "w+", encoding="utf-8", errors="replace") as child_log:
@@ -122,8 +123,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop_asked)
     req = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     depth = req.get("depth")
+    lengths = req.get("request_tokens")
     spec = ProbeSpec(req["backend"], req["model"], int(req["threads"]), dict(req["options"]),
-                     tuple(int(w) for w in req["widths"]), depth=int(depth) if depth is not None else None)
+                     tuple(int(w) for w in req["widths"]), depth=int(depth) if depth is not None else None,
+                     request_tokens=(int(lengths[0]), int(lengths[1])) if lengths else None)
     root = Path(req["root"]) if req.get("root") else None
     p = obtain(spec, load_registry(), repeats=int(req["repeats"]), root=root,
                progress=lambda text: print(text, flush=True))

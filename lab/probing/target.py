@@ -34,6 +34,8 @@ class ProbeTarget:
     options: Mapping[str, Any] = field(default_factory=dict)
     threads: int = 0
     source: str = "command line"  # or "PROFILE arm NAME"
+    # the profile's (tokens, warmup tokens) per request, for a probe that times requests
+    requests: tuple[int, int] | None = None
 
 
 def parse_value(opt: Option, text: str, where: str) -> Any:
@@ -102,6 +104,7 @@ def resolve(
     base_options: dict[str, Any] = {}
     source = "command line"
     base_threads = 0
+    requests = None
     if profile is not None:
         from lab.profile.load import load_profile
 
@@ -121,8 +124,9 @@ def resolve(
         base_options = dict(chosen.options)
         base_threads = prof.run.threads
         source = f"{profile} arm {chosen.name}"
+        requests = prof.run.request_lengths()
     elif arm is not None:
         raise ProbeTargetError("--arm names an arm of --profile: give the profile too")
     backend = backend or DEFAULT_BACKEND
     laid = {**base_options, **parse_options(registry, backend, options)}
-    return ProbeTarget(backend, model or DEFAULT_MODEL, laid, threads or base_threads, source)
+    return ProbeTarget(backend, model or DEFAULT_MODEL, laid, threads or base_threads, source, requests)

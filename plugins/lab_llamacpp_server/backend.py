@@ -79,6 +79,8 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
     gpu_layers_option = "n_gpu_layers"
     # whole steps through the server itself (lab_llamacpp_server.probe)
     probe_methods: ClassVar[tuple[str, ...]] = ("server-steps",)
+    # its figures are whole requests' steps: a run's probe sends requests of the run's length
+    probe_times_requests: ClassVar[bool] = True
 
     @classmethod
     def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -107,6 +107,22 @@ def _tokens(width: int) -> int:
     return max(MIN_TOKENS, STEPS_PER_REQUEST * (width + 1) // 2)
 
 
+def request_lengths(ctx: BackendContext, width: int) -> tuple[int, int]:
+    """Tokens of a timed request and of the warmup one at ``width``. A
+    run's probe sends requests as long as the run's cells, warmed up as
+    they are (``ctx.probe_requests``), never shorter than the steps the
+    width's figures need: a server's first steps of a request and of a
+    freshly loaded engine can cost more than its later ones (on an H100,
+    a 1B draft's first dozen steps 17 ms against 14 ms), so a probe of short
+    requests prices a step above the run's. ``lab probe`` alone keeps its
+    own lengths."""
+    own = _tokens(width)
+    if ctx.probe_requests is None:
+        return own, WARMUP_TOKENS
+    tokens, warmup = ctx.probe_requests
+    return max(own, int(tokens)), max(WARMUP_TOKENS, int(warmup))
+
+
 def measure(
     backend_cls: type[Backend], plain_cls: type[Backend], arm: Arm, ctx: BackendContext, widths: Sequence[int],
     say: Callable[[str], None] = lambda _t: None,
@@ -126,7 +142,7 @@ def measure(
     per_width: dict[str, Any] = {}
     build: Any = None
     with tempfile.TemporaryDirectory(prefix="lab-server-probe-") as logs:
-        inner_ctx = BackendContext(run=ctx.run, run_dir=logs, log=ctx.log)
+        inner_ctx = BackendContext(run=ctx.run, run_dir=logs, log=ctx.log, probe_requests=ctx.probe_requests)
         for w in widths:
             if w == 1:
                 options = baseline_options(arm.options)
@@ -192,14 +208,15 @@ def _one_width(cls: type[Backend], arm: Arm, ctx: BackendContext, width: int) ->
         except EngineFailure as e:
             # the server's own last words, not only that it stopped
             raise ProbeError(f"width {width}: {e}{_reason(e.log_excerpt)}") from e
-        instance.generate(_request(Cell(arm.name, "probe", 0), WARMUP_TOKENS, n_max, full), emit, lambda: False)
-        gens = [instance.generate(_request(Cell(arm.name, "probe", i), _tokens(width), n_max, full), emit, lambda: False)
+        tokens, warmup = request_lengths(ctx, width)
+        instance.generate(_request(Cell(arm.name, "probe", 0), warmup, n_max, full), emit, lambda: False)
+        gens = [instance.generate(_request(Cell(arm.name, "probe", i), tokens, n_max, full), emit, lambda: False)
                 for i in range(1, TIMED_REQUESTS + 1)]
         report = instance.report()
     finally:
         instance.close()
     note: dict[str, Any] = {"argv": report.get("argv"), "server_build": report.get("server_build"),
-                            "tokens": len(gens[0].ids), "gen_s": [g.gen_s for g in gens]}
+                            "tokens": len(gens[0].ids), "warmup_tokens": warmup, "gen_s": [g.gen_s for g in gens]}
     streams = int(arm.options.get("concurrency") or 1)
     if width == 1 or streams > 1:
         if any(not g.ids or g.gen_s <= 0 for g in gens):
