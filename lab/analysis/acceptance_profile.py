@@ -14,7 +14,8 @@ source machine's, for the inputs the other machine's probe does not give::
                   "backend", "target", "drafter", "drafter_model", "drafter_options", "n_max",
                   "temperature", "prompts", "prompt_sha256", "reached": [...], "accepted": [...],
                   "conditional": [...], "unconditional": [...],   # for people; ignored when loading
-                  "costs": {"baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share"} | null}]}
+                  "costs": {"baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share",
+                            "switch_in_share", "switch_out_share"} | null}]}
 
 :func:`predict_on` prices one entry with a probe through
 :func:`lab.analysis.predict.predict`, the one prediction formula, and says
@@ -54,6 +55,11 @@ class Costs:
     draft_s_per_token: float
     loop_s_per_step: float
     plain_share: float
+    # shares of passes that switched width (steps after another width, plain
+    # decodes after a step): the text's and drafter's, like the plain share;
+    # files written before the loop counted them read 0
+    switch_in_share: float = 0.0
+    switch_out_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,8 @@ def _costs(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     if inputs is None:
         return None
     return {"baseline_token_s": inputs.baseline_token_s, "draft_s_per_token": inputs.draft_s_per_token,
-            "loop_s_per_step": inputs.loop_s_per_step, "plain_share": inputs.plain_share}
+            "loop_s_per_step": inputs.loop_s_per_step, "plain_share": inputs.plain_share,
+            "switch_in_share": inputs.switch_in_share, "switch_out_share": inputs.switch_out_share}
 
 
 def _entry(scope: str, arm: str, name: str, rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
@@ -240,9 +247,13 @@ def _entry_of(raw: Any, i: int, path: str) -> Entry:
         if not isinstance(c, Mapping):
             raise AcceptanceProfileError(f"{where}: costs must be an object or null")
         costs = Costs(*(_number(c.get(k), k, where) for k in
-                        ("baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share")))
+                        ("baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share")),
+                      *(_number(c[k], k, where) if c.get(k) is not None else 0.0
+                        for k in ("switch_in_share", "switch_out_share")))
         if costs.baseline_token_s <= 0 or costs.plain_share >= 1:
             raise AcceptanceProfileError(f"{where}: costs need a baseline token above 0 s and a plain share below 1")
+        if not (0 <= costs.switch_in_share <= 1 and 0 <= costs.switch_out_share <= 1):
+            raise AcceptanceProfileError(f"{where}: switch shares are shares of passes, 0 to 1")
     n_max = raw.get("n_max")
     temperature = raw.get("temperature")
     return Entry(
@@ -354,8 +365,29 @@ def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
             loop_s = ratio * token_s
             loop_from = f"{OTHER_MACHINE}: {ratio:.3f} baseline tokens per step there (--loop-us gives this machine's)"
     inputs = predict.ArmInputs(baseline_token_s=token_s, draft_s_per_token=draft_s, plain_share=c.plain_share,
-                               n_max=entry.n_max, loop_s_per_step=loop_s)
+                               n_max=entry.n_max, loop_s_per_step=loop_s, switch_in_share=c.switch_in_share,
+                               switch_out_share=c.switch_out_share)
     return inputs, draft_from, loop_from
+
+
+def switch_words(entry: Entry, probe: Probe) -> str:
+    """Where the cost of passes that switch width came from, in words: the
+    shares of such passes from the acceptance file's run (the text's and the
+    drafter's), their price from the probe's machine, at the entry's n_max."""
+    c = entry.costs
+    if probe.prices_steps:
+        return f"inside the probe's whole steps ({probe.priced_by})"
+    if c is None or not (c.switch_in_share or c.switch_out_share):
+        return "none counted in the acceptance file's run (every pass as wide as the one before, or a file from " \
+               "before the loop counted them)"
+    shares = (f"{c.switch_in_share:.0%} of passes a step after another width, {c.switch_out_share:.0%} a plain "
+              "decode after a step (the acceptance file's run)")
+    width = (entry.n_max or 1) + 1
+    ratios = probe.switch_ratio(width)
+    if ratios is None:
+        return shares + "; priced at 0: the probe timed no passes that switch width (on a CPU nothing is rebuilt)"
+    return shares + (f"; the probe's machine: {ratios[0]:.2f} / {ratios[1]:.2f} baseline tokens more for such a "
+                     f"pass at w = {width}")
 
 
 def predict_on(entry: Entry, probe: Probe, draft_probe: Probe | None = None,

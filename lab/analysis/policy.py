@@ -137,7 +137,9 @@ def step_prices(probe: Probe, inputs: predict.ArmInputs, n_max: int) -> tuple[fl
         t = probe.t_ratio(n + 1)
         if t is None:
             break
-        prices.append(t + n * per_token + loop)
+        # the passes that switch width, at the row's shares, as the prediction prices them
+        switching = 0.0 if whole else predict.switch_cost(probe, n + 1, inputs)
+        prices.append(t + n * per_token + loop + switching)
     return tuple(prices)
 
 

@@ -30,6 +30,21 @@ s = (L(n) - 1) / n of its drafts on average costs
     C(n) = T0(n + 1) + s (T(n + 1) - T0(n + 1)),
 
 and the full-acceptance figure alone where it did not.
+
+A GPU backend that replays a captured graph (llama.cpp on CUDA) rebuilds it
+when a pass has another shape than the one before: a step after a plain
+decode, a plain decode after a step. A drafter that drafts only some steps
+(n-grams) pays that twice per run of plain tokens. Where the probe timed
+passes that switch width (``Probe.switch_ratio``: s_in for w rows after one,
+s_out for one row after w, in baseline tokens over the back-to-back passes)
+and the row counted its switches (a share r_in of its passes were steps after
+another width, r_out plain decodes after a step), every pass costs
+r_in s_in + r_out s_out more on average, which the prediction spreads over
+the steps:
+
+    switch cost = (r_in s_in + r_out s_out) / (1 - q).
+
+The shares are the row's, as the plain share is, at every n_max of the curve.
 """
 
 from __future__ import annotations
@@ -55,10 +70,12 @@ class Prediction:
     # the share of its drafts a step keeps, where verify_cost was read between
     # the probe's step that kept none and its step that kept all; None otherwise
     kept_share: float | None = None
+    # graph rebuilds of passes that switch width, per step, baseline tokens
+    switch_cost: float = 0.0
 
     @property
     def cost(self) -> float:
-        return self.verify_cost + self.draft_cost + self.loop_cost
+        return self.verify_cost + self.draft_cost + self.loop_cost + self.switch_cost
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,10 @@ class ArmInputs:
     plain_share: float
     n_max: int | None
     loop_s_per_step: float = 0.0
+    # shares of all passes (plain decodes and steps): steps after a pass of
+    # another width, plain decodes after a step (0 where the loop did not count)
+    switch_in_share: float = 0.0
+    switch_out_share: float = 0.0
 
 
 def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
@@ -92,12 +113,20 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
                 and r["engine_report"].get("loop_steps") and r["engine_report"].get("loop_overhead_s") is not None]
     loop_steps = sum(int(e["loop_steps"]) for e in reported)
     loop_s = sum(max(0.0, float(e["loop_overhead_s"])) for e in reported)
+    # switches between widths, from rows whose loop counted them
+    counted = [(r, r["engine_report"]) for r in ok if isinstance(r.get("engine_report"), Mapping)
+               and r["engine_report"].get("switch_steps") is not None]
+    passes = sum(int(r["steps"]) + max(0, int(r.get("plain_tokens") or 0) - 1) for r, _ in counted)
+    switch_in = sum(int(e["switch_steps"]) for _, e in counted)
+    switch_out = sum(int(e.get("switch_plain") or 0) for _, e in counted)
     return ArmInputs(
         baseline_token_s=token_s,
         draft_s_per_token=draft_s / drafted if drafted else 0.0,
         plain_share=plain / (plain + steps) if plain + steps else 0.0,
         n_max=ok[0].get("n_max"),
         loop_s_per_step=loop_s / loop_steps if loop_steps else 0.0,
+        switch_in_share=switch_in / passes if passes else 0.0,
+        switch_out_share=switch_out / passes if passes else 0.0,
     )
 
 
@@ -119,9 +148,24 @@ def predict(
         if t is None:
             continue
         draft_cost = n * draft_per_token
-        speedup = (q + (1 - q) * landed) / (q + (1 - q) * (t + draft_cost + loop_cost))
-        out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole, kept))
+        switching = 0.0 if whole else switch_cost(probe, n + 1, inputs)
+        speedup = (q + (1 - q) * landed) / (q + (1 - q) * (t + draft_cost + loop_cost + switching))
+        out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole, kept, switching))
     return out
+
+
+def switch_cost(probe: Probe, width: int, inputs: ArmInputs) -> float:
+    """Per step of ``width`` rows, in baseline tokens: the passes that switch
+    width, priced by the probe's switching passes (see the module's notes);
+    0 where the probe timed none or the row switched never."""
+    q = inputs.plain_share
+    if q >= 1 or not (inputs.switch_in_share or inputs.switch_out_share):
+        return 0.0
+    ratios = probe.switch_ratio(width)
+    if ratios is None:
+        return 0.0
+    s_in, s_out = ratios
+    return (inputs.switch_in_share * s_in + inputs.switch_out_share * s_out) / (1 - q)
 
 
 def best(predictions: Sequence[Prediction]) -> Prediction | None:

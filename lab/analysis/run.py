@@ -192,7 +192,7 @@ def predictions(
             "curve": [
                 {"n_max": p.n_max, "speedup": p.speedup, "landed": p.landed, "verify_cost": p.verify_cost,
                  "draft_cost": p.draft_cost, "loop_cost": p.loop_cost, "extrapolated": p.extrapolated,
-                 "kept_share": p.kept_share}
+                 "kept_share": p.kept_share, "switch_cost": p.switch_cost}
                 for p in preds
             ],
         })

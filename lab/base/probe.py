@@ -297,6 +297,31 @@ class Probe:
         share = min(1.0, max(0.0, kept_share))
         return none + (full - none) * share
 
+    def switch_ratio(self, w: int) -> tuple[float, float] | None:
+        """What a pass costs beyond its back-to-back figure when the pass
+        before it had another width, in baseline tokens: (w rows after one
+        row, one row after w rows), where the probe timed such passes (its
+        notes' ``switch_s`` from its last repeat: per width the pass back to
+        back, after one row, and one row after it, beside one row back to
+        back; see :func:`lab.analysis.predict.predict`); never below 0;
+        linear between measured widths; None elsewhere."""
+        table = self.notes.get("switch_s")
+        if not isinstance(table, Mapping) or not isinstance(table.get("widths"), Mapping):
+            return None
+        unit = self.seconds[-1][0]
+        try:
+            one = float(table["one_s"])
+            rows = {int(k): tuple(float(x) for x in v) for k, v in table["widths"].items()}
+        except (KeyError, TypeError, ValueError):
+            return None
+        good = {k: v for k, v in rows.items()
+                if k > 1 and len(v) == 3 and all(math.isfinite(x) and x > 0 for x in v)}
+        into = _between({k: max(0.0, (v[1] - v[0]) / unit) for k, v in good.items()}, w)
+        out = _between({k: max(0.0, (v[2] - one) / unit) for k, v in good.items()}, w)
+        if into is None or out is None or not math.isfinite(one):
+            return None
+        return into, out
+
     def t_range(self, w: int) -> tuple[float, float, float]:
         """min, median, max of T(w) over repeats."""
         rs = self._ratios(w)

@@ -80,6 +80,11 @@ class LoopStats:
 
     steps: int = 0
     plain_tokens: int = 0
+    # target passes of another width than the pass before them: a step after
+    # a plain decode or a step of another width, and a plain decode after a
+    # step (a GPU backend that replays a captured graph rebuilds it then)
+    switch_steps: int = 0
+    switch_plain: int = 0
     empty_drafts: int = 0
     empty_draft_s: float = 0.0
     engine_s: float = 0.0
@@ -100,6 +105,8 @@ class LoopStats:
         what the loop adds to a row's ``engine_report``."""
         return {
             "plain_tokens": self.plain_tokens - start.plain_tokens,
+            "switch_steps": self.switch_steps - start.switch_steps,
+            "switch_plain": self.switch_plain - start.switch_plain,
             "empty_drafts": self.empty_drafts - start.empty_drafts,
             "empty_draft_s": self.empty_draft_s - start.empty_draft_s,
             "loop_overhead_s": self.overhead_s() - start.overhead_s(),
@@ -325,6 +332,7 @@ def _run(
     policy = req.draft_policy if drafter is not None and req.draft_policy != FIXED else None
     length = n_max
     step = 0  # this cell's steps; stats.steps counts the arm's
+    last_width = 0  # rows of the last target pass; the prompt's pass counts as none
     while len(out.ids) < req.max_tokens:
         if overlap is None and cancelled():
             raise Cancelled()
@@ -352,6 +360,8 @@ def _run(
             stats.engine_s += now() - t_b - ep.own_s - ep.held_s
             pending = target.pick(-1)
             stats.plain_tokens += 1
+            stats.switch_plain += last_width > 1
+            last_width = 1
             out.land([pending], from_draft=False)
             context.append(pending)
             stats.loop_s += now() - t_a - ep.held_s
@@ -376,6 +386,8 @@ def _run(
         context.extend(landed)
         pending = correction
         stats.steps += 1
+        stats.switch_steps += last_width not in (0, len(drafted) + 1)
+        last_width = len(drafted) + 1
         stats.engine_s += t_c - t_b - not_step
         stats.draft_s += t_b - t_a
         out.send(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lab.analysis.acceptance_profile import AcceptanceProfile, CrossPrediction, probe_machine_words
+from lab.analysis.acceptance_profile import AcceptanceProfile, CrossPrediction, probe_machine_words, switch_words
 from lab.base.probe import Probe, format_widths
 
 
@@ -55,6 +55,7 @@ def render(profile: AcceptanceProfile, probe: Probe, predictions: Sequence[Cross
                      + f", {e.positions.drafting_steps} drafting steps")
         lines.append(f"  draft cost: {c.draft_from}")
         lines.append(f"  loop cost: {c.loop_from}")
+        lines.append(f"  width switches: {switch_words(e, probe)}")
         for w in c.warnings:
             lines.append(f"  ⚠ {w}")
         lines += _curve(c)

@@ -381,7 +381,7 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{'*' if p.get('best_extrapolated') else ''} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
-    notes = _t1_notes(data["results"], preds, pool)
+    notes = _t1_notes(data["results"], preds, pool) + _switch_notes(preds)
     if notes:
         lines += [""] + notes
     lines += [
@@ -404,6 +404,22 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
            "so its figures price another engine's steps." if any(not p["probe_matches"] for p in preds) else ""),
     ]
     return lines
+
+
+def _switch_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line per row whose passes switch width where the probe priced such
+    passes: what that adds to a step at the row's own n_max."""
+    out = []
+    for p in preds:
+        own = next((c for c in p.get("curve") or () if c.get("n_max") == p.get("n_max")), None)
+        cost = float(own.get("switch_cost") or 0.0) if own else 0.0
+        if own is not None and cost >= 0.005:
+            total = own["verify_cost"] + own["draft_cost"] + own["loop_cost"] + cost
+            out.append(f"- {p['arm']} / {p['prompt']}: its passes switch width (a step after a plain decode, a plain "
+                       f"decode after a step), which the probe timed costing more than back to back (a GPU backend "
+                       f"rebuilds its captured graph): {cost:.2f} of a step's {total:.2f} baseline tokens at n_max "
+                       f"{p['n_max']}.")
+    return out
 
 
 def _error(predicted: float | None, measured: float | None) -> str:

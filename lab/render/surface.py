@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lab.analysis.acceptance_profile import AcceptanceProfile, probe_machine_words
+from lab.analysis.acceptance_profile import AcceptanceProfile, probe_machine_words, switch_words
 from lab.analysis.surface import DepthPrediction, SurfacePrediction
 from lab.base.probe import Probe, Surface, format_widths
 
@@ -99,6 +99,7 @@ def render_surface_predictions(profile: AcceptanceProfile, surface: Surface,
                      + f", {e.positions.drafting_steps} drafting steps")
         lines.append(f"  draft cost: {c.draft_from}")
         lines.append(f"  loop cost: {c.loop_from}")
+        lines.append(f"  width switches: {switch_words(e, first)}")
         for w in c.warnings:
             lines.append(f"  ⚠ {w}")
         n_values = sorted({p.n_max for d in sp.depths for p in d.predictions})

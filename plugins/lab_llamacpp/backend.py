@@ -331,7 +331,9 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
                 "one_row_pick": "device" if self.gpu_pick_one_row else "host",
             }
             if not self.gpu_pick_verifies:
-                return probe.decode_pass_seconds(self.context, widths, order=order, depth=depth)
+                seconds = probe.decode_pass_seconds(self.context, widths, order=order, depth=depth)
+                self._switches(widths, depth, order)
+                return seconds
             from lab_llamacpp.gpu_pick import backend_greedy, host_greedy
 
             # The loop's verify passes run the sampler in the graph and copy
@@ -347,6 +349,9 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
             if rest:
                 backend_greedy(self.context)
                 by_width.update(zip(rest, probe.decode_pass_seconds(self.context, rest, order=order, depth=depth)))
+            # a drafting arm picks every pass, plain decodes too, with the backend chain
+            backend_greedy(self.context)
+            self._switches(widths, depth, order)
             return [by_width[w] for w in widths]
         if method == "batched-bench":
             if self.arm.model is None:
@@ -356,6 +361,19 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
             self._probe_notes = {**notes, "threads": threads}
             return seconds
         raise ValueError(f"unknown probe method {method!r}; use {', '.join(self.probe_methods)}")
+
+    def _switches(self, widths: Sequence[int], depth: int, order: str) -> None:
+        """On a GPU, the passes that change width as a drafting arm runs
+        them (``switch_s``, see ``lab_llamacpp.probe.switch_pass_seconds``):
+        back to back is what every width's figure is, so only a probe that
+        times them so adds them. On the CPU nothing is captured or rebuilt,
+        and nothing is timed."""
+        from lab_llamacpp import probe
+
+        if order != "consecutive" or not int(self.arm.options.get("n_gpu_layers", 0)) or max(widths) < 2:
+            return
+        assert self.context is not None
+        self._probe_notes["switch_s"] = probe.switch_pass_seconds(self.context, widths, depth=depth)
 
     def probe_notes(self) -> dict[str, Any]:
         return dict(self._probe_notes)

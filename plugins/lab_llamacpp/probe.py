@@ -21,7 +21,7 @@ import os
 import statistics
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lab.kit.llama_tools import find_llama_tool, missing_tool_hint
 
@@ -57,24 +57,14 @@ def prefix_tokens(ctx: Context, depth: int) -> list[int]:
     return tokens[:depth]
 
 
-def decode_pass_seconds(
-    ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES, order: str = "consecutive",
-    depth: int = PREFIX_TOKENS,
-) -> list[float]:
-    """Median seconds of one verification pass of w rows, per width, with
-    ``depth`` tokens in the KV cache before each pass.
-
-    ``order``: "consecutive" times each width's passes back to back (what a
-    speculative loop of one n_max does); "interleaved" cycles through the
-    widths on every pass, which spreads slow drift (another process, clock
-    frequency) over all widths but rebuilds a GPU backend's graph each pass."""
-    if order not in ORDERS:
-        raise ValueError(f"probe order {order!r}: use {' or '.join(ORDERS)}")
+def _timed_passes(ctx: Context, widths: Sequence[int], depth: int) -> Callable[[int], float]:
+    """The cache reset and ``depth`` tokens of filler decoded; then a
+    function that times one pass of w filler rows with logits for every row
+    and rolls it back."""
     if depth + max(widths) > ctx.n_ctx:
         raise ValueError(f"n_ctx {ctx.n_ctx} cannot hold a KV depth of {depth} tokens and the widest width "
                          f"{max(widths)} (needs {depth + max(widths)})")
-    model = ctx.model
-    rows = model.tokenize(_PREFIX_TEXT * 4, add_special=False)
+    rows = ctx.model.tokenize(_PREFIX_TEXT * 4, add_special=False)
     if len(rows) < max(widths):
         raise ValueError(f"widths up to {max(widths)} need more filler tokens than {len(rows)}")
     prefix = prefix_tokens(ctx, depth)
@@ -90,6 +80,23 @@ def decode_pass_seconds(
         ctx.truncate(base)
         return dt
 
+    return one_pass
+
+
+def decode_pass_seconds(
+    ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES, order: str = "consecutive",
+    depth: int = PREFIX_TOKENS,
+) -> list[float]:
+    """Median seconds of one verification pass of w rows, per width, with
+    ``depth`` tokens in the KV cache before each pass.
+
+    ``order``: "consecutive" times each width's passes back to back (what a
+    speculative loop of one n_max does); "interleaved" cycles through the
+    widths on every pass, which spreads slow drift (another process, clock
+    frequency) over all widths but rebuilds a GPU backend's graph each pass."""
+    if order not in ORDERS:
+        raise ValueError(f"probe order {order!r}: use {' or '.join(ORDERS)}")
+    one_pass = _timed_passes(ctx, widths, depth)
     times: dict[int, list[float]] = {w: [] for w in widths}
     if order == "consecutive":
         for w in widths:
@@ -104,6 +111,36 @@ def decode_pass_seconds(
                 times[w].append(one_pass(w))
     ctx.reset()
     return [statistics.median(times[w]) for w in widths]
+
+
+def switch_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES,
+                        depth: int = PREFIX_TOKENS) -> dict[str, Any]:
+    """Passes that change width, as a loop whose drafter drafts only some
+    steps (n-grams) runs them: a plain one-row decode, then a step of w rows,
+    then a plain decode again. Median seconds of one row back to back
+    (``one_s``) and, per width above 1, of w rows back to back, of w rows
+    right after one row, and of one row right after w rows (``widths``). On
+    the CPU the three agree; llama.cpp's CUDA backend rebuilds its captured
+    graph at each change of shape (on an H100, SmolLM2-135M's five-row verify
+    took 4.6 ms after a plain decode against 1.75 ms after another verify)."""
+    one_pass = _timed_passes(ctx, widths, depth)
+    for _ in range(WARM_PASSES):
+        one_pass(1)
+    one = statistics.median(one_pass(1) for _ in range(inner))
+    got: dict[str, list[float]] = {}
+    for w in widths:
+        if w < 2:
+            continue
+        for _ in range(WARM_PASSES):
+            one_pass(w)
+        back = statistics.median(one_pass(w) for _ in range(inner))
+        after_one, one_after = [], []
+        for _ in range(inner):
+            one_after.append(one_pass(1))
+            after_one.append(one_pass(w))
+        got[str(w)] = [back, statistics.median(after_one), statistics.median(one_after)]
+    ctx.reset()
+    return {"one_s": one, "widths": got}
 
 
 def batched_bench_binary() -> str:

@@ -1,0 +1,190 @@
+"""Passes that switch width: a GPU backend that replays a captured graph
+(llama.cpp on CUDA) rebuilds it when a pass has another shape than the one
+before, so a drafter that drafts only some steps pays for every plain
+decode between its steps. The loop counts those passes, the probe times
+them on a GPU, and the prediction prices them (lab.analysis.predict); on
+a CPU nothing is timed and nothing changes."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence, cast
+
+import pytest
+
+from lab.analysis.acceptance import PositionAcceptance
+from lab.analysis.predict import ArmInputs, arm_inputs, predict
+from lab.api import Draft, Drafter, DrafterContext, GenerationRequest
+from lab.base.events import Cell
+from lab.base.probe import Probe
+from lab.kit.speculative import LoopStats, generate
+from tests.test_overlap import VOCAB, Scripted, truth
+from tests.test_policy import PROFILE as POLICY_PROFILE
+
+
+class SomeSteps(Drafter):
+    """Drafts the true continuation on a fixed pattern of iterations (1, 2
+    or 3 tokens, or nothing), so steps of several widths and plain decodes
+    alternate."""
+
+    name = "some-steps"
+    PATTERN = (0, 3, 3, 0, 0, 2, 1, 0, 3)
+
+    def __init__(self, *a: Any) -> None:
+        super().__init__(*a)
+        self.calls = 0
+
+    def draft(self, context: Sequence[int], k: int) -> Draft:
+        n = min(k, self.PATTERN[self.calls % len(self.PATTERN)])
+        self.calls += 1
+        ctx, out = list(context), []
+        for _ in range(n):
+            out.append(truth(ctx) if len(ctx) % 5 else (truth(ctx) + 1) % VOCAB)
+            ctx.append(out[-1])
+        return Draft(tuple(out))
+
+
+def _widths(log: Sequence[str]) -> list[int]:
+    """Rows of every decode after the prompt's, from the target's own log."""
+    decodes = [line for line in log if line.startswith("decode ")]
+    return [len(eval(line[len("decode "):])) for line in decodes[1:]]  # noqa: S307 - the test's own log
+
+
+def test_the_loop_counts_the_passes_that_switch_width() -> None:
+    log: list[str] = []
+    target = Scripted(log)
+    req = GenerationRequest(cell=Cell("arm", "p", 1), prompt="", system=None, chat_template=False,
+                            max_tokens=40, temperature=0.0, seed=0, ignore_eos=True, n_max=3)
+    stats = LoopStats()
+    drafter = SomeSteps({}, cast(DrafterContext, None))
+    gen = generate(target, [3, 14, 15], req, lambda _e: None, lambda: False, drafter=drafter, stats=stats)
+    widths = _widths(log)
+    pairs = list(zip(widths, widths[1:]))
+    # counted from the decodes themselves: a step after a pass of another width, a plain pass after a step
+    into_steps = sum(1 for a, b in pairs if b > 1 and a != b)
+    into_plain = sum(1 for a, b in pairs if b == 1 and a > 1)
+    assert into_steps > 0 and into_plain > 0 and any(a == b > 1 for a, b in pairs)
+    assert (stats.switch_steps, stats.switch_plain) == (into_steps, into_plain)
+    report = gen.engine_report
+    assert (report["switch_steps"], report["switch_plain"]) == (into_steps, into_plain)
+    assert stats.steps + stats.plain_tokens == len(widths)
+
+
+def _probe(switch: dict[str, Any] | None) -> Probe:
+    notes = {"switch_s": switch} if switch is not None else {}
+    return Probe("llamacpp", "m", "decode", (1, 2, 3, 5), ((0.001, 0.0012, 0.0013, 0.0015),), notes=notes)
+
+
+SWITCH = {"one_s": 0.0011, "widths": {"2": [0.0012, 0.0032, 0.0031], "5": [0.0015, 0.0045, 0.0011]}}
+
+
+def test_a_probe_prices_a_switching_pass_over_its_back_to_back_figure() -> None:
+    p = _probe(SWITCH)
+    # in baseline tokens (the probe's one-row pass, 1 ms): w rows after one, one row after w
+    assert p.switch_ratio(2) == pytest.approx((2.0, 2.0))
+    # one row after five rows cost no more than back to back: 0, never below
+    assert p.switch_ratio(5) == pytest.approx((3.0, 0.0))
+    # between measured widths, the line; past them, nothing
+    assert p.switch_ratio(3) == pytest.approx((2 + 1 / 3, 2 - 2 / 3))
+    assert p.switch_ratio(6) is None and p.switch_ratio(1) is None
+    assert _probe(None).switch_ratio(2) is None
+    assert _probe({"one_s": "x", "widths": {}}).switch_ratio(2) is None
+
+
+def test_the_prediction_spreads_the_switches_over_the_steps() -> None:
+    full = PositionAcceptance((100, 100, 100, 100), (90, 80, 70, 60))
+    base = ArmInputs(baseline_token_s=0.001, draft_s_per_token=0.0, plain_share=0.4, n_max=4)
+    switching = ArmInputs(baseline_token_s=0.001, draft_s_per_token=0.0, plain_share=0.4, n_max=4,
+                          switch_in_share=0.3, switch_out_share=0.2)
+    p = _probe(SWITCH)
+    plain = predict(full, p, base, [4])[0]
+    priced = predict(full, p, switching, [4])[0]
+    assert plain.switch_cost == 0.0
+    # (0.3 x 3.0 + 0.2 x 0.0) / (1 - 0.4) baseline tokens a step, at w = 5
+    assert priced.switch_cost == pytest.approx(0.9 / 0.6)
+    q, landed = 0.4, priced.landed
+    assert priced.speedup == pytest.approx((q + (1 - q) * landed) / (q + (1 - q) * (priced.verify_cost + 1.5)))
+    assert priced.speedup < plain.speedup and priced.cost == pytest.approx(plain.cost + 1.5)
+    # a probe that timed no switching passes (a CPU) prices them at 0
+    assert predict(full, _probe(None), switching, [4])[0].speedup == pytest.approx(plain.speedup)
+
+
+def test_a_rows_switch_shares_are_shares_of_its_passes() -> None:
+    rows = [{"status": "ok", "steps": 30, "plain_tokens": 21, "step_cost_tokens": 2.0, "step_s": 0.004, "drafted": 90,
+             "draft_s": 0.0, "n_max": 3,
+             "engine_report": {"switch_steps": 12, "switch_plain": 10, "loop_steps": 30, "loop_overhead_s": 0.0}},
+            {"status": "ok", "steps": 20, "plain_tokens": 1, "step_cost_tokens": 2.0, "step_s": 0.004, "drafted": 60,
+             "draft_s": 0.0, "n_max": 3, "engine_report": {"loop_steps": 20, "loop_overhead_s": 0.0}}]
+    got = arm_inputs(rows)
+    assert got is not None
+    # the second row's loop counted none (a run from before): only the first row's passes are shared out
+    assert got.switch_in_share == pytest.approx(12 / 50) and got.switch_out_share == pytest.approx(10 / 50)
+
+
+@pytest.mark.engine
+def test_switching_passes_are_timed_on_real_llama_cpp() -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+    from lab_llamacpp import probe
+
+    from lab.api import BackendContext
+    from lab.base.profile import Arm, RunSettings
+    from lab.registry import load_registry
+
+    cls = load_registry().backend("llamacpp")
+    arm = Arm(name="p", backend="llamacpp", model="tiny:llama", drafter=None, n_max=None, options={},
+              drafter_options={}, baseline=None, is_baseline=True, stack=cls.stack, group="p")
+    b = cls(arm, BackendContext(RunSettings(threads=1, n_ctx=512), "", lambda _t: None))
+    b.load(lambda _e: None)
+    try:
+        got = probe.switch_pass_seconds(b.context, (1, 2, 4), inner=3, depth=16)
+        assert set(got["widths"]) == {"2", "4"} and got["one_s"] > 0
+        assert all(len(v) == 3 and min(v) > 0 for v in got["widths"].values())
+        # on the CPU a probe measures no switching passes: nothing is captured there to rebuild
+        b.measure_verify_cost((1, 2))
+        assert "switch_s" not in b.probe_notes()
+    finally:
+        b.close()
+
+
+
+
+@pytest.mark.engine
+def test_a_real_runs_switches_priced_by_a_recorded_gpu_probe_reach_the_report(tmp_path: Any) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+    import json
+
+    from lab.base import probe as probes
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+    from lab.render.report import load_for_report, render_json, render_markdown
+    from lab.runner import Runner
+    from lab.store import RunStore
+
+    # a GPU probe as one was recorded: a one-row pass of 1 ms, passes that switch width dearer
+    switching = {"one_s": 0.00105, "widths": {str(w): [0.001 + 0.0001 * w, 0.0035 + 0.0001 * w, 0.0032]
+                                              for w in range(2, 7)}}
+    recorded = probes.Probe("llamacpp", "embedded:smollm2", "decode", tuple(range(1, 7)),
+                            ((0.001, 0.0012, 0.0013, 0.0014, 0.0015, 0.0016),),
+                            notes={"n_gpu_layers": 999, "switch_s": switching})
+    probes.save(recorded, tmp_path / "gpu-probe.json")
+    registry = load_registry()
+    # the policy tests' n-gram profile, with the recorded probe and longer cells
+    text = POLICY_PROFILE.format(policy="").replace("max_tokens = 48", "max_tokens = 64")
+    text = text.replace("warmup = 0", 'warmup = 0\nthreads = 1\nprobe = "gpu-probe.json"')
+    profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
+    store = RunStore(profile, tmp_path / "runs")
+    rows = Runner(profile, registry, store).run()
+    assert {r.status.value for r in rows} == {"ok"}, [r.detail for r in rows]
+    ngram = next(r for r in rows if r.arm == "ngram")
+    report = ngram.engine_report
+    # the n-gram drafter drafts on some steps only: plain decodes sit between its steps
+    assert report["switch_steps"] > 0 and report["switch_plain"] > 0
+    data = load_for_report(store.path)
+    pred = next(p for p in json.loads(render_json(data))["analysis"]["predictions"] if p["arm"] == "ngram")
+    own = next(c for c in pred["curve"] if c["n_max"] == 4)
+    passes = ngram.steps + ngram.plain_tokens - 1  # the first token comes with the prompt
+    q = (ngram.plain_tokens - 1) / passes
+    s_in, s_out = recorded.switch_ratio(5)
+    expected = (report["switch_steps"] / passes * s_in + report["switch_plain"] / passes * s_out) / (1 - q)
+    assert own["switch_cost"] == pytest.approx(expected) and expected > 0.1
+    text = render_markdown(data)
+    assert "- ngram / code: its passes switch width" in text and f"{own['switch_cost']:.2f} of a step's" in text
