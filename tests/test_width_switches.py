@@ -188,3 +188,38 @@ def test_a_real_runs_switches_priced_by_a_recorded_gpu_probe_reach_the_report(tm
     assert own["switch_cost"] == pytest.approx(expected) and expected > 0.1
     text = render_markdown(data)
     assert "- ngram / code: its passes switch width" in text and f"{own['switch_cost']:.2f} of a step's" in text
+
+
+def _acceptance(costs: dict[str, Any]) -> dict[str, Any]:
+    from lab.analysis import acceptance_profile as ap
+
+    entry = {"scope": "prompt", "arm": "ngram", "prompt": "code", "backend": "llamacpp", "target": "m",
+             "drafter": "ngram", "n_max": 4, "reached": [100, 60, 40, 20], "accepted": [60, 40, 20, 10],
+             "costs": costs}
+    return {"kind": ap.KIND, "version": 1, "entries": [entry]}
+
+
+def test_an_acceptance_file_carries_the_switch_shares_to_another_machines_probe() -> None:
+    from lab.analysis import acceptance_profile as ap
+
+    costs = {"baseline_token_s": 0.02, "draft_s_per_token": 0.0, "loop_s_per_step": 0.0, "plain_share": 0.4,
+             "switch_in_share": 0.3, "switch_out_share": 0.2}
+    entry = ap.from_json(_acceptance(costs)).entries[0]
+    assert (entry.costs.switch_in_share, entry.costs.switch_out_share) == (0.3, 0.2)
+    gpu = _probe(SWITCH)
+    got = ap.predict_on(entry, gpu)
+    own = next(p for p in got.predictions if p.n_max == 4)
+    # the shares are the file's run's, the price the probe's machine's: (0.3 x 3.0 + 0.2 x 0) / 0.6 at w = 5
+    assert own.switch_cost == pytest.approx(1.5)
+    words = ap.switch_words(entry, gpu)
+    assert "30% of passes a step after another width" in words and "3.00 / 0.00 baseline tokens" in words
+    # a probe of a CPU timed no switching passes: priced at 0, and said so
+    assert next(p for p in ap.predict_on(entry, _probe(None)).predictions if p.n_max == 4).switch_cost == 0.0
+    assert "priced at 0" in ap.switch_words(entry, _probe(None))
+    # a file from before the loop counted them reads 0
+    older = {k: v for k, v in costs.items() if not k.startswith("switch")}
+    assert ap.from_json(_acceptance(older)).entries[0].costs.switch_in_share == 0.0
+    with pytest.raises(ap.AcceptanceProfileError, match="switch shares are shares of passes"):
+        ap.from_json(_acceptance({**costs, "switch_out_share": 1.5}))
+    with pytest.raises(ap.AcceptanceProfileError, match="costs.switch_in_share must be a number"):
+        ap.from_json(_acceptance({**costs, "switch_in_share": "many"}))
