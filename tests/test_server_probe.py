@@ -312,3 +312,26 @@ def test_a_row_of_several_streams_is_priced_at_as_many_streams(tmp_path: Path, o
     assert pred["predicted"] is not None and pred["measured"] is not None
     report = (store.path / "report.md").read_text()
     assert "2 streams at once" in report
+
+
+@pytest.mark.engine
+def test_lab_probe_times_server_requests_as_long_as_asked(tmp_path: Path, own_cache: None) -> None:
+    _need_server()
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "probe.json"
+    got = subprocess.run(
+        [sys.executable, "-m", "lab.cli", "probe", "--backend", "llamacpp-server", "--model", "tiny:llama",
+         "--option", "spec_type=draft-simple", "--option", "draft_model=tiny:llama", "--widths", "1-2",
+         "--repeats", "1", "--threads", "1", "--tokens", "80", "--no-bandwidth", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert got.returncode == 0, got.stderr[-2000:]
+    widths = json.loads(out.read_text())["notes"]["widths"]
+    # 80 tokens a request (more than the probe's own 48), after a warmup of 64
+    assert {w: (n["tokens"], n["warmup_tokens"]) for w, n in widths.items()} == {"1": (80, 64), "2": (80, 64)}
+    alone = subprocess.run(
+        [sys.executable, "-m", "lab.cli", "probe", "--backend", "llamacpp-server", "--model", "tiny:llama",
+         "--tokens", "0"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert alone.returncode == 2 and "--tokens 0" in alone.stderr and "Traceback" not in alone.stderr

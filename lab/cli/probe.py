@@ -4,6 +4,7 @@ save it as JSON (what a run's predictions are priced with)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Callable
 from lab.analysis.roofline import Roofline
 from lab.api import EngineFailure
 from lab.base import probe
+from lab.base.profile import RunSettings
 from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Context, sigterm_as_interrupt
 from lab.probing import driver
 from lab.probing.target import ProbeTarget, resolve
@@ -35,6 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the context to load with (default: the deepest depth plus the widest width, at least 1024)")
     p.add_argument("--method", help="how to measure (llamacpp: decode, decode-interleaved, batched-bench); "
                    "default: the backend's first")
+    p.add_argument("--tokens", type=int, metavar="N",
+                   help="for a backend that times whole requests (llama-server): tokens of each timed request, "
+                   "after a warmup of as many up to 64, as a run of max_tokens N sends them (default: the --profile's "
+                   "max_tokens, else the probe's own, 48 and up)")
     p.add_argument("--repeats", type=int, default=3, help="measurements for min/median/max (default 3)")
     p.add_argument("--threads", type=int, default=0, help="engine threads (default: the backend's)")
     p.add_argument("--out", help="save the probe as JSON here (a file, or a run directory: RUN/probe.json)")
@@ -54,6 +60,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         # The backend's options (GPU layers...) as the run will load it.
         options = list(args.option or []) + ([f"n_gpu_layers={args.n_gpu_layers}"] if args.n_gpu_layers is not None else [])
         target = resolve(registry, args.backend, args.model, options, args.profile, args.arm, args.threads)
+        if args.tokens is not None:
+            if args.tokens < 1:
+                raise probe.ProbeError(f"--tokens {args.tokens}: a request generates at least one token")
+            target = dataclasses.replace(target, requests=(args.tokens, min(args.tokens, RunSettings().warmup_tokens)))
         say(f"target: {target.backend} / {target.model} from {target.source}, options {dict(target.options)}")
         if args.n_ctx is not None and args.n_ctx < 1:
             raise probe.ProbeError(f"--n-ctx {args.n_ctx}: a context holds at least one token")
