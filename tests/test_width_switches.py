@@ -223,3 +223,11 @@ def test_an_acceptance_file_carries_the_switch_shares_to_another_machines_probe(
         ap.from_json(_acceptance({**costs, "switch_out_share": 1.5}))
     with pytest.raises(ap.AcceptanceProfileError, match="costs.switch_in_share must be a number"):
         ap.from_json(_acceptance({**costs, "switch_in_share": "many"}))
+
+
+@pytest.mark.parametrize("damaged", ["many", -5, 2.5, None, True])
+def test_a_damaged_switch_count_in_a_saved_row_counts_as_none(damaged: Any) -> None:
+    row = {"status": "ok", "steps": 30, "plain_tokens": 21, "step_cost_tokens": 2.0, "step_s": 0.004, "drafted": 90,
+           "draft_s": 0.0, "n_max": 3, "engine_report": {"switch_steps": damaged, "switch_plain": 10}}
+    got = arm_inputs([row])
+    assert got is not None and (got.switch_in_share, got.switch_out_share) == (0.0, 0.0)

@@ -113,12 +113,17 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
                 and r["engine_report"].get("loop_steps") and r["engine_report"].get("loop_overhead_s") is not None]
     loop_steps = sum(int(e["loop_steps"]) for e in reported)
     loop_s = sum(max(0.0, float(e["loop_overhead_s"])) for e in reported)
-    # switches between widths, from rows whose loop counted them
-    counted = [(r, r["engine_report"]) for r in ok if isinstance(r.get("engine_report"), Mapping)
-               and r["engine_report"].get("switch_steps") is not None]
-    passes = sum(int(r["steps"]) + max(0, int(r.get("plain_tokens") or 0) - 1) for r, _ in counted)
-    switch_in = sum(int(e["switch_steps"]) for _, e in counted)
-    switch_out = sum(int(e.get("switch_plain") or 0) for _, e in counted)
+    # switches between widths, from rows whose loop counted them (a saved file's
+    # count that is not one, a negative or a word, is damage: that row counts none)
+    passes = switch_in = switch_out = 0
+    for r in ok:
+        e = r.get("engine_report")
+        into, out = (_count(e.get("switch_steps")), _count(e.get("switch_plain"))) if isinstance(e, Mapping) else (None, None)
+        if into is None or out is None:
+            continue
+        passes += int(r["steps"]) + max(0, int(r.get("plain_tokens") or 0) - 1)
+        switch_in += into
+        switch_out += out
     return ArmInputs(
         baseline_token_s=token_s,
         draft_s_per_token=draft_s / drafted if drafted else 0.0,
@@ -128,6 +133,13 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
         switch_in_share=switch_in / passes if passes else 0.0,
         switch_out_share=switch_out / passes if passes else 0.0,
     )
+
+
+def _count(value: Any) -> int | None:
+    """A loop's count as saved: an int of 0 or more, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def predict(
