@@ -231,3 +231,44 @@ def test_a_damaged_switch_count_in_a_saved_row_counts_as_none(damaged: Any) -> N
            "draft_s": 0.0, "n_max": 3, "engine_report": {"switch_steps": damaged, "switch_plain": 10}}
     got = arm_inputs([row])
     assert got is not None and (got.switch_in_share, got.switch_out_share) == (0.0, 0.0)
+
+
+def test_a_draft_probe_prices_a_drafted_token_as_the_drafter_picks_it() -> None:
+    from lab.analysis import acceptance_profile as ap
+
+    costs = {"baseline_token_s": 0.02, "draft_s_per_token": 0.004, "loop_s_per_step": 0.0, "plain_share": 0.0}
+    entry = ap.from_json(_acceptance(costs)).entries[0]
+    entry = ap.Entry(**{**entry.__dict__, "drafter": "draft-model", "drafter_model": "d"})
+    host = Probe("llamacpp", "d", "decode", (1, 2), ((0.0010, 0.0012),))
+    device = Probe("llamacpp", "d", "decode", (1, 2), ((0.0010, 0.0012),), notes={"one_row_device_s": 0.0013})
+    target = _probe(SWITCH)
+    # the probe's one-row pass picks on the host (a baseline's); the drafter picks on the device
+    inputs, said, _ = ap.inputs_for(entry, target, device)
+    assert inputs.draft_s_per_token == pytest.approx(0.0013) and "with device picks" in said
+    inputs, said, _ = ap.inputs_for(entry, target, host)
+    assert inputs.draft_s_per_token == pytest.approx(0.0010) and "device picks" not in said
+    assert Probe("llamacpp", "d", "decode", (1, 2), ((0.001, 0.0012),),
+                 notes={"one_row_device_s": "fast"}).drafted_token_s == pytest.approx(0.001)
+
+
+@pytest.mark.engine
+def test_an_offloaded_probe_with_device_picks_times_the_switches_and_the_drafters_token() -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+    from lab.api import BackendContext
+    from lab.base.profile import Arm, RunSettings
+    from lab.registry import load_registry
+
+    cls = load_registry().backend("llamacpp")
+    # the CPU backend runs the same sampler graph (gpu_pick "on") and takes n_gpu_layers as asked
+    arm = Arm(name="p", backend="llamacpp", model="tiny:llama", drafter=None, n_max=None,
+              options={"n_gpu_layers": 999, "gpu_pick": "on"}, drafter_options={}, baseline=None, is_baseline=True,
+              stack=cls.stack, group="p")
+    b = cls(arm, BackendContext(RunSettings(threads=1, n_ctx=512), "", lambda _t: None))
+    b.load(lambda _e: None)
+    try:
+        b.measure_verify_cost((1, 2, 3))
+        notes = b.probe_notes()
+    finally:
+        b.close()
+    assert set(notes["switch_s"]["widths"]) == {"2", "3"}
+    assert notes["one_row_device_s"] == notes["switch_s"]["one_s"] > 0

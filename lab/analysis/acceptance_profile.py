@@ -350,9 +350,10 @@ def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
         draft_s, draft_from, loop_s, loop_from = 0.0, inside, 0.0, inside
     else:
         if entry.drafter_model and draft_probe is not None:
-            draft_s = draft_probe.pass_seconds(1)
+            draft_s = draft_probe.drafted_token_s
+            picks = " with device picks, as the drafter picks there" if draft_s != draft_probe.pass_seconds(1) else ""
             draft_from = (f"the draft probe: {draft_probe.model} on {probe_machine_words(draft_probe)}, "
-                          f"one-row pass {draft_s * 1000:.3f} ms")
+                          f"one-row pass {draft_s * 1000:.3f} ms{picks}")
         else:
             ratio = c.draft_s_per_token / c.baseline_token_s
             draft_s = ratio * token_s

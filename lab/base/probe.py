@@ -322,6 +322,17 @@ class Probe:
             return None
         return into, out
 
+    @property
+    def drafted_token_s(self) -> float:
+        """Seconds of one token of this model as a draft model decodes it:
+        the one-row pass with the engine's own picks where the probe timed
+        one (its notes' ``one_row_device_s``: on a GPU the draft-model
+        drafter picks on the device, a baseline on the host), else T(1)'s."""
+        timed = self.notes.get("one_row_device_s")
+        if isinstance(timed, (int, float)) and not isinstance(timed, bool) and math.isfinite(timed) and timed > 0:
+            return float(timed)
+        return self.pass_seconds(1)
+
     def t_range(self, w: int) -> tuple[float, float, float]:
         """min, median, max of T(w) over repeats."""
         rs = self._ratios(w)
