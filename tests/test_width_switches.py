@@ -240,15 +240,17 @@ def test_a_draft_probe_prices_a_drafted_token_as_the_drafter_picks_it() -> None:
     entry = ap.from_json(_acceptance(costs)).entries[0]
     entry = ap.Entry(**{**entry.__dict__, "drafter": "draft-model", "drafter_model": "d"})
     host = Probe("llamacpp", "d", "decode", (1, 2), ((0.0010, 0.0012),))
-    device = Probe("llamacpp", "d", "decode", (1, 2), ((0.0010, 0.0012),), notes={"one_row_device_s": 0.0013})
+    device = Probe("llamacpp", "d", "decode", (1, 2), ((0.0010, 0.0012),),
+                   notes={"gpu_pick": True, "switch_s": {"one_s": 0.0013, "widths": {}}})
     target = _probe(SWITCH)
     # the probe's one-row pass picks on the host (a baseline's); the drafter picks on the device
     inputs, said, _ = ap.inputs_for(entry, target, device)
     assert inputs.draft_s_per_token == pytest.approx(0.0013) and "with device picks" in said
     inputs, said, _ = ap.inputs_for(entry, target, host)
     assert inputs.draft_s_per_token == pytest.approx(0.0010) and "device picks" not in said
-    assert Probe("llamacpp", "d", "decode", (1, 2), ((0.001, 0.0012),),
-                 notes={"one_row_device_s": "fast"}).drafted_token_s == pytest.approx(0.001)
+    # host picks (gpu_pick false), or a damaged figure: T(1)'s pass
+    for notes in ({"gpu_pick": False, "switch_s": {"one_s": 0.0013}}, {"gpu_pick": True, "switch_s": {"one_s": "fast"}}):
+        assert Probe("llamacpp", "d", "decode", (1, 2), ((0.001, 0.0012),), notes=notes).drafted_token_s == pytest.approx(0.001)
 
 
 @pytest.mark.engine
@@ -270,5 +272,7 @@ def test_an_offloaded_probe_with_device_picks_times_the_switches_and_the_drafter
         notes = b.probe_notes()
     finally:
         b.close()
-    assert set(notes["switch_s"]["widths"]) == {"2", "3"}
-    assert notes["one_row_device_s"] == notes["switch_s"]["one_s"] > 0
+    assert set(notes["switch_s"]["widths"]) == {"2", "3"} and notes["gpu_pick"] is True
+    probe = Probe("llamacpp", "tiny:llama", "decode", (1, 2, 3), ((0.001, 0.002, 0.003),), notes=notes)
+    # a drafted token is priced at the device-picked one-row pass the probe timed
+    assert probe.drafted_token_s == notes["switch_s"]["one_s"] > 0

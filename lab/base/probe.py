@@ -314,21 +314,23 @@ class Probe:
             rows = {int(k): tuple(float(x) for x in v) for k, v in table["widths"].items()}
         except (KeyError, TypeError, ValueError):
             return None
+        if not math.isfinite(one):
+            return None
         good = {k: v for k, v in rows.items()
                 if k > 1 and len(v) == 3 and all(math.isfinite(x) and x > 0 for x in v)}
         into = _between({k: max(0.0, (v[1] - v[0]) / unit) for k, v in good.items()}, w)
         out = _between({k: max(0.0, (v[2] - one) / unit) for k, v in good.items()}, w)
-        if into is None or out is None or not math.isfinite(one):
-            return None
-        return into, out
+        return (into, out) if into is not None and out is not None else None
 
     @property
     def drafted_token_s(self) -> float:
         """Seconds of one token of this model as a draft model decodes it:
-        the one-row pass with the engine's own picks where the probe timed
-        one (its notes' ``one_row_device_s``: on a GPU the draft-model
-        drafter picks on the device, a baseline on the host), else T(1)'s."""
-        timed = self.notes.get("one_row_device_s")
+        where the probe picked its verifies on the device (notes'
+        ``gpu_pick``, as the draft-model drafter picks on a GPU) and timed
+        one row back to back so (``switch_s``'s ``one_s``), that; else
+        T(1)'s pass, the baseline's host-picked token."""
+        table = self.notes.get("switch_s")
+        timed = table.get("one_s") if isinstance(table, Mapping) and self.notes.get("gpu_pick") is True else None
         if isinstance(timed, (int, float)) and not isinstance(timed, bool) and math.isfinite(timed) and timed > 0:
             return float(timed)
         return self.pass_seconds(1)

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "default: the backend's first")
     p.add_argument("--tokens", type=int, metavar="N",
                    help="for a backend that times whole requests (llama-server): tokens of each timed request, "
-                   "after a warmup of as many up to 64, as a run of max_tokens N sends them (default: the --profile's "
+                   "after a warmup as long as a run's (64), as a run of max_tokens N sends them (default: the --profile's "
                    "max_tokens, else the probe's own, 48 and up)")
     p.add_argument("--repeats", type=int, default=3, help="measurements for min/median/max (default 3)")
     p.add_argument("--threads", type=int, default=0, help="engine threads (default: the backend's)")
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if args.tokens is not None:
             if args.tokens < 1:
                 raise probe.ProbeError(f"--tokens {args.tokens}: a request generates at least one token")
-            target = dataclasses.replace(target, requests=(args.tokens, min(args.tokens, RunSettings().warmup_tokens)))
+            target = dataclasses.replace(target, requests=RunSettings(max_tokens=args.tokens).request_lengths())
         say(f"target: {target.backend} / {target.model} from {target.source}, options {dict(target.options)}")
         if args.n_ctx is not None and args.n_ctx < 1:
             raise probe.ProbeError(f"--n-ctx {args.n_ctx}: a context holds at least one token")

@@ -373,12 +373,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
         if order != "consecutive" or not int(self.arm.options.get("n_gpu_layers", 0)) or max(widths) < 2:
             return
         assert self.context is not None
-        switching = probe.switch_pass_seconds(self.context, widths, depth=depth)
-        self._probe_notes["switch_s"] = switching
-        if self.gpu_pick_verifies:
-            # one row back to back with the backend chain: a draft model's token as the
-            # draft-model drafter decodes and picks it on a GPU (T(1) is the baseline's, host-picked)
-            self._probe_notes["one_row_device_s"] = switching["one_s"]
+        self._probe_notes["switch_s"] = probe.switch_pass_seconds(self.context, widths, depth=depth)
 
     def probe_notes(self) -> dict[str, Any]:
         return dict(self._probe_notes)
