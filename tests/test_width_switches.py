@@ -138,9 +138,14 @@ def test_switching_passes_are_timed_on_real_llama_cpp() -> None:
         got = probe.switch_pass_seconds(b.context, (1, 2, 4), inner=3, depth=16)
         assert set(got["widths"]) == {"2", "4"} and got["one_s"] > 0
         assert all(len(v) == 3 and min(v) > 0 for v in got["widths"].values())
+        # a cell's passes: each width's in order after another shape, keeping their rows
+        cells = probe.cell_pass_seconds(b.context, (1, 3, 130), passes=5, depth=16)
+        # 130 rows four times cannot fit the 496 cells after the prefix: that width is left out, not shortened below four passes
+        assert set(cells) == {"1", "3"} and all(len(v) == 5 and min(v) > 0 for v in cells.values())
+        assert b.context.n_past == 0
         # on the CPU a probe measures no switching passes: nothing is captured there to rebuild
         b.measure_verify_cost((1, 2))
-        assert "switch_s" not in b.probe_notes()
+        assert "switch_s" not in b.probe_notes() and "cell_s" not in b.probe_notes()
     finally:
         b.close()
 
@@ -273,6 +278,12 @@ def test_an_offloaded_probe_with_device_picks_times_the_switches_and_the_drafter
     finally:
         b.close()
     assert set(notes["switch_s"]["widths"]) == {"2", "3"} and notes["gpu_pick"] is True
+    # and each width's passes as a cell decodes them, the first ones after another shape included
+    from lab_llamacpp.probe import CELL_PASSES
+
+    cells = notes["cell_s"]
+    assert cells["passes"] == CELL_PASSES and set(cells["widths"]) == {"1", "2", "3"}
+    assert all(len(v) == CELL_PASSES and min(v) > 0 for v in cells["widths"].values())
     probe = Probe("llamacpp", "tiny:llama", "decode", (1, 2, 3), ((0.001, 0.002, 0.003),), notes=notes)
     # a drafted token is priced at the device-picked one-row pass the probe timed
     assert probe.drafted_token_s == notes["switch_s"]["one_s"] > 0

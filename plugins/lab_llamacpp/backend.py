@@ -333,6 +333,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
             if not self.gpu_pick_verifies:
                 seconds = probe.decode_pass_seconds(self.context, widths, order=order, depth=depth)
                 self._switches(widths, depth, order)
+                self._cells(widths, depth, order)
                 return seconds
             from lab_llamacpp.gpu_pick import backend_greedy, host_greedy
 
@@ -352,6 +353,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
             # a drafting arm picks every pass, plain decodes too, with the backend chain
             backend_greedy(self.context)
             self._switches(widths, depth, order)
+            self._cells(widths, depth, order, one_row_on_host=bool(one))
             return [by_width[w] for w in widths]
         if method == "batched-bench":
             if self.arm.model is None:
@@ -374,6 +376,29 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
             return
         assert self.context is not None
         self._probe_notes["switch_s"] = probe.switch_pass_seconds(self.context, widths, depth=depth)
+
+    def _cells(self, widths: Sequence[int], depth: int, order: str, one_row_on_host: bool = False) -> None:
+        """On a GPU, each width's passes as a run's cell decodes them
+        (``cell_s``, see ``lab_llamacpp.probe.cell_pass_seconds``): the first
+        passes after a change of shape, which the back-to-back figures leave
+        out, and passes that advance through the cache. One row is decoded as
+        the baseline decodes it (host picks where its T(1) was), the rest as
+        a drafting arm does. On the CPU nothing is captured, and nothing is
+        timed."""
+        from lab_llamacpp import probe
+
+        if order != "consecutive" or not int(self.arm.options.get("n_gpu_layers", 0)):
+            return
+        assert self.context is not None
+        got: dict[str, list[float]] = {}
+        if one_row_on_host and 1 in widths:
+            from lab_llamacpp.gpu_pick import backend_greedy, host_greedy
+
+            host_greedy(self.context)
+            got.update(probe.cell_pass_seconds(self.context, [1], depth=depth))
+            backend_greedy(self.context)
+        got.update(probe.cell_pass_seconds(self.context, [w for w in widths if str(w) not in got], depth=depth))
+        self._probe_notes["cell_s"] = {"passes": probe.CELL_PASSES, "widths": got}
 
     def probe_notes(self) -> dict[str, Any]:
         return dict(self._probe_notes)

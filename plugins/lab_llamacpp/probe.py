@@ -143,6 +143,46 @@ def switch_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_
     return {"one_s": one, "widths": got}
 
 
+# Passes of one width a cell's timing keeps in a row: the first ones after a
+# change of shape (llama.cpp on CUDA runs a new graph, then captures it) and
+# enough after them for a steady figure.
+CELL_PASSES = 8
+
+
+def cell_pass_seconds(ctx: Context, widths: Sequence[int], passes: int = CELL_PASSES,
+                      depth: int = PREFIX_TOKENS) -> dict[str, list[float]]:
+    """Passes as a cell of a run decodes them: right after a pass of another
+    shape (the prompt, or the width before), ``passes`` passes of w rows one
+    after the other, each keeping its rows, so the cache grows as it does
+    when every draft lands; per width, the seconds of each pass in order.
+    The back-to-back figures drop the first passes of a width and roll each
+    pass back; a run pays the first ones in every cell, and its passes
+    advance through the cache. Widths whose passes the context cannot hold
+    (fewer than four) are left out."""
+    rows = ctx.model.tokenize(_PREFIX_TEXT * 4, add_special=False)
+    if len(rows) < max(widths):
+        raise ValueError(f"widths up to {max(widths)} need more filler tokens than {len(rows)}")
+    prefix = prefix_tokens(ctx, depth)
+    ctx.reset()
+    if prefix:
+        ctx.decode(prefix, "last")
+    base = ctx.n_past
+    got: dict[str, list[float]] = {}
+    for w in widths:
+        n = min(passes, (ctx.n_ctx - base) // w)
+        if n < 4:
+            continue
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            ctx.decode(rows[:w], "all")
+            times.append(time.perf_counter() - t0)
+        ctx.truncate(base)
+        got[str(w)] = times
+    ctx.reset()
+    return got
+
+
 def batched_bench_binary() -> str:
     """llama-batched-bench: LAB_LLAMA_BATCHED_BENCH, else the tool lookup."""
     env = os.environ.get("LAB_LLAMA_BATCHED_BENCH")

@@ -345,6 +345,13 @@ a = mx.random.normal((4096, 4096)); mx.eval(a @ a); print('a 4096 matmul ran')" 
   lab run "$repo/profiles/twin-mlx-mtp-tiny.toml" --out "$W/runs/mlx-mtp-tiny" > "$R/mlx-mtp-tiny.txt" 2> "$W/mlx-mtp-tiny.log"
 }
 
+mlx_twins() {
+  # the write-ups' MLX cells at the real shape on the twins' GGUFs (after mlx_gpu, which installs MLX)
+  python3 -c "import mlx.core" 2> /dev/null || { echo "MLX is not installed: run mlx_gpu first" >&2; return 1; }
+  twins_models
+  lab run "$repo/profiles/twin-mlx.toml" --out "$W/runs/twin-mlx" > "$R/twin-mlx.txt" 2> "$W/twin-mlx.log"
+}
+
 cross_machine() {
   # results/cross-machine: the CPU's acceptance profile priced with this machine's probes, then measured here
   local p="$repo/profiles/cross-machine-smollm2-gpu.toml" a="$repo/results/cross-machine/cpu/acceptance.json"
