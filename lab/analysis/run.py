@@ -192,7 +192,8 @@ def predictions(
             "curve": [
                 {"n_max": p.n_max, "speedup": p.speedup, "landed": p.landed, "verify_cost": p.verify_cost,
                  "draft_cost": p.draft_cost, "loop_cost": p.loop_cost, "extrapolated": p.extrapolated,
-                 "kept_share": p.kept_share, "switch_cost": p.switch_cost}
+                 "kept_share": p.kept_share, "switch_cost": p.switch_cost,
+                 "cell_start": p.cell_start, "baseline_cell_start": p.baseline_cell_start}
                 for p in preds
             ],
         })

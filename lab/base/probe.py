@@ -322,6 +322,52 @@ class Probe:
         out = _between({k: max(0.0, (v[2] - one) / unit) for k, v in good.items()}, w)
         return (into, out) if into is not None and out is not None else None
 
+    # The first passes of a width after a change of shape, in a probe's cell
+    # timing: llama.cpp on CUDA runs a new graph as it is, then captures it.
+    CELL_START_PASSES = 2
+
+    def _cell_table(self) -> dict[int, list[float]] | None:
+        """The notes' ``cell_s`` per width (each pass's seconds in order),
+        widths with too few good passes left out; None where it is absent."""
+        table = self.notes.get("cell_s")
+        widths = table.get("widths") if isinstance(table, Mapping) else None
+        if not isinstance(widths, Mapping):
+            return None
+        out: dict[int, list[float]] = {}
+        for k, v in widths.items():
+            try:
+                w, passes = int(k), [float(x) for x in v]
+            except (TypeError, ValueError):
+                continue
+            if len(passes) >= self.CELL_START_PASSES + 2 and all(math.isfinite(x) and x > 0 for x in passes):
+                out[w] = passes
+        return out or None
+
+    def cell_start_ratio(self, w: int) -> float | None:
+        """Baseline tokens a cell pays beyond its steady passes for the first
+        passes of width w, the ones right after its prompt (notes'
+        ``cell_s``: the first two passes less two of the passes after them;
+        never below 0); linear between measured widths; None where the probe
+        timed no cells or not around w. A run pays it once a cell; the
+        back-to-back T(w) leaves it out."""
+        table = self._cell_table()
+        if table is None:
+            return None
+        unit = self.seconds[-1][0]
+        k = self.CELL_START_PASSES
+        extra = {w_: max(0.0, (sum(p[:k]) - k * statistics.median(p[k:])) / unit) for w_, p in table.items()}
+        return _between(extra, w)
+
+    def cell_steady_ratio(self, w: int) -> float | None:
+        """T(w) as a cell's passes after its first ones cost, advancing
+        through the cache (notes' ``cell_s``), in baseline tokens; None where
+        not timed."""
+        table = self._cell_table()
+        if table is None:
+            return None
+        unit = self.seconds[-1][0]
+        return _between({w_: statistics.median(p[self.CELL_START_PASSES:]) / unit for w_, p in table.items()}, w)
+
     @property
     def drafted_token_s(self) -> float:
         """Seconds of one token of this model as a draft model decodes it:

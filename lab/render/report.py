@@ -381,7 +381,7 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{'*' if p.get('best_extrapolated') else ''} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
-    notes = _t1_notes(data["results"], preds, pool) + _switch_notes(preds)
+    notes = _t1_notes(data["results"], preds, pool) + _switch_notes(preds) + _cell_notes(preds)
     if notes:
         lines += [""] + notes
     lines += [
@@ -420,6 +420,23 @@ def _switch_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
                        f"rebuilds its captured graph): {cost:.2f} of a step's {total:.2f} baseline tokens at n_max "
                        f"{p['n_max']}.")
     return out
+
+
+def _cell_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line where the probe timed a cell's first passes and the
+    predictions were made per cell: what those passes cost each arm."""
+    priced = []
+    for p in preds:
+        own = next((c for c in p.get("curve") or () if c.get("n_max") == p.get("n_max")), None)
+        if own is not None and (own.get("cell_start") or own.get("baseline_cell_start")):
+            priced.append(f"{p['arm']} / {p['prompt']} {float(own['cell_start']):.1f} "
+                          f"(its baseline {float(own['baseline_cell_start']):.1f})")
+    if not priced:
+        return []
+    return ["- A cell's first passes, right after its prompt, cost more than the steady ones (a GPU backend "
+            "runs a new graph, then captures it), in the baseline's cells too; the probe timed them, and these "
+            "predictions are per cell of the row's length. Baseline tokens a cell pays for them: "
+            + "; ".join(priced) + "."]
 
 
 def _error(predicted: float | None, measured: float | None) -> str:
