@@ -376,6 +376,11 @@ set_acceptance_heads() {
 
 setup() {
   # Build, install and write once per machine; later calls reuse them.
+  # LAB_DEVICE_BUILD=0: no llama.cpp at all (stages that run only MLX: mlx_gpu, mlx_twins)
+  if [ "${LAB_DEVICE_BUILD:-1}" = 0 ]; then
+    stage install install_python
+    return
+  fi
   if [ ! -f "$W/built" ]; then
     ( stage build build && touch "$W/built" ) &
     local build_pid=$!
