@@ -320,3 +320,50 @@ options = { draft = "tiny:qwen3-dflash" }
     assert rows["dflash"]["engine_report"]["paused_s"] == held[1].seconds >= 0.25
     assert "paused_s" not in rows["baseline"]["engine_report"]
     assert rows["dflash"]["identical_to_baseline"] is True
+
+
+class _RecordingTarget:
+    """What the MLX probe drives, recording the width of every pass."""
+
+    n_ctx = 1024
+
+    def __init__(self) -> None:
+        self.widths: list[int] = []
+        self.n_past = 0
+
+        class _Vocab:
+            @staticmethod
+            def encode(text: str, add_special: bool = False) -> list[int]:
+                return list(range(len(text.split())))
+
+        self.vocab = _Vocab()
+
+    def set_sampling(self, *_a: Any) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.n_past = 0
+
+    def decode(self, ids: Any, all_logits: bool) -> None:
+        self.widths.append(len(ids))
+        self.n_past += len(ids)
+
+    def truncate(self, n_keep: int) -> None:
+        self.n_past = n_keep
+
+
+def test_the_mlx_probe_times_each_widths_passes_back_to_back_after_untimed_ones() -> None:
+    from lab_mlx import probe
+
+    target = _RecordingTarget()
+    got = probe.decode_pass_seconds(target, (1, 3, 5), inner=4)  # type: ignore[arg-type]
+    assert len(got) == 3 and all(s >= 0 for s in got)
+    passes = target.widths[1:]  # after the prefix
+    per_width = probe.WARM_PASSES + 4
+    # one width at a time, never cycling: a graph cache of bounded size keeps each width's captures
+    assert passes == [1] * per_width + [3] * per_width + [5] * per_width
+    target = _RecordingTarget()
+    probe.decode_pass_seconds(target, (1, 3), inner=2, order="interleaved")  # type: ignore[arg-type]
+    assert target.widths[1:] == [1, 3, 1, 3, 1, 3]
+    with pytest.raises(ValueError, match="probe order"):
+        probe.decode_pass_seconds(_RecordingTarget(), (1,), order="random")  # type: ignore[arg-type]

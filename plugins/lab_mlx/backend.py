@@ -174,7 +174,8 @@ class MlxSession(Backend, Probing):
     def probe_notes(self) -> dict[str, Any]:
         from lab_mlx.probe import INNER_PASSES, PREFIX_TOKENS
 
-        return {"prefix_tokens": PREFIX_TOKENS, "inner_passes": INNER_PASSES, "device": self.call(_device_name)}
+        return {"prefix_tokens": PREFIX_TOKENS, "inner_passes": INNER_PASSES, "order": "consecutive",
+                "device": self.call(_device_name)}
 
 
 def _device_name() -> str:
