@@ -112,3 +112,55 @@ def test_a_real_run_priced_by_a_recorded_gpu_probe_with_cells_says_so_in_its_rep
         recorded.cell_start_ratio(1))
     text = render_markdown(data)
     assert "A cell's first passes" in text and f"ngram / code {own['cell_start']:.1f}" in text
+
+
+def _acceptance_file(costs: dict[str, Any]) -> dict[str, Any]:
+    from lab.analysis import acceptance_profile as ap
+
+    entry = {"scope": "prompt", "arm": "oracle", "prompt": "prose", "backend": "llamacpp", "target": "m",
+             "drafter": "oracle", "n_max": 4, "reached": [100, 90, 80, 70], "accepted": [90, 80, 70, 60],
+             "costs": costs}
+    return {"kind": ap.KIND, "version": 1, "entries": [entry]}
+
+
+COSTS = {"baseline_token_s": 0.02, "draft_s_per_token": 0.0, "loop_s_per_step": 0.0, "plain_share": 0.0}
+
+
+def test_an_acceptance_file_carries_its_cell_length_to_another_machines_probe() -> None:
+    from lab.analysis import acceptance_profile as ap
+
+    entry = ap.from_json(_acceptance_file({**COSTS, "cell_tokens": 255})).entries[0]
+    assert entry.costs is not None and entry.costs.cell_tokens == 255
+    gpu = _probe()
+    got = ap.predict_on(entry, gpu)
+    own = next(p for p in got.predictions if p.n_max == 4)
+    # priced per cell on the probe's machine, as a run's own report would
+    assert (own.cell_start, own.baseline_cell_start) == (pytest.approx(gpu.cell_start_ratio(5)),
+                                                        pytest.approx(gpu.cell_start_ratio(1)))
+    words = ap.cell_words(entry, gpu)
+    assert "cells of 255 tokens" in words and f"{gpu.cell_start_ratio(5):.2f}" in words
+    # a file from before it kept the length: priced per pass, and it says why
+    old = ap.from_json(_acceptance_file(COSTS)).entries[0]
+    assert old.costs is not None and old.costs.cell_tokens == 0.0
+    assert next(p for p in ap.predict_on(old, gpu).predictions if p.n_max == 4).cell_start == 0.0
+    assert "does not say how long" in ap.cell_words(old, gpu)
+    # a probe that timed no cells (a CPU's) prices none
+    assert "timed no cells" in ap.cell_words(entry, _probe(None))
+    with pytest.raises(ap.AcceptanceProfileError, match="cell_tokens"):
+        ap.from_json(_acceptance_file({**COSTS, "cell_tokens": -3}))
+
+
+def test_lab_predict_says_where_a_cells_start_came_from(tmp_path: Any) -> None:
+    from lab.base import probe as probes
+    from lab.cli import main
+
+    (tmp_path / "acceptance.json").write_text(json.dumps(_acceptance_file({**COSTS, "cell_tokens": 255})))
+    probes.save(_probe(), tmp_path / "gpu.json")
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["predict", str(tmp_path / "acceptance.json"), "--probe", str(tmp_path / "gpu.json")])
+    assert rc == 0
+    assert "cell starts: cells of 255 tokens after the prompt's (the acceptance file's run)" in out.getvalue()

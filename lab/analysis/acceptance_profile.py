@@ -15,7 +15,7 @@ source machine's, for the inputs the other machine's probe does not give::
                   "temperature", "prompts", "prompt_sha256", "reached": [...], "accepted": [...],
                   "conditional": [...], "unconditional": [...],   # for people; ignored when loading
                   "costs": {"baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share",
-                            "switch_in_share", "switch_out_share"} | null}]}
+                            "switch_in_share", "switch_out_share", "cell_tokens"} | null}]}
 
 :func:`predict_on` prices one entry with a probe through
 :func:`lab.analysis.predict.predict`, the one prediction formula, and says
@@ -60,6 +60,9 @@ class Costs:
     # files written before the loop counted them read 0
     switch_in_share: float = 0.0
     switch_out_share: float = 0.0
+    # tokens a cell's passes decoded in the source run (its length less the
+    # prompt's token): the run's setting; 0 in files from before it was kept
+    cell_tokens: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,8 @@ def _costs(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         return None
     return {"baseline_token_s": inputs.baseline_token_s, "draft_s_per_token": inputs.draft_s_per_token,
             "loop_s_per_step": inputs.loop_s_per_step, "plain_share": inputs.plain_share,
-            "switch_in_share": inputs.switch_in_share, "switch_out_share": inputs.switch_out_share}
+            "switch_in_share": inputs.switch_in_share, "switch_out_share": inputs.switch_out_share,
+            "cell_tokens": inputs.cell_tokens}
 
 
 def _entry(scope: str, arm: str, name: str, rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
@@ -249,11 +253,13 @@ def _entry_of(raw: Any, i: int, path: str) -> Entry:
         costs = Costs(*(_number(c.get(k), k, where) for k in
                         ("baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share")),
                       *(_number(c[k], k, where) if c.get(k) is not None else 0.0
-                        for k in ("switch_in_share", "switch_out_share")))
+                        for k in ("switch_in_share", "switch_out_share", "cell_tokens")))
         if costs.baseline_token_s <= 0 or costs.plain_share >= 1:
             raise AcceptanceProfileError(f"{where}: costs need a baseline token above 0 s and a plain share below 1")
         if not (0 <= costs.switch_in_share <= 1 and 0 <= costs.switch_out_share <= 1):
             raise AcceptanceProfileError(f"{where}: switch shares are shares of passes, 0 to 1")
+        if costs.cell_tokens < 0:
+            raise AcceptanceProfileError(f"{where}: cell_tokens counts tokens, 0 or more")
     n_max = raw.get("n_max")
     temperature = raw.get("temperature")
     return Entry(
@@ -367,7 +373,7 @@ def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
             loop_from = f"{OTHER_MACHINE}: {ratio:.3f} baseline tokens per step there (--loop-us gives this machine's)"
     inputs = predict.ArmInputs(baseline_token_s=token_s, draft_s_per_token=draft_s, plain_share=c.plain_share,
                                n_max=entry.n_max, loop_s_per_step=loop_s, switch_in_share=c.switch_in_share,
-                               switch_out_share=c.switch_out_share)
+                               switch_out_share=c.switch_out_share, cell_tokens=c.cell_tokens)
     return inputs, draft_from, loop_from
 
 
@@ -389,6 +395,24 @@ def switch_words(entry: Entry, probe: Probe) -> str:
         return shares + "; priced at 0: the probe timed no passes that switch width (on a CPU nothing is rebuilt)"
     return shares + (f"; the probe's machine: {ratios[0]:.2f} / {ratios[1]:.2f} baseline tokens more for such a "
                      f"pass at w = {width}")
+
+
+def cell_words(entry: Entry, probe: Probe) -> str:
+    """Where a cell's first passes were priced from, in words: the cell's
+    length from the acceptance file's run (a setting of that run), their
+    cost from the probe's machine."""
+    c = entry.costs
+    if probe.prices_steps:
+        return f"inside the probe's whole steps ({probe.priced_by})"
+    width = (entry.n_max or 1) + 1
+    starts = probe.cell_start_ratio(1), probe.cell_start_ratio(width)
+    if starts[0] is None or starts[1] is None:
+        return "not priced: the probe timed no cells (on a CPU nothing is captured)"
+    if c is None or c.cell_tokens <= 0:
+        return "not priced: the acceptance file does not say how long its cells were (a file from before it did)"
+    return (f"cells of {c.cell_tokens:.0f} tokens after the prompt's (the acceptance file's run); the probe's machine: "
+            f"{starts[1]:.2f} baseline tokens a cell for its first passes at w = {width}, {starts[0]:.2f} for "
+            "the baseline's")
 
 
 def predict_on(entry: Entry, probe: Probe, draft_probe: Probe | None = None,

@@ -58,8 +58,8 @@ the one that comes with the prompt), the speedup is per cell:
 
 with s(1) for an arm whose passes are mostly plain (q >= 1/2). Short cells
 pay it most; at D = 255 on an H100 it moved an 8B's oracle rows 0.4 %
-(median; at most 1.7 %). ``lab predict`` on an acceptance file knows no
-cell length and prices per pass.
+(median; at most 1.7 %). ``lab predict`` prices them from an acceptance
+file that keeps its run's cell length (older files: per pass).
 """
 
 from __future__ import annotations

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lab.analysis.acceptance_profile import AcceptanceProfile, CrossPrediction, probe_machine_words, switch_words
+from lab.analysis.acceptance_profile import (
+    AcceptanceProfile,
+    CrossPrediction,
+    cell_words,
+    probe_machine_words,
+    switch_words,
+)
 from lab.base.probe import Probe, format_widths
 
 
@@ -56,6 +62,7 @@ def render(profile: AcceptanceProfile, probe: Probe, predictions: Sequence[Cross
         lines.append(f"  draft cost: {c.draft_from}")
         lines.append(f"  loop cost: {c.loop_from}")
         lines.append(f"  width switches: {switch_words(e, probe)}")
+        lines.append(f"  cell starts: {cell_words(e, probe)}")
         for w in c.warnings:
             lines.append(f"  ⚠ {w}")
         lines += _curve(c)
