@@ -13,7 +13,6 @@ import pytest
 from lab.analysis.acceptance import PositionAcceptance
 from lab.analysis.predict import ArmInputs, arm_inputs, predict
 from lab.base.probe import Probe
-from tests.test_policy import PROFILE as POLICY_PROFILE
 
 # one row back to back: 2 ms; per width, a cell's passes in order (the first two after a change of shape)
 CELLS = {"passes": 6, "widths": {"1": [0.008, 0.005, 0.0021, 0.0021, 0.0022, 0.0021],
@@ -36,15 +35,13 @@ def test_a_cells_first_passes_are_priced_beyond_its_steady_ones_in_baseline_toke
     # between measured widths, linear; past them, nothing
     assert p.cell_start_ratio(7) == pytest.approx((p.cell_start_ratio(5) + p.cell_start_ratio(9)) / 2)
     assert p.cell_start_ratio(12) is None
-    # the steady passes of a cell, which advance through the cache, beside the back-to-back T(w)
-    assert p.cell_steady_ratio(5) == pytest.approx(0.0034 / 0.002)
 
 
 @pytest.mark.parametrize("cells", [None, {"widths": "fast"}, {"widths": {"5": [0.001, "x", 0.002, 0.002]}},
                                    {"widths": {"5": [0.001, 0.002, 0.002]}}, {"widths": {"5": [0.004, -1, 1, 1]}}])
 def test_a_probe_without_good_cell_timings_prices_no_cell_start(cells: Any) -> None:
     p = _probe(cells)
-    assert p.cell_start_ratio(5) is None and p.cell_steady_ratio(5) is None
+    assert p.cell_start_ratio(5) is None
 
 
 def test_a_prediction_is_made_per_cell_where_the_probe_timed_cells_and_the_row_says_its_length() -> None:
@@ -83,27 +80,12 @@ def test_a_rows_cell_length_is_its_tokens_less_the_one_the_prompt_brings() -> No
 @pytest.mark.engine
 def test_a_real_run_priced_by_a_recorded_gpu_probe_with_cells_says_so_in_its_report(tmp_path: Any) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
-    from lab.base import probe as probes
-    from lab.profile.load import parse_profile
-    from lab.registry import load_registry
-    from lab.render.report import load_for_report, render_json, render_markdown
-    from lab.runner import Runner
-    from lab.store import RunStore
+    from lab.render.report import render_json, render_markdown
+    from tests.test_width_switches import run_ngram_with_recorded_probe
 
     cells = {"passes": 6, "widths": {str(w): [0.004 + 0.0002 * w, 0.006, 0.001 + 0.0001 * w, 0.001 + 0.0001 * w,
                                               0.001 + 0.0001 * w, 0.001 + 0.0001 * w] for w in range(1, 7)}}
-    recorded = probes.Probe("llamacpp", "embedded:smollm2", "decode", tuple(range(1, 7)),
-                            ((0.001, 0.0012, 0.0013, 0.0014, 0.0015, 0.0016),),
-                            notes={"n_gpu_layers": 999, "cell_s": cells})
-    probes.save(recorded, tmp_path / "gpu-probe.json")
-    registry = load_registry()
-    text = POLICY_PROFILE.format(policy="").replace("warmup = 0", 'warmup = 0\nthreads = 1\nprobe = "gpu-probe.json"')
-    profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
-    store = RunStore(profile, tmp_path / "runs")
-    rows = Runner(profile, registry, store).run()
-    assert {r.status.value for r in rows} == {"ok"}, [r.detail for r in rows]
-    ngram = next(r for r in rows if r.arm == "ngram")
-    data = load_for_report(store.path)
+    recorded, ngram, data = run_ngram_with_recorded_probe(tmp_path, {"cell_s": cells})
     pred = next(p for p in json.loads(render_json(data))["analysis"]["predictions"] if p["arm"] == "ngram")
     own = next(c for c in pred["curve"] if c["n_max"] == 4)
     q = (ngram.plain_tokens - 1) / (ngram.steps + ngram.plain_tokens - 1)

@@ -152,38 +152,45 @@ def test_switching_passes_are_timed_on_real_llama_cpp() -> None:
 
 
 
-@pytest.mark.engine
-def test_a_real_runs_switches_priced_by_a_recorded_gpu_probe_reach_the_report(tmp_path: Any) -> None:
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
-    import json
-
+def run_ngram_with_recorded_probe(tmp_path: Any, notes: dict[str, Any], max_tokens: int = 48) -> tuple[Any, Any, Any]:
+    """The policy tests' SmolLM2 n-gram profile run for real, its
+    predictions priced by a recorded GPU probe (T(1) 1 ms) with ``notes``:
+    (the probe, the n-gram row at n_max 4, the saved run as the report reads it)."""
     from lab.base import probe as probes
     from lab.profile.load import parse_profile
     from lab.registry import load_registry
-    from lab.render.report import load_for_report, render_json, render_markdown
+    from lab.render.report import load_for_report
     from lab.runner import Runner
     from lab.store import RunStore
 
-    # a GPU probe as one was recorded: a one-row pass of 1 ms, passes that switch width dearer
-    switching = {"one_s": 0.00105, "widths": {str(w): [0.001 + 0.0001 * w, 0.0035 + 0.0001 * w, 0.0032]
-                                              for w in range(2, 7)}}
     recorded = probes.Probe("llamacpp", "embedded:smollm2", "decode", tuple(range(1, 7)),
-                            ((0.001, 0.0012, 0.0013, 0.0014, 0.0015, 0.0016),),
-                            notes={"n_gpu_layers": 999, "switch_s": switching})
+                            ((0.001, 0.0012, 0.0013, 0.0014, 0.0015, 0.0016),), notes={"n_gpu_layers": 999, **notes})
     probes.save(recorded, tmp_path / "gpu-probe.json")
     registry = load_registry()
-    # the policy tests' n-gram profile, with the recorded probe and longer cells
-    text = POLICY_PROFILE.format(policy="").replace("max_tokens = 48", "max_tokens = 64")
+    text = POLICY_PROFILE.format(policy="").replace("max_tokens = 48", f"max_tokens = {max_tokens}")
     text = text.replace("warmup = 0", 'warmup = 0\nthreads = 1\nprobe = "gpu-probe.json"')
     profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
     store = RunStore(profile, tmp_path / "runs")
     rows = Runner(profile, registry, store).run()
     assert {r.status.value for r in rows} == {"ok"}, [r.detail for r in rows]
-    ngram = next(r for r in rows if r.arm == "ngram")
+    return recorded, next(r for r in rows if r.arm == "ngram"), load_for_report(store.path)
+
+
+@pytest.mark.engine
+def test_a_real_runs_switches_priced_by_a_recorded_gpu_probe_reach_the_report(tmp_path: Any) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+    import json
+
+    from lab.render.report import render_json, render_markdown
+
+    # a GPU probe as one was recorded: a one-row pass of 1 ms, passes that switch width dearer
+    switching = {"one_s": 0.00105, "widths": {str(w): [0.001 + 0.0001 * w, 0.0035 + 0.0001 * w, 0.0032]
+                                              for w in range(2, 7)}}
+    # longer cells than the policy tests'
+    recorded, ngram, data = run_ngram_with_recorded_probe(tmp_path, {"switch_s": switching}, max_tokens=64)
     report = ngram.engine_report
     # the n-gram drafter drafts on some steps only: plain decodes sit between its steps
     assert report["switch_steps"] > 0 and report["switch_plain"] > 0
-    data = load_for_report(store.path)
     pred = next(p for p in json.loads(render_json(data))["analysis"]["predictions"] if p["arm"] == "ngram")
     own = next(c for c in pred["curve"] if c["n_max"] == 4)
     passes = ngram.steps + ngram.plain_tokens - 1  # the first token comes with the prompt

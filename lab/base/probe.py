@@ -358,16 +358,6 @@ class Probe:
         extra = {w_: max(0.0, (sum(p[:k]) - k * statistics.median(p[k:])) / unit) for w_, p in table.items()}
         return _between(extra, w)
 
-    def cell_steady_ratio(self, w: int) -> float | None:
-        """T(w) as a cell's passes after its first ones cost, advancing
-        through the cache (notes' ``cell_s``), in baseline tokens; None where
-        not timed."""
-        table = self._cell_table()
-        if table is None:
-            return None
-        unit = self.seconds[-1][0]
-        return _between({w_: statistics.median(p[self.CELL_START_PASSES:]) / unit for w_, p in table.items()}, w)
-
     @property
     def drafted_token_s(self) -> float:
         """Seconds of one token of this model as a draft model decodes it:

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lab.kit.llama_tools import find_llama_tool, missing_tool_hint
+from lab.kit.pass_order import check_order, median_pass_seconds
 
 if TYPE_CHECKING:
     from lab_llamacpp.engine import Context
@@ -42,7 +43,6 @@ _PREFIX_TEXT = (
 # Untimed passes before a width's timed ones: the first decodes of a new
 # batch shape allocate compute buffers (and, on CUDA, capture a graph).
 WARM_PASSES = 2
-ORDERS = ("consecutive", "interleaved")
 
 
 def prefix_tokens(ctx: Context, depth: int) -> list[int]:
@@ -57,13 +57,9 @@ def prefix_tokens(ctx: Context, depth: int) -> list[int]:
     return tokens[:depth]
 
 
-def _timed_passes(ctx: Context, widths: Sequence[int], depth: int) -> Callable[[int], float]:
-    """The cache reset and ``depth`` tokens of filler decoded; then a
-    function that times one pass of w filler rows with logits for every row
-    and rolls it back."""
-    if depth + max(widths) > ctx.n_ctx:
-        raise ValueError(f"n_ctx {ctx.n_ctx} cannot hold a KV depth of {depth} tokens and the widest width "
-                         f"{max(widths)} (needs {depth + max(widths)})")
+def _at_depth(ctx: Context, widths: Sequence[int], depth: int) -> tuple[list[int], int]:
+    """Filler rows for the widest width, and the cache reset with ``depth``
+    tokens of filler decoded: (rows, the position the passes start at)."""
     rows = ctx.model.tokenize(_PREFIX_TEXT * 4, add_special=False)
     if len(rows) < max(widths):
         raise ValueError(f"widths up to {max(widths)} need more filler tokens than {len(rows)}")
@@ -71,7 +67,17 @@ def _timed_passes(ctx: Context, widths: Sequence[int], depth: int) -> Callable[[
     ctx.reset()
     if prefix:
         ctx.decode(prefix, "last")
-    base = ctx.n_past
+    return rows, ctx.n_past
+
+
+def _timed_passes(ctx: Context, widths: Sequence[int], depth: int) -> Callable[[int], float]:
+    """The cache reset and ``depth`` tokens of filler decoded; then a
+    function that times one pass of w filler rows with logits for every row
+    and rolls it back."""
+    if depth + max(widths) > ctx.n_ctx:
+        raise ValueError(f"n_ctx {ctx.n_ctx} cannot hold a KV depth of {depth} tokens and the widest width "
+                         f"{max(widths)} (needs {depth + max(widths)})")
+    rows, base = _at_depth(ctx, widths, depth)
 
     def one_pass(w: int) -> float:
         t0 = time.perf_counter()
@@ -94,23 +100,11 @@ def decode_pass_seconds(
     speculative loop of one n_max does); "interleaved" cycles through the
     widths on every pass, which spreads slow drift (another process, clock
     frequency) over all widths but rebuilds a GPU backend's graph each pass."""
-    if order not in ORDERS:
-        raise ValueError(f"probe order {order!r}: use {' or '.join(ORDERS)}")
+    check_order(order)
     one_pass = _timed_passes(ctx, widths, depth)
-    times: dict[int, list[float]] = {w: [] for w in widths}
-    if order == "consecutive":
-        for w in widths:
-            for _ in range(WARM_PASSES):
-                one_pass(w)
-            times[w] = [one_pass(w) for _ in range(inner)]
-    else:
-        for w in widths:
-            one_pass(w)
-        for _ in range(inner):
-            for w in widths:
-                times[w].append(one_pass(w))
+    seconds = median_pass_seconds(one_pass, widths, inner, order, WARM_PASSES)
     ctx.reset()
-    return [statistics.median(times[w]) for w in widths]
+    return seconds
 
 
 def switch_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES,
@@ -159,14 +153,7 @@ def cell_pass_seconds(ctx: Context, widths: Sequence[int], passes: int = CELL_PA
     pass back; a run pays the first ones in every cell, and its passes
     advance through the cache. Widths whose passes the context cannot hold
     (fewer than four) are left out."""
-    rows = ctx.model.tokenize(_PREFIX_TEXT * 4, add_special=False)
-    if len(rows) < max(widths):
-        raise ValueError(f"widths up to {max(widths)} need more filler tokens than {len(rows)}")
-    prefix = prefix_tokens(ctx, depth)
-    ctx.reset()
-    if prefix:
-        ctx.decode(prefix, "last")
-    base = ctx.n_past
+    rows, base = _at_depth(ctx, widths, depth)
     got: dict[str, list[float]] = {}
     for w in widths:
         n = min(passes, (ctx.n_ctx - base) // w)

@@ -13,10 +13,10 @@ each width sees."""
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Sequence
 
+from lab.kit.pass_order import check_order, median_pass_seconds
 from lab_mlx.target import MlxTarget
 
 PREFIX_TOKENS = 128
@@ -24,7 +24,6 @@ INNER_PASSES = 7
 # Untimed passes before a width's timed ones: the first pass of a shape
 # compiles its kernels (and, on CUDA, captures its graphs).
 WARM_PASSES = 2
-ORDERS = ("consecutive", "interleaved")
 _FILLER = (
     "The lighthouse keeper climbed the spiral stairs every evening at dusk, trimmed the wick, "
     "polished the great lens and wrote the weather into the log before the lamp was lit. "
@@ -38,8 +37,7 @@ def decode_pass_seconds(target: MlxTarget, widths: Sequence[int], inner: int = I
     "consecutive", each width's passes back to back after WARM_PASSES
     untimed ones; "interleaved", the widths cycled pass by pass, which
     spreads slow drift over all of them."""
-    if order not in ORDERS:
-        raise ValueError(f"probe order {order!r}: use {' or '.join(ORDERS)}")
+    check_order(order)
     prefix = target.vocab.encode(_FILLER * 8, add_special=True)[:PREFIX_TOKENS]
     rows = target.vocab.encode(_FILLER * 2, add_special=False)
     if len(rows) < max(widths):
@@ -58,17 +56,6 @@ def decode_pass_seconds(target: MlxTarget, widths: Sequence[int], inner: int = I
         target.truncate(base)
         return dt
 
-    times: dict[int, list[float]] = {w: [] for w in widths}
-    if order == "consecutive":
-        for w in widths:
-            for _ in range(WARM_PASSES):
-                one_pass(w)
-            times[w] = [one_pass(w) for _ in range(inner)]
-    else:
-        for w in widths:
-            one_pass(w)
-        for _ in range(inner):
-            for w in widths:
-                times[w].append(one_pass(w))
+    seconds = median_pass_seconds(one_pass, widths, inner, order, WARM_PASSES)
     target.reset()
-    return [statistics.median(times[w]) for w in widths]
+    return seconds
