@@ -50,6 +50,19 @@ class PositionAcceptance:
         n = self.drafting_steps
         return tuple(a / n if n else None for a in self.accepted)
 
+    def kept_all(self, n: int) -> float:
+        """The chance a step drafting n keeps all n, from the conditional
+        rates, carried over past the measured positions as
+        :meth:`expected_landed` carries them."""
+        rates = self.rates
+        last: float = 0.0
+        survive = 1.0
+        for i in range(n):
+            rate = rates[i] if i < len(rates) else None
+            last = last if rate is None else rate
+            survive *= last
+        return survive
+
     def expected_landed(self, n: int) -> tuple[float, int]:
         """Expected tokens one step lands drafting n, and how many of those
         positions had no data (their rate is carried over from the last

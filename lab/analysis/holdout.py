@@ -16,7 +16,12 @@ predicts:
   what the target kept (one pass, whatever the step drafted), then drafts
   token by token. With two or more other arms drafting different lengths
   the line is fitted and read at this arm's n_max; with one, its seconds
-  per drafted token are taken as they are;
+  per drafted token are taken as they are. A step after one that kept all
+  its drafts drafts dearer (the draft reads two tokens; ``predict``'s
+  catch-up): that part is measured in the other arms' steps, taken out of
+  their seconds before the line is fitted and priced at this arm's chance
+  of keeping all, which its acceptance gives (another arm's at a lower
+  acceptance would carry too few such steps);
 - T(w): the probe; the baseline's seconds per token: the baseline's rows.
 
 Each input says where it came from, so the report can show it.
@@ -91,7 +96,7 @@ def held_out(
         return None
     others = sorted({r["arm"] for r in results if r["arm"] != arm and not r.get("is_baseline") and kin(results, r["arm"]) == key})
     donor_rows = [r for r in results if r["arm"] in others and r["prompt"] == prompt and int(r.get("round", 1)) >= 1]
-    inputs = predict.arm_inputs(donor_rows) if donor_rows else None
+    inputs = predict.arm_inputs(donor_rows, steps) if donor_rows else None
     if inputs is None:
         return None
     positions = set_positions(own[0].get("set_acceptance"))
@@ -108,20 +113,38 @@ def held_out(
         if not donor_steps:
             return None
         positions, source = per_position(donor_steps), donor
-    per_token = draft_per_token_at(donor_rows, n_max)
+    per_token = draft_per_token_at(donor_rows, n_max, _catch_up_by_arm(steps, donor_rows, inputs.catch_up_s))
     if per_token is not None:
-        inputs = dataclasses.replace(inputs, draft_s_per_token=per_token)
+        # the line is fitted without the catch-up, which predict adds back at this arm's acceptance
+        inputs = dataclasses.replace(inputs, draft_s_per_token=per_token, catch_up_per_token=0.0)
     preds = predict.predict(positions, probe, inputs, [n_max])
     if not preds:
         return None
     return HeldOut(preds[0].speedup, source, tuple(others))
 
 
-def draft_per_token_at(rows: Sequence[Mapping[str, Any]], n_max: int) -> float | None:
+def _catch_up_by_arm(steps: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:
+    """Per arm, the seconds its rows' steps spent catching up after steps
+    that kept all (``seconds`` each)."""
+    if seconds <= 0:
+        return {}
+    rounds = {(r["arm"], r["prompt"], r.get("round")) for r in rows}
+    out: dict[str, float] = {}
+    for key in rounds:
+        seq = sorted((s for s in steps if (s.get("arm"), s.get("prompt"), s.get("round")) == key and s.get("drafted")),
+                     key=lambda s: int(s.get("index") or 0))
+        full = sum(1 for prev in seq[:-1] if int(prev["accepted"]) >= int(prev["drafted"]) > 0)
+        out[key[0]] = out.get(key[0], 0.0) + full * seconds
+    return out
+
+
+def draft_per_token_at(rows: Sequence[Mapping[str, Any]], n_max: int,
+                       catch_up_s: Mapping[str, float] | None = None) -> float | None:
     """Seconds per drafted token at ``n_max`` from a line a + b x n fitted to
-    the draft seconds per step of arms drafting different lengths; None
-    with fewer than two lengths, or where the fit is not a cost (a negative
-    part), and the caller keeps the pooled seconds per drafted token."""
+    the draft seconds per step of arms drafting different lengths, less each
+    arm's catch-up seconds (``catch_up_s``, per arm); None with fewer than
+    two lengths, or where the fit is not a cost (a negative part), and the
+    caller keeps the pooled seconds per drafted token."""
     by_arm: dict[str, list[float]] = {}
     for r in rows:
         if r.get("status") != "ok" or not r.get("steps") or r.get("draft_s") is None or not r.get("drafted"):
@@ -130,7 +153,8 @@ def draft_per_token_at(rows: Sequence[Mapping[str, Any]], n_max: int) -> float |
         acc[0] += int(r["steps"])
         acc[1] += int(r["drafted"])
         acc[2] += float(r["draft_s"]) * int(r["steps"])
-    points = [(drafted / steps, secs / steps) for steps, drafted, secs in by_arm.values() if steps]
+    less = catch_up_s or {}
+    points = [(drafted / steps, (secs - less.get(arm, 0.0)) / steps) for arm, (steps, drafted, secs) in by_arm.items() if steps]
     if len({round(x, 3) for x, _ in points}) < 2:
         return None
     mx = sum(x for x, _ in points) / len(points)

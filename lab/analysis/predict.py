@@ -46,6 +46,22 @@ the steps:
 
 The shares are the row's, as the plain share is, at every n_max of the curve.
 
+A draft model catches up before it drafts: it reads what the target kept,
+one token after a step that rejected one of its drafts, two after a step that
+kept them all (its last draft, never read, and the target's token). On a
+GPU that replays captured graphs the two-token pass is also a pass of
+another shape, so a step after one that kept everything drafts dearer
+(measured on an H100 with a 1B draft: 6.2-6.6 ms against 4.3-4.4). Where
+the row's steps show it (c, the extra draft seconds of a step whose previous
+step kept all its drafts, against one whose previous did not, at the same
+drafted length), the draft's cost at n is
+
+    n a + c P(all n kept),
+
+a the seconds per drafted token without it and P(all n kept) from the
+acceptance per position: constant in the row's own prediction at its n_max,
+it moves the curve and a prediction made at another acceptance.
+
 A cell starts after its prompt, a pass of another shape, so on such a GPU
 its first passes are dearer than the back-to-back ones (the first runs the
 new graph as it is, the next captures it), in the baseline's cells as in a
@@ -87,6 +103,9 @@ class Prediction:
     kept_share: float | None = None
     # graph rebuilds of passes that switch width, per step, baseline tokens
     switch_cost: float = 0.0
+    # the part of draft_cost that is the draft's two-token catch-up after a step
+    # that kept all (baseline tokens per step)
+    catch_up_cost: float = 0.0
     # a cell's first passes beyond its steady ones, baseline tokens a cell: this
     # arm's and its baseline's (0 where the probe timed no cells)
     cell_start: float = 0.0
@@ -112,14 +131,77 @@ class ArmInputs:
     switch_out_share: float = 0.0
     # tokens a cell's passes decode (all but the prompt's), mean over rows; 0: not known
     cell_tokens: float = 0.0
+    # the draft's extra seconds in a step after one that kept all its drafts, and
+    # the part of draft_s_per_token they make in these rows (0: not seen)
+    catch_up_s: float = 0.0
+    catch_up_per_token: float = 0.0
 
 
-def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
-    """Pool the ok rounds of one arm x prompt; None without steps or a
-    baseline to price them."""
+@dataclass(frozen=True)
+class CatchUp:
+    """The draft's extra seconds in a step after one that kept all its drafts
+    (see the module's notes), from recorded steps."""
+
+    seconds: float  # c: extra draft seconds of such a step
+    after_full: int  # steps that followed a step that kept all
+    steps: int  # steps with draft seconds
+
+
+# steps of each kind, at the same drafted length, before a difference is read
+_CATCH_UP_MIN = 5
+
+
+def catch_up(steps: Sequence[Mapping[str, Any]]) -> CatchUp | None:
+    """c from one or more arms' steps: per arm x prompt x round in order, the
+    mean draft seconds of steps after a step that kept all its drafts less
+    that of steps after one that did not, each at the arm's most common
+    drafted length, weighted over arms by the fewer of the two counts; None
+    where no arm has enough of both kinds or the steps carry no draft
+    seconds. A difference below zero (noise) reads as none."""
+    runs: dict[tuple[Any, Any, Any], list[Mapping[str, Any]]] = {}
+    for s in steps:
+        if s.get("draft_s") is not None and s.get("drafted"):
+            runs.setdefault((s.get("arm"), s.get("prompt"), s.get("round")), []).append(s)
+    by_arm: dict[Any, dict[bool, list[float]]] = {}
+    lengths: dict[Any, dict[int, int]] = {}
+    after_full = total = 0
+    pairs: list[tuple[Any, bool, int, float]] = []
+    for (arm, _prompt, _round), seq in runs.items():
+        seq.sort(key=lambda s: int(s.get("index") or 0))
+        total += len(seq)
+        for prev, cur in zip(seq, seq[1:]):
+            full = int(prev["accepted"]) >= int(prev["drafted"]) > 0
+            after_full += full
+            pairs.append((arm, full, int(cur["drafted"]), float(cur["draft_s"])))
+            counts = lengths.setdefault(arm, {})
+            counts[int(cur["drafted"])] = counts.get(int(cur["drafted"]), 0) + 1
+    if not pairs:
+        return None
+    for arm, full, drafted, secs in pairs:
+        if drafted == max(lengths[arm], key=lambda d: lengths[arm][d]):
+            by_arm.setdefault(arm, {True: [], False: []})[full].append(secs)
+    weighted = weight = 0.0
+    for kinds in by_arm.values():
+        n = min(len(kinds[True]), len(kinds[False]))
+        if n < _CATCH_UP_MIN:
+            continue
+        diff = sum(kinds[True]) / len(kinds[True]) - sum(kinds[False]) / len(kinds[False])
+        weighted += n * diff
+        weight += n
+    if not weight:
+        return None
+    return CatchUp(max(0.0, weighted / weight), after_full, total)
+
+
+def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]] = ()) -> ArmInputs | None:
+    """Pool the ok rounds of one arm x prompt (or of several arms); None
+    without steps or a baseline to price them. ``records``, the run's steps
+    where given, are read for the draft's catch-up (those of these rows' rounds)."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("steps") and r.get("step_cost_tokens")]
     if not ok:
         return None
+    rounds = {(r.get("arm"), r.get("prompt"), r.get("round")) for r in ok}
+    seen = catch_up([s for s in records if (s.get("arm"), s.get("prompt"), s.get("round")) in rounds])
     steps = sum(int(r["steps"]) for r in ok)
     drafted = sum(int(r["drafted"] or 0) for r in ok)
     draft_s = sum(float(r["draft_s"] or 0.0) * int(r["steps"]) for r in ok)
@@ -154,6 +236,8 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]]) -> ArmInputs | None:
         switch_in_share=switch_in / passes if passes else 0.0,
         switch_out_share=switch_out / passes if passes else 0.0,
         cell_tokens=_cell_tokens(ok),
+        catch_up_s=seen.seconds if seen else 0.0,
+        catch_up_per_token=seen.seconds * seen.after_full / drafted if seen and drafted else 0.0,
     )
 
 
@@ -180,7 +264,9 @@ def predict(
     ns = list(n_values) if n_values is not None else list(range(1, max(probe.widths)))
     whole = probe.prices_steps
     # a step-priced probe's T(w) already holds the draft and the loop: the row's own are not added
-    draft_per_token = 0.0 if whole else inputs.draft_s_per_token / inputs.baseline_token_s
+    # the draft's seconds per drafted token without its catch-up, which is priced per step below
+    draft_per_token = 0.0 if whole else (inputs.draft_s_per_token - inputs.catch_up_per_token) / inputs.baseline_token_s
+    catch_up_tokens = 0.0 if whole else inputs.catch_up_s / inputs.baseline_token_s
     loop_cost = 0.0 if whole else inputs.loop_s_per_step / inputs.baseline_token_s
     q = inputs.plain_share
     out = []
@@ -190,7 +276,8 @@ def predict(
         t = probe.t_ratio(n + 1) if kept is None else probe.step_ratio(n + 1, kept)
         if t is None:
             continue
-        draft_cost = n * draft_per_token
+        catching_up = catch_up_tokens * acceptance.kept_all(n)
+        draft_cost = n * draft_per_token + catching_up
         switching = 0.0 if whole else switch_cost(probe, n + 1, inputs)
         per_pass_landed = q + (1 - q) * landed
         per_pass_cost = q + (1 - q) * (t + draft_cost + loop_cost + switching)
@@ -202,7 +289,7 @@ def predict(
             d = inputs.cell_tokens
             speedup = (d + starts[1]) / (d * per_pass_cost / per_pass_landed + starts[0])
         out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole, kept, switching,
-                              starts[0], starts[1]))
+                              cell_start=starts[0], baseline_cell_start=starts[1], catch_up_cost=catching_up))
     return out
 
 

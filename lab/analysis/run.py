@@ -161,7 +161,7 @@ def predictions(
     for (arm, prompt), rows in _groups(results):
         if rows[0].get("is_baseline"):
             continue
-        inputs = predict.arm_inputs(rows)
+        inputs = predict.arm_inputs(rows, steps)
         pa = pos.get((arm, prompt))
         if inputs is None or pa is None or not pa.reached:
             continue
@@ -192,7 +192,7 @@ def predictions(
             "curve": [
                 {"n_max": p.n_max, "speedup": p.speedup, "landed": p.landed, "verify_cost": p.verify_cost,
                  "draft_cost": p.draft_cost, "loop_cost": p.loop_cost, "extrapolated": p.extrapolated,
-                 "kept_share": p.kept_share, "switch_cost": p.switch_cost,
+                 "kept_share": p.kept_share, "switch_cost": p.switch_cost, "catch_up_cost": p.catch_up_cost,
                  "cell_start": p.cell_start, "baseline_cell_start": p.baseline_cell_start}
                 for p in preds
             ],

@@ -381,7 +381,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{'*' if p.get('best_extrapolated') else ''} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
-    notes = _t1_notes(data["results"], preds, pool) + _switch_notes(preds) + _cell_notes(preds)
+    notes = (_t1_notes(data["results"], preds, pool) + _switch_notes(preds) + _cell_notes(preds)
+             + _catch_up_notes(preds))
     if notes:
         lines += [""] + notes
     lines += [
@@ -436,6 +437,24 @@ def _cell_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["- A cell's first passes, right after its prompt, cost more than the steady ones (a GPU backend "
             "runs a new graph, then captures it), in the baseline's cells too; the probe timed them, and these "
             "predictions are per cell of the row's length. Baseline tokens a cell pays for them: "
+            + "; ".join(priced) + "."]
+
+
+def _catch_up_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line where a draft's catch-up after steps that kept all was
+    seen and priced: what it adds to a step at each row's own n_max."""
+    priced = []
+    for p in preds:
+        own = next((c for c in p.get("curve") or () if c.get("n_max") == p.get("n_max")), None)
+        cost = float(own.get("catch_up_cost") or 0.0) if own else 0.0
+        if cost >= 0.005:
+            priced.append(f"{p['arm']} / {p['prompt']} {cost:.2f}")
+    if not priced:
+        return []
+    return ["- A draft model reads what the target kept before it drafts: two tokens after a step that kept all "
+            "its drafts, one otherwise. The steps show the first kind drafting dearer, and every prediction "
+            "prices it at its n_max by the chance a step keeps all (the held-out one at the arm's own "
+            "acceptance, from the other arms' steps). Baseline tokens a step at the row's n_max: "
             + "; ".join(priced) + "."]
 
 
