@@ -51,7 +51,7 @@ one token after a step that rejected one of its drafts, two after a step that
 kept them all (its last draft, never read, and the target's token). On a
 GPU that replays captured graphs the two-token pass is also a pass of
 another shape, so a step after one that kept everything drafts dearer
-(measured on an H100 with a 1B draft: 6.2-6.6 ms against 4.3-4.4). Where
+(measured on an H100 with a 1B draft: 6.2-6.8 ms against 4.3-4.4, medians). Where
 the row's steps show it (c, the extra draft seconds of a step whose previous
 step kept all its drafts, against one whose previous did not, at the same
 drafted length), the draft's cost at n is
