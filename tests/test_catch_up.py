@@ -131,3 +131,25 @@ def test_the_report_lists_what_the_catch_up_adds_to_each_row() -> None:
     assert f"d-0.9 / p {own['catch_up_cost']:.2f}" in line
     # steps without draft seconds: nothing priced, no line
     assert _catch_up_notes(predictions([base, row], [{**s, "draft_s": None} for s in steps], PROBE)) == []
+
+
+def test_a_draft_that_ran_at_two_speeds_from_cell_to_cell_is_flagged() -> None:
+    """On one H100 host a 1B draft ran about 1.5 ms a drafted token in some
+    cells and 2.2 in others, steady within each: the held-out predictions
+    that borrow those seconds moved with it, and the report says so."""
+    from lab.analysis.predict import draft_drift
+
+    _, first = _arm("d", 0.7, seed=1)
+    _, second = _arm("d", 0.7, seed=2)
+    second = [{**s, "round": 2} for s in second]
+    # the catch-up alone (steps after a kept-all step drafting dearer) is no drift
+    assert draft_drift(first + second, "d") is None
+    slow = [{**s, "draft_s": s["draft_s"] * 1.4, "step_s": s["step_s"] + s["draft_s"] * 0.4} for s in second]
+    note = draft_drift(first + slow, "d")
+    # either kind of step says it: 1.00 to 1.40 ms a token after a partial step, 1.50 to 2.10 after a full one
+    assert note is not None and "+40%" in note and ("1.00 to 1.40 ms" in note or "1.50 to 2.10 ms" in note)
+    # a draft that is a sliver of its step (an oracle's lookup) moves nothing: no note
+    sliver = [{**s, "step_s": s["draft_s"] * 20} for s in first + slow]
+    assert draft_drift(sliver, "d") is None
+    # another arm's steps say nothing of this one
+    assert draft_drift(first + slow, "other") is None

@@ -367,6 +367,52 @@ def t1_disagreement(baseline_rows: Sequence[Mapping[str, Any]], probe: Probe) ->
             "under different conditions, so the prediction is off by about as much")
 
 
+# How far the draft's seconds per drafted token may move between one arm's
+# cells (rounds and prompts, at one kind of step) before the report says so
+DRIFT_FLOOR = 0.15
+# the draft's median share of a step below which its drift is not worth a line
+DRIFT_SHARE = 0.10
+# steps of a kind a cell needs before its median counts
+_DRIFT_MIN = 5
+
+
+def draft_drift(steps: Sequence[Mapping[str, Any]], arm: str) -> str | None:
+    """A note when one arm's draft ran at different speeds in different
+    cells: per cell (prompt x round) the median seconds per drafted token of
+    its steps after a step that kept all its drafts, and apart of those
+    after one that did not (the catch-up makes them differ by design), and
+    the widest spread between cells of either kind above
+    :data:`DRIFT_FLOOR`. A machine whose draft runs fast in one cell and
+    slow in the next gives predictions that borrow those seconds for
+    another arm (held out) that move with it. None otherwise."""
+    runs: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    for s in steps:
+        if s.get("arm") == arm and s.get("draft_s") is not None and s.get("drafted") and int(s.get("round", 1)) >= 1:
+            runs.setdefault((s.get("prompt"), s.get("round")), []).append(s)
+    medians: dict[bool, list[float]] = {True: [], False: []}
+    for seq in runs.values():
+        seq = sorted(seq, key=lambda s: int(s.get("index") or 0))
+        kinds: dict[bool, list[float]] = {True: [], False: []}
+        for prev, cur in zip(seq, seq[1:]):
+            kinds[int(prev["accepted"]) >= int(prev["drafted"]) > 0].append(float(cur["draft_s"]) / int(cur["drafted"]))
+        for kind, xs in kinds.items():
+            if len(xs) >= _DRIFT_MIN:
+                xs.sort()
+                medians[kind].append(xs[len(xs) // 2])
+    spread = [(min(m), max(m)) for m in medians.values() if len(m) >= 2 and min(m) > 0]
+    shares = sorted(float(s["draft_s"]) / float(s["step_s"]) for seq in runs.values() for s in seq if s.get("step_s"))
+    # a draft that is a sliver of the step (an oracle's lookup) moves no prediction however it drifts
+    if not spread or not shares or shares[len(shares) // 2] < DRIFT_SHARE:
+        return None
+    low, high = max(spread, key=lambda lh: lh[1] / lh[0])
+    if high / low - 1 <= DRIFT_FLOOR:
+        return None
+    return (f"the draft's seconds per drafted token moved from cell to cell, {low * 1000:.2f} to "
+            f"{high * 1000:.2f} ms (+{(high / low - 1) * 100:.0f}%, medians of like steps): the machine ran the "
+            "draft at different speeds, and a prediction that takes these seconds for another arm (held out) "
+            "moves with them")
+
+
 # How far a row's decoding depth may lie from the probe's before the
 # prediction says so: twice as deep (or half), and this many tokens apart.
 DEPTH_RATIO = 2.0

@@ -381,8 +381,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{'*' if p.get('best_extrapolated') else ''} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
-    notes = (_t1_notes(data["results"], preds, pool) + _switch_notes(preds) + _cell_notes(preds)
-             + _catch_up_notes(preds))
+    notes = (_t1_notes(data["results"], preds, pool) + _drift_notes(data.get("steps") or (), preds)
+             + _switch_notes(preds) + _cell_notes(preds) + _catch_up_notes(preds))
     if notes:
         lines += [""] + notes
     lines += [
@@ -512,6 +512,19 @@ def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str,
         if note:
             notes.setdefault(f"{p['prompt']}: {note}", []).append(p["arm"])
     return [f"- ⚠ {', '.join(arms)} / {key}." for key, arms in notes.items()]
+
+
+def _drift_notes(steps: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """⚠ per arm whose draft ran at different speeds from cell to cell
+    (lab.analysis.predict.draft_drift)."""
+    from lab.analysis.predict import draft_drift
+
+    out = []
+    for arm in dict.fromkeys(p["arm"] for p in preds):
+        note = draft_drift(steps, arm)
+        if note:
+            out.append(f"- ⚠ {arm}: {note}.")
+    return out
 
 
 def _prediction_or_why(data: Mapping[str, Any], probe: Any) -> list[str]:
