@@ -126,8 +126,12 @@ def test_a_draft_probe_prices_a_model_drafter(run_dir: Path) -> None:
     got = ap.predict_on(entry, RECORDED, draft, loop_s_per_step=50e-6)
     assert got.inputs.draft_s_per_token == 0.0005 and got.inputs.loop_s_per_step == 50e-6
     assert "draft probe" in got.draft_from and "given" in got.loop_from
-    # 0.25 baseline tokens per drafted token, 0.025 per step for the loop
-    assert got.predictions[0].draft_cost == pytest.approx(0.25) and got.predictions[0].loop_cost == pytest.approx(0.025)
+    # 0.25 baseline tokens per drafted token, 0.025 per step for the loop; beside them the draft's
+    # catch-up after a step that kept all: its two-row pass 0.2 of a row more, at the chance of keeping all
+    first = got.predictions[0]
+    catch_up = 0.2 * 0.0005 / RECORDED.pass_seconds(1) * entry.positions.kept_all(first.n_max)
+    assert first.catch_up_cost == pytest.approx(catch_up) and catch_up > 0
+    assert first.draft_cost == pytest.approx(0.25 * first.n_max + catch_up) and first.loop_cost == pytest.approx(0.025)
     other = probes.Probe("llamacpp", "synthetic:llama-8b", "decode", (1, 2, 3), ((0.003, 0.0033, 0.0036),))
     assert any("synthetic:llama-8b" in w and "embedded:smollm2" in w for w in ap.predict_on(entry, other).warnings)
 

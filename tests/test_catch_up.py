@@ -153,3 +153,56 @@ def test_a_draft_that_ran_at_two_speeds_from_cell_to_cell_is_flagged() -> None:
     assert draft_drift(sliver, "d") is None
     # another arm's steps say nothing of this one
     assert draft_drift(first + slow, "other") is None
+
+
+def _file_entry(costs: dict[str, Any]) -> Any:
+    from lab.analysis import acceptance_profile as ap
+
+    entry = {"scope": "prompt", "arm": "draft", "prompt": "code", "backend": "llamacpp", "target": "m",
+             "drafter": "draft-model", "drafter_model": "d", "n_max": 4, "reached": [100, 90, 80, 70],
+             "accepted": [90, 80, 70, 60], "costs": costs}
+    return ap.from_json({"kind": ap.KIND, "version": 1, "entries": [entry]}).entries[0]
+
+
+FILE_COSTS = {"baseline_token_s": 0.02, "draft_s_per_token": 0.01, "loop_s_per_step": 0.0, "plain_share": 0.0,
+              "catch_up_s": 0.006, "catch_up_per_token": 0.002}
+
+
+def test_lab_predict_prices_the_catch_up_on_the_draft_probes_machine() -> None:
+    """The catch-up travels as the draft's cost does: from the draft probe
+    where one is given (its two-row pass beyond a one-row one, and on a GPU
+    the two passes that change shape), else from the acceptance file's run
+    in baseline tokens there; the output says which."""
+    from lab.analysis import acceptance_profile as ap
+
+    entry = _file_entry(FILE_COSTS)
+    assert entry.costs.catch_up_s == 0.006 and entry.costs.catch_up_per_token == 0.002
+    target = Probe("llamacpp", "m", "decode", (1, 2, 3, 4, 5), ((0.001, 0.0011, 0.0012, 0.0013, 0.0014),))
+    switch = {"one_s": 0.0005, "widths": {"2": [0.0006, 0.0016, 0.0015]}}
+    draft = Probe("llamacpp", "d", "decode", (1, 2), ((0.0005, 0.0006),), notes={"switch_s": switch})
+    inputs, _, _ = ap.inputs_for(entry, target, draft)
+    # two rows back to back 0.2 of a row more, into them 2.0 more, one row after them 2.0 more
+    assert inputs.catch_up_s == pytest.approx((0.2 + 2.0 + 2.0) * 0.0005) and inputs.catch_up_per_token == 0.0
+    assert "change shape" in ap.catch_up_words(entry, target, draft)
+    own = next(p for p in ap.predict_on(entry, target, draft).predictions if p.n_max == 4)
+    assert own.catch_up_cost == pytest.approx(inputs.catch_up_s / 0.001 * entry.positions.kept_all(4))
+    # no draft probe: the file's run, in its baseline tokens, carried to this probe's token
+    carried, _, _ = ap.inputs_for(entry, target)
+    assert carried.catch_up_s == pytest.approx(0.006 / 0.02 * 0.001)
+    assert carried.catch_up_per_token == pytest.approx(0.002 / 0.02 * 0.001)
+    assert "acceptance file's run" in ap.catch_up_words(entry, target)
+    # a file from before it kept the catch-up reads none, and a damaged one is refused by name
+    old = _file_entry({k: v for k, v in FILE_COSTS.items() if "catch" not in k})
+    assert old.costs.catch_up_s == 0.0 and "none seen" in ap.catch_up_words(old, target)
+    with pytest.raises(ap.AcceptanceProfileError, match="catch_up"):
+        _file_entry({**FILE_COSTS, "catch_up_per_token": 0.5})
+
+
+def test_an_acceptance_file_keeps_its_runs_catch_up() -> None:
+    from lab.analysis import acceptance_profile as ap
+
+    row, steps = _arm("d", 0.7)
+    costs = ap._costs([row], steps)
+    assert costs is not None and costs["catch_up_s"] == pytest.approx(CATCH_UP)
+    after_full = sum(1 for s in steps[:-1] if s["accepted"] == 4)
+    assert costs["catch_up_per_token"] == pytest.approx(CATCH_UP * after_full / row["drafted"])

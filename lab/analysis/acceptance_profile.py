@@ -63,6 +63,11 @@ class Costs:
     # tokens a cell's passes decoded in the source run (its length less the
     # prompt's token): the run's setting; 0 in files from before it was kept
     cell_tokens: float = 0.0
+    # a draft model's extra seconds in a step after one that kept all its
+    # drafts, and the part of draft_s_per_token they made, in the source run
+    # (lab.analysis.predict.catch_up); 0 where not seen or in older files
+    catch_up_s: float = 0.0
+    catch_up_per_token: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -133,14 +138,15 @@ def _counts(pa: PositionAcceptance) -> dict[str, Any]:
             "unconditional": list(pa.unconditional)}
 
 
-def _costs(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    inputs = predict.arm_inputs(rows)
+def _costs(rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+    inputs = predict.arm_inputs(rows, steps)
     if inputs is None:
         return None
     return {"baseline_token_s": inputs.baseline_token_s, "draft_s_per_token": inputs.draft_s_per_token,
             "loop_s_per_step": inputs.loop_s_per_step, "plain_share": inputs.plain_share,
             "switch_in_share": inputs.switch_in_share, "switch_out_share": inputs.switch_out_share,
-            "cell_tokens": inputs.cell_tokens}
+            "cell_tokens": inputs.cell_tokens, "catch_up_s": inputs.catch_up_s,
+            "catch_up_per_token": inputs.catch_up_per_token}
 
 
 def _entry(scope: str, arm: str, name: str, rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
@@ -160,7 +166,7 @@ def _entry(scope: str, arm: str, name: str, rows: Sequence[Mapping[str, Any]], s
         "target": first.get("model") or arm_def.get("model"), "drafter": first.get("drafter"),
         "drafter_model": options.get("model") if isinstance(options.get("model"), str) else None,
         "drafter_options": options, "n_max": first.get("n_max"), "temperature": temperature,
-        "prompts": prompts, "prompt_sha256": hashes, **_counts(pa), "costs": _costs(rows),
+        "prompts": prompts, "prompt_sha256": hashes, **_counts(pa), "costs": _costs(rows, steps),
     }
 
 
@@ -253,13 +259,17 @@ def _entry_of(raw: Any, i: int, path: str) -> Entry:
         costs = Costs(*(_number(c.get(k), k, where) for k in
                         ("baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share")),
                       *(_number(c[k], k, where) if c.get(k) is not None else 0.0
-                        for k in ("switch_in_share", "switch_out_share", "cell_tokens")))
+                        for k in ("switch_in_share", "switch_out_share", "cell_tokens", "catch_up_s",
+                                  "catch_up_per_token")))
         if costs.baseline_token_s <= 0 or costs.plain_share >= 1:
             raise AcceptanceProfileError(f"{where}: costs need a baseline token above 0 s and a plain share below 1")
         if not (0 <= costs.switch_in_share <= 1 and 0 <= costs.switch_out_share <= 1):
             raise AcceptanceProfileError(f"{where}: switch shares are shares of passes, 0 to 1")
         if costs.cell_tokens < 0:
             raise AcceptanceProfileError(f"{where}: cell_tokens counts tokens, 0 or more")
+        if costs.catch_up_s < 0 or not 0 <= costs.catch_up_per_token <= costs.draft_s_per_token:
+            raise AcceptanceProfileError(f"{where}: catch_up_s is seconds, 0 or more, and catch_up_per_token a part "
+                                         "of draft_s_per_token")
     n_max = raw.get("n_max")
     temperature = raw.get("temperature")
     return Entry(
@@ -371,10 +381,52 @@ def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
             ratio = c.loop_s_per_step / c.baseline_token_s
             loop_s = ratio * token_s
             loop_from = f"{OTHER_MACHINE}: {ratio:.3f} baseline tokens per step there (--loop-us gives this machine's)"
+    catch_s, catch_per_token, _ = _catch_up(entry, probe, draft_probe)
     inputs = predict.ArmInputs(baseline_token_s=token_s, draft_s_per_token=draft_s, plain_share=c.plain_share,
                                n_max=entry.n_max, loop_s_per_step=loop_s, switch_in_share=c.switch_in_share,
-                               switch_out_share=c.switch_out_share, cell_tokens=c.cell_tokens)
+                               switch_out_share=c.switch_out_share, cell_tokens=c.cell_tokens,
+                               catch_up_s=catch_s, catch_up_per_token=catch_per_token)
     return inputs, draft_from, loop_from
+
+
+def _catch_up(entry: Entry, probe: Probe, draft_probe: Probe | None) -> tuple[float, float, str]:
+    """A model drafter's catch-up after a step that kept all its drafts, on
+    the probe's machine: (seconds, the part of the draft's seconds per
+    drafted token it makes, where it came from in words). From the draft
+    probe where one is given: its two-row pass beyond a one-row one, and on a
+    GPU the two passes that change shape (the two rows after one, the one
+    after two); from the acceptance file's run otherwise, in baseline tokens
+    there, as the draft's cost is carried."""
+    c = entry.costs
+    if probe.prices_steps:
+        return 0.0, 0.0, f"inside the probe's whole steps ({probe.priced_by})"
+    if not entry.drafter_model:
+        return 0.0, 0.0, "none: the drafter is no model"
+    token_s = probe.pass_seconds(1)
+    if draft_probe is not None:
+        two = draft_probe.t_ratio(2)
+        if two is not None:
+            switching = draft_probe.switch_ratio(2)
+            extra = max(0.0, two - 1.0) + (sum(switching) if switching else 0.0)
+            seconds = extra * draft_probe.pass_seconds(1)
+            how = ("its two-row pass beyond a one-row one and the two passes that change shape" if switching
+                   else "its two-row pass beyond a one-row one; it timed no passes that change shape (a CPU's "
+                        "probe, or one from before it timed them)")
+            return seconds, 0.0, (f"the draft probe's machine: {seconds * 1000:.3f} ms a step after one that kept all, "
+                                  f"at each n_max's chance of keeping all: {how}")
+    if c is None or c.catch_up_s <= 0:
+        return 0.0, 0.0, ("not priced: the draft probe has no two-row pass and the acceptance file's run showed none"
+                          if draft_probe is not None else "none seen in the acceptance file's run")
+    ratio = c.catch_up_s / c.baseline_token_s
+    # with the draft's seconds carried from the file, so is the part of them the catch-up made
+    part = c.catch_up_per_token / c.baseline_token_s * token_s if draft_probe is None else 0.0
+    return ratio * token_s, part, (f"{OTHER_MACHINE}: {ratio:.3f} baseline tokens a step after one that kept all there, "
+                                   "at each n_max's chance of keeping all")
+
+
+def catch_up_words(entry: Entry, probe: Probe, draft_probe: Probe | None = None) -> str:
+    """Where a model drafter's catch-up was priced from, in words."""
+    return _catch_up(entry, probe, draft_probe)[2]
 
 
 def switch_words(entry: Entry, probe: Probe) -> str:

@@ -8,6 +8,7 @@ from typing import Sequence
 from lab.analysis.acceptance_profile import (
     AcceptanceProfile,
     CrossPrediction,
+    catch_up_words,
     cell_words,
     probe_machine_words,
     switch_words,
@@ -63,6 +64,8 @@ def render(profile: AcceptanceProfile, probe: Probe, predictions: Sequence[Cross
         lines.append(f"  loop cost: {c.loop_from}")
         lines.append(f"  width switches: {switch_words(e, probe)}")
         lines.append(f"  cell starts: {cell_words(e, probe)}")
+        if e.drafter_model:
+            lines.append(f"  catch-up: {catch_up_words(e, probe, draft_probe)}")
         for w in c.warnings:
             lines.append(f"  ⚠ {w}")
         lines += _curve(c)
