@@ -387,7 +387,8 @@ def draft_drift(steps: Sequence[Mapping[str, Any]], arm: str) -> str | None:
     another arm (held out) that move with it. None otherwise."""
     runs: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
     for s in steps:
-        if s.get("arm") == arm and s.get("draft_s") is not None and s.get("drafted") and int(s.get("round", 1)) >= 1:
+        warmup = isinstance(s.get("round"), int) and s["round"] < 1
+        if s.get("arm") == arm and s.get("draft_s") is not None and s.get("drafted") and not warmup:
             runs.setdefault((s.get("prompt"), s.get("round")), []).append(s)
     medians: dict[bool, list[float]] = {True: [], False: []}
     for seq in runs.values():
