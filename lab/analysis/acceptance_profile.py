@@ -15,7 +15,8 @@ source machine's, for the inputs the other machine's probe does not give::
                   "temperature", "prompts", "prompt_sha256", "reached": [...], "accepted": [...],
                   "conditional": [...], "unconditional": [...],   # for people; ignored when loading
                   "costs": {"baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share",
-                            "switch_in_share", "switch_out_share", "cell_tokens"} | null}]}
+                            "switch_in_share", "switch_out_share", "cell_tokens", "catch_up_s",
+                            "catch_up_per_token"} | null}]}
 
 :func:`predict_on` prices one entry with a probe through
 :func:`lab.analysis.predict.predict`, the one prediction formula, and says

@@ -130,11 +130,9 @@ def _catch_up_by_arm(steps: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[
         return {}
     rounds = {(r["arm"], r["prompt"], r.get("round")) for r in rows}
     out: dict[str, float] = {}
-    for key in rounds:
-        seq = sorted((s for s in steps if (s.get("arm"), s.get("prompt"), s.get("round")) == key and s.get("drafted")),
-                     key=lambda s: int(s.get("index") or 0))
-        full = sum(1 for prev in seq[:-1] if int(prev["accepted"]) >= int(prev["drafted"]) > 0)
-        out[key[0]] = out.get(key[0], 0.0) + full * seconds
+    for key, full, _step in predict.after_steps(steps):
+        if full and key in rounds:
+            out[key[0]] = out.get(key[0], 0.0) + seconds
     return out
 
 

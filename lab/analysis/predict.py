@@ -81,7 +81,7 @@ file that keeps its run's cell length (older files: per pass).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from lab.analysis.acceptance import PositionAcceptance
 from lab.base.probe import Probe
@@ -151,6 +151,20 @@ class CatchUp:
 _CATCH_UP_MIN = 5
 
 
+def after_steps(steps: Sequence[Mapping[str, Any]]) -> Iterator[tuple[tuple[Any, Any, Any], bool, Mapping[str, Any]]]:
+    """Every drafting step but a cell's first, per arm x prompt x round in
+    the order it ran, with whether the step before it kept all its drafts:
+    ((arm, prompt, round), kept all before, step)."""
+    runs: dict[tuple[Any, Any, Any], list[Mapping[str, Any]]] = {}
+    for s in steps:
+        if s.get("drafted"):
+            runs.setdefault((s.get("arm"), s.get("prompt"), s.get("round")), []).append(s)
+    for key, seq in runs.items():
+        seq.sort(key=lambda s: int(s.get("index") or 0))
+        for prev, cur in zip(seq, seq[1:]):
+            yield key, int(prev["accepted"]) >= int(prev["drafted"]) > 0, cur
+
+
 def catch_up(steps: Sequence[Mapping[str, Any]]) -> CatchUp | None:
     """c from one or more arms' steps: per arm x prompt x round in order, the
     mean draft seconds of steps after a step that kept all its drafts less
@@ -158,25 +172,15 @@ def catch_up(steps: Sequence[Mapping[str, Any]]) -> CatchUp | None:
     drafted length, weighted over arms by the fewer of the two counts; None
     where no arm has enough of both kinds or the steps carry no draft
     seconds. A difference below zero (noise) reads as none."""
-    runs: dict[tuple[Any, Any, Any], list[Mapping[str, Any]]] = {}
-    for s in steps:
-        if s.get("draft_s") is not None and s.get("drafted"):
-            runs.setdefault((s.get("arm"), s.get("prompt"), s.get("round")), []).append(s)
-    by_arm: dict[Any, dict[bool, list[float]]] = {}
-    lengths: dict[Any, dict[int, int]] = {}
-    after_full = total = 0
-    pairs: list[tuple[Any, bool, int, float]] = []
-    for (arm, _prompt, _round), seq in runs.items():
-        seq.sort(key=lambda s: int(s.get("index") or 0))
-        total += len(seq)
-        for prev, cur in zip(seq, seq[1:]):
-            full = int(prev["accepted"]) >= int(prev["drafted"]) > 0
-            after_full += full
-            pairs.append((arm, full, int(cur["drafted"]), float(cur["draft_s"])))
-            counts = lengths.setdefault(arm, {})
-            counts[int(cur["drafted"])] = counts.get(int(cur["drafted"]), 0) + 1
+    timed = [s for s in steps if s.get("draft_s") is not None]
+    pairs = [(key[0], full, int(cur["drafted"]), float(cur["draft_s"])) for key, full, cur in after_steps(timed)]
     if not pairs:
         return None
+    lengths: dict[Any, dict[int, int]] = {}
+    for arm, _full, drafted, _secs in pairs:
+        counts = lengths.setdefault(arm, {})
+        counts[drafted] = counts.get(drafted, 0) + 1
+    by_arm: dict[Any, dict[bool, list[float]]] = {}
     for arm, full, drafted, secs in pairs:
         if drafted == max(lengths[arm], key=lambda d: lengths[arm][d]):
             by_arm.setdefault(arm, {True: [], False: []})[full].append(secs)
@@ -190,7 +194,8 @@ def catch_up(steps: Sequence[Mapping[str, Any]]) -> CatchUp | None:
         weight += n
     if not weight:
         return None
-    return CatchUp(max(0.0, weighted / weight), after_full, total)
+    after_full = sum(1 for _arm, full, _d, _s in pairs if full)
+    return CatchUp(max(0.0, weighted / weight), after_full, sum(1 for s in timed if s.get("drafted")))
 
 
 def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]] = ()) -> ArmInputs | None:
@@ -385,23 +390,19 @@ def draft_drift(steps: Sequence[Mapping[str, Any]], arm: str) -> str | None:
     :data:`DRIFT_FLOOR`. A machine whose draft runs fast in one cell and
     slow in the next gives predictions that borrow those seconds for
     another arm (held out) that move with it. None otherwise."""
-    runs: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
-    for s in steps:
-        warmup = isinstance(s.get("round"), int) and s["round"] < 1
-        if s.get("arm") == arm and s.get("draft_s") is not None and s.get("drafted") and not warmup:
-            runs.setdefault((s.get("prompt"), s.get("round")), []).append(s)
+    mine = [s for s in steps if s.get("arm") == arm and s.get("draft_s") is not None
+            and not (isinstance(s.get("round"), int) and s["round"] < 1)]
+    cells: dict[tuple[Any, Any, Any], dict[bool, list[float]]] = {}
+    for key, full, cur in after_steps(mine):
+        cells.setdefault(key, {True: [], False: []})[full].append(float(cur["draft_s"]) / int(cur["drafted"]))
     medians: dict[bool, list[float]] = {True: [], False: []}
-    for seq in runs.values():
-        seq = sorted(seq, key=lambda s: int(s.get("index") or 0))
-        kinds: dict[bool, list[float]] = {True: [], False: []}
-        for prev, cur in zip(seq, seq[1:]):
-            kinds[int(prev["accepted"]) >= int(prev["drafted"]) > 0].append(float(cur["draft_s"]) / int(cur["drafted"]))
+    for kinds in cells.values():
         for kind, xs in kinds.items():
             if len(xs) >= _DRIFT_MIN:
                 xs.sort()
                 medians[kind].append(xs[len(xs) // 2])
     spread = [(min(m), max(m)) for m in medians.values() if len(m) >= 2 and min(m) > 0]
-    shares = sorted(float(s["draft_s"]) / float(s["step_s"]) for seq in runs.values() for s in seq if s.get("step_s"))
+    shares = sorted(float(s["draft_s"]) / float(s["step_s"]) for s in mine if s.get("drafted") and s.get("step_s"))
     # a draft that is a sliver of the step (an oracle's lookup) moves no prediction however it drifts
     if not spread or not shares or shares[len(shares) // 2] < DRIFT_SHARE:
         return None
