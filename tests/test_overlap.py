@@ -210,14 +210,17 @@ def test_short_cells_send_every_token_once(max_tokens: int) -> None:
 def test_sending_while_the_engine_idles_is_the_loops_time() -> None:
     """A listener that takes 2 ms an event, an engine that is done at once:
     the sending held the loop up, and counts as its own time, not the
-    engine's."""
+    engine's. The loop can only tell an idle engine by how long its wait
+    took (``BUSY_WAIT_S``): on a busy host a wait can overshoot that and
+    read one pass's sending as the engine's, so two of the ten may go that
+    way; a loop that never charged the sending would keep none."""
 
     def slow(event: Event) -> None:
         time.sleep(0.002)
 
     gen, _, stats = run(ScriptedOverlapping([]), max_tokens=11, emit=slow)
     assert stats.engine_s < 10 * 0.002
-    assert stats.overhead_s() >= 10 * 0.002
+    assert stats.overhead_s() >= 8 * 0.002
 
 
 @pytest.mark.parametrize("kind", ["baseline", "speculative"])
