@@ -121,6 +121,37 @@ def test_a_server_step_is_replayed_at_the_share_it_kept_as_the_prediction_prices
     assert policy.kept_none_prices(PROBE, 4) is None
 
 
+def test_a_step_after_one_that_kept_all_pays_the_drafts_catch_up() -> None:
+    """A draft model reads two tokens after a step that kept all it drafted
+    (its last draft and the target's): the replay adds that catch-up to
+    such a step, so a shorter n that keeps all more often pays it more often."""
+    cells = [policy.stream(_steps(THREE_OF_FOUR))]
+    four = policy.replay_stream(cells, draft_policy.FIXED, 4, PRICES, 4, catch_up=0.5)
+    three = policy.replay_stream(cells, draft_policy.FIXED, 3, PRICES, 4, catch_up=0.5)
+    assert four.cost == pytest.approx(30 * 2.2)  # no step kept all four
+    assert three.cost == pytest.approx(30 * 1.9 + 29 * 0.5)  # every step but the first follows a full one
+    # on the recorded anchors too, and each round starts afresh
+    two_rounds = _steps([(4, 4), (4, 4), (4, 0)], round=1) + _steps([(4, 4), (4, 1)], round=2)
+    assert policy.replay_fixed(two_rounds, 4, PRICES, 4, catch_up=0.5).cost == pytest.approx(5 * 2.2 + 3 * 0.5)
+
+    # from a run's steps: the catch-up the steps show, out of the per-token price and on the steps that pay it
+    steps = _steps(EASY_THEN_HARD)
+    for prev, cur in zip(steps, steps[1:]):
+        cur["draft_s"] = 0.0044 if prev["accepted"] == prev["drafted"] else 0.0024
+    steps[0]["draft_s"] = 0.0024
+    row = _row(steps, draft_s=sum(s["draft_s"] for s in steps) / len(steps))
+    inputs = predict.arm_inputs([row], steps)
+    assert inputs is not None and inputs.catch_up_s == pytest.approx(0.002)
+    prices = policy.step_prices(PROBE, inputs, 4)
+    assert prices[4] == pytest.approx(2.2 + 0.0024 / 0.010)  # a step drafts 0.24 baseline tokens without its catch-up
+    assert policy.catch_up_price(PROBE, inputs) == pytest.approx(0.2)
+    rep = policy.replay_cell("a", "p", [row], {1: steps}, PROBE)
+    assert rep is not None
+    after_full = sum(1 for prev in steps[:-1] if prev["accepted"] == prev["drafted"])
+    assert rep.recorded.cost == pytest.approx(60 * prices[4] + after_full * 0.2)
+    assert rep.fixed[4].cost == pytest.approx(rep.recorded.cost)
+
+
 def test_a_short_draft_is_priced_at_what_it_drafted() -> None:
     # an n-gram lookup that found two tokens, both kept: the step verified 3 rows
     steps = _steps([(2, 2)])

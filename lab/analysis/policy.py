@@ -128,9 +128,11 @@ def _priced(prices: Sequence[float], none: Sequence[float] | None, d: int, kept:
 
 def step_prices(probe: Probe, inputs: predict.ArmInputs, n_max: int) -> tuple[float, ...]:
     """C(n) for n = 0..n_max where the probe covers T(n + 1) (index 0: a
-    plain decode, one baseline token); shorter when the probe stops first."""
+    plain decode, one baseline token); shorter when the probe stops first.
+    The draft's seconds per token leave out its catch-up, which
+    :func:`catch_up_price` prices on the steps that pay it."""
     whole = probe.prices_steps
-    per_token = 0.0 if whole else inputs.draft_s_per_token / inputs.baseline_token_s
+    per_token = 0.0 if whole else (inputs.draft_s_per_token - inputs.catch_up_per_token) / inputs.baseline_token_s
     loop = 0.0 if whole else inputs.loop_s_per_step / inputs.baseline_token_s
     prices = [1.0]
     for n in range(1, n_max + 1):
@@ -143,6 +145,14 @@ def step_prices(probe: Probe, inputs: predict.ArmInputs, n_max: int) -> tuple[fl
     return tuple(prices)
 
 
+def catch_up_price(probe: Probe, inputs: predict.ArmInputs) -> float:
+    """The draft's catch-up in baseline tokens, paid by a step that follows
+    one which kept all its drafts (:func:`lab.analysis.predict.catch_up`);
+    nothing where the probe prices whole steps or the rows saw none. A
+    policy that keeps all more often pays it more often."""
+    return 0.0 if probe.prices_steps else inputs.catch_up_s / inputs.baseline_token_s
+
+
 def _check(n: int, recorded_n_max: int, prices: Sequence[float]) -> None:
     if n > recorded_n_max:
         raise ReplayRefused(f"cannot replay {n} drafts a step from steps recorded at n_max {recorded_n_max}: "
@@ -153,21 +163,28 @@ def _check(n: int, recorded_n_max: int, prices: Sequence[float]) -> None:
 
 
 def replay_fixed(steps: Sequence[Mapping[str, Any]], n: int, prices: Sequence[float], recorded_n_max: int,
-                 plain: int = 0, none: Sequence[float] | None = None) -> Tally:
+                 plain: int = 0, none: Sequence[float] | None = None, catch_up: float = 0.0) -> Tally:
     """Fixed n, each recorded step its own anchor: min(a, n) + 1 landed at
     C(min(n, d)). ``plain``: the recording's plain decodes. ``none``: the
-    steps that kept none (:func:`kept_none_prices`), where priced."""
+    steps that kept none (:func:`kept_none_prices`), where priced.
+    ``catch_up``: added to a step after one (of the same round) that kept
+    all of its replayed drafts (:func:`catch_up_price`)."""
     _check(n, recorded_n_max, prices)
     count = drafted = landed = 0
     cost = 0.0
+    full, cell = False, None
     for s in steps:
         d = min(n, int(s["drafted"]))
         if d <= 0:
             continue
+        if s.get("round") != cell:
+            full, cell = False, s.get("round")
+        kept = min(int(s["accepted"]), d)
         count += 1
         drafted += d
-        landed += min(int(s["accepted"]), d) + 1
-        cost += _priced(prices, none, d, int(s["accepted"]))
+        landed += kept + 1
+        cost += _priced(prices, none, d, kept) + (catch_up if full else 0.0)
+        full = kept >= d
     return Tally(count, drafted, landed, cost, plain)
 
 
@@ -196,10 +213,11 @@ def stream(steps: Sequence[Mapping[str, Any]]) -> Stream:
 
 
 def replay_stream(cells: Sequence[Stream], policy: str, n_max: int, prices: Sequence[float], recorded_n_max: int,
-                  plain: int = 0, none: Sequence[float] | None = None) -> Tally:
+                  plain: int = 0, none: Sequence[float] | None = None, catch_up: float = 0.0) -> Tally:
     """A policy re-chunking each cell's text into its own steps (the module's
     docstring says how and what it assumes). Each cell starts at n_max, as
-    the live loop does."""
+    the live loop does; a step after one that kept all it drafted pays
+    ``catch_up`` on top of its price."""
     _check(n_max, recorded_n_max, prices)
     count = drafted = landed = 0
     cost = 0.0
@@ -207,6 +225,7 @@ def replay_stream(cells: Sequence[Stream], policy: str, n_max: int, prices: Sequ
         marks, offered, end = cell.marks, cell.offered, len(cell.marks)
         length = n_max
         pos = 0
+        full = False
         while pos < end:
             d = min(length, offered[pos])
             if d <= 0:
@@ -220,7 +239,8 @@ def replay_stream(cells: Sequence[Stream], policy: str, n_max: int, prices: Sequ
             count += 1
             drafted += d
             landed += lands
-            cost += _priced(prices, none, d, kept)
+            cost += _priced(prices, none, d, kept) + (catch_up if full else 0.0)
+            full = kept >= d
             pos += lands
             length = draft_policy.next_length(policy, length, d, kept, n_max)
     return Tally(count, drafted, landed, cost, plain)
@@ -377,10 +397,10 @@ def replay_cell(
     ok = _ok(rows)
     kept_rounds = {int(r["round"]) for r in ok}
     cells = [rounds[k] for k in sorted(rounds) if k in kept_rounds]
-    inputs = predict.arm_inputs(ok)
+    flat = [s for cell in cells for s in cell]
+    inputs = predict.arm_inputs(ok, flat)
     if inputs is None or not cells:
         return None
-    flat = [s for cell in cells for s in cell]
     recorded_n_max = int(inputs.n_max) if inputs.n_max else max(int(s["drafted"]) for s in flat)
     prices = step_prices(probe, inputs, recorded_n_max)
     top = min(bound or recorded_n_max, recorded_n_max, len(prices) - 1)
@@ -392,10 +412,11 @@ def replay_cell(
         notes.append(f"the probe covers steps of up to {top} drafts, fewer than the {recorded_n_max} recorded")
     streams = [stream(c) for c in cells]
     none = kept_none_prices(probe, recorded_n_max)
-    fixed = {n: replay_stream(streams, draft_policy.FIXED, n, prices, recorded_n_max, plain, none)
+    c = catch_up_price(probe, inputs)
+    fixed = {n: replay_stream(streams, draft_policy.FIXED, n, prices, recorded_n_max, plain, none, c)
              for n in range(1, top + 1)}
-    adaptive = {p: replay_stream(streams, p, top, prices, recorded_n_max, plain, none) for p in ADAPTIVE}
-    recorded = replay_fixed(flat, top, prices, recorded_n_max, plain, none)
+    adaptive = {p: replay_stream(streams, p, top, prices, recorded_n_max, plain, none, c) for p in ADAPTIVE}
+    recorded = replay_fixed(flat, top, prices, recorded_n_max, plain, none, c)
     return Replay(arm, prompt, ok[0].get("category"), recorded_n_max, len(cells), recorded, fixed, adaptive,
                   notes=tuple(notes))
 
