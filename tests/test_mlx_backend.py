@@ -271,6 +271,60 @@ def test_verify_cost_probe(registry: Registry, model: str) -> None:
     assert result.widths == (1, 2, 4)
     assert len(result.seconds) == 1 and all(s > 0 for s in result.seconds[0])
     assert result.notes["prefix_tokens"] == 128
+    # T(1) is the greedy baseline's pipelined token; the synchronous one-row pass is kept beside it
+    assert "pipelined" in result.notes["one_row"] and result.notes["one_row_pass_s"] > 0
+    assert result.seconds[0][0] != result.notes["one_row_pass_s"]
+
+
+@pytest.mark.parametrize("model", ["tiny:qwen3", "tiny:qwen3.5-hybrid"])
+def test_the_probes_baseline_token_decodes_what_the_baseline_decodes_and_rolls_back(model: str) -> None:
+    """The probe times the baseline's own pipelined tokens from a prefix,
+    rolled back after each run (a hybrid target's recurrent state too): the
+    tokens equal a synchronous greedy decode's, and the target after the
+    probe decodes as a fresh one does."""
+    from lab_mlx import probe
+    from lab_mlx.baseline import pipelined
+    from lab_mlx.loader import load_target
+    from lab_mlx.target import MlxTarget
+
+    loaded = load_target(models.resolve(model))
+    target = MlxTarget(loaded.model, loaded.vocab, 512)
+    target.set_sampling(0.0, 0, True)
+    prompt = loaded.vocab.encode("def lru_cache(maxsize): return maxsize and lru_cache", add_special=True)
+
+    def synchronous(n: int) -> list[int]:
+        target.reset()
+        target.decode(prompt, all_logits=False)
+        out = [target.pick(-1)]
+        for _ in range(n):
+            target.decode(out[-1:], all_logits=False)
+            out.append(target.pick(-1))
+        return out
+
+    expected = synchronous(6)
+    target.reset()
+    target.decode(prompt, all_logits=False)
+    first = target.pick(-1)
+    assert [first, *pipelined(target, first, 6)] == expected
+
+    seconds = probe.pipelined_token_seconds(target, inner=3, tokens=5)
+    assert seconds > 0 and target.n_past == 0
+    # rolled back within a run: a one-row decode after a timed run sees the prefix alone
+    prefix = loaded.vocab.encode(probe._FILLER * 8, add_special=True)[: probe.PREFIX_TOKENS]
+    target.decode(prefix, all_logits=False)
+    fresh = target.logits(-1)
+    target.reset()
+    target.decode(prefix[:-1], all_logits=False)
+    base = target.n_past
+    target.decode(prefix[-1:], all_logits=False)
+    first = target.pick(-1)
+    for _ in pipelined(target, first, 5):
+        pass
+    target.n_past += 5
+    target.truncate(base)
+    target.decode(prefix[-1:], all_logits=False)
+    assert mx.allclose(mx.array(target.logits(-1)), mx.array(fresh), atol=1e-4)
+    assert synchronous(6) == expected
 
 
 def test_mlx_allocation_failure_is_an_oom_result(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:

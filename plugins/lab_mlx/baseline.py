@@ -7,7 +7,7 @@ the baseline would carry and a speculative arm would not."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from lab.api import Cancelled, Generation, GenerationRequest
 from lab.base.events import Emit, now
@@ -21,19 +21,13 @@ def _read(y: Any) -> int:
     return int(value)
 
 
-def generate_greedy_pipelined(
-    target: MlxTarget, prompt_ids: Sequence[int], req: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]
-) -> Generation:
+def pipelined(target: MlxTarget, first: int, count: int) -> Iterator[int]:
+    """The ``count`` greedy tokens after ``first``, each one's forward pass
+    queued (async_eval) before the token before it is read back: building
+    the next graph overlaps the engine's compute, as in mlx-lm's
+    generate_step. Every token fed in goes into the target's cache (its
+    ``n_past`` is the caller's to keep)."""
     import mlx.core as mx
-
-    out = OutputStream(target, req, emit)
-    t0 = now()
-    target.reset()
-    check_room(target, len(prompt_ids) + req.max_tokens)
-    target.decode(prompt_ids, all_logits=False)
-    first = target.pick(-1)
-    t_prompt = now()
-    out.land([first], from_draft=False)
 
     def step(y: Any) -> Any:
         logits = target.model(y.reshape(1, 1), cache=target.cache)[:, -1]
@@ -42,20 +36,36 @@ def generate_greedy_pipelined(
         return mx.argmax(logits, axis=-1)
 
     y = mx.array([first])
-    produced = 1
-    while produced < req.max_tokens:
-        if cancelled():
-            raise Cancelled()
+    for i in range(count):
         nxt = step(y)
         mx.async_eval(nxt)
-        if produced > 1:
-            out.land([_read(y)], from_draft=False)
+        if i > 0:
+            yield _read(y)
         y = nxt
-        produced += 1
-    if produced > 1:
-        out.land([_read(y)], from_draft=False)
+    if count > 0:
+        yield _read(y)
+
+
+def generate_greedy_pipelined(
+    target: MlxTarget, prompt_ids: Sequence[int], req: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]
+) -> Generation:
+    out = OutputStream(target, req, emit)
+    t0 = now()
+    target.reset()
+    check_room(target, len(prompt_ids) + req.max_tokens)
+    target.decode(prompt_ids, all_logits=False)
+    first = target.pick(-1)
+    t_prompt = now()
+    out.land([first], from_draft=False)
+    count = max(0, req.max_tokens - 1)
+    if count and cancelled():
+        raise Cancelled()
+    for i, token in enumerate(pipelined(target, first, count)):
+        out.land([token], from_draft=False)
+        if i + 1 < count and cancelled():
+            raise Cancelled()
     # Keep the target's bookkeeping true: every token but the last is in the cache.
-    target.n_past += produced - 1
+    target.n_past += count
     t_end = now()
     return Generation(
         text=out.text(), ids=out.ids, prompt_tokens=len(prompt_ids),

@@ -9,10 +9,19 @@ replays captured graphs from a cache of bounded size
 make it capture again. On an H100 the cycling probe priced the 27B twin's
 one-row pass at 43.8 ms against the run's 35.8 ms baseline token, and T(8)
 below T(4). On Metal and the CPU the order changes nothing but which drift
-each width sees."""
+each width sees.
+
+T(1), the unit every width is priced in, is the greedy baseline's token as
+it decodes (:func:`pipelined_token_seconds`): the baseline queues each
+token's pass before it reads the last one back (:mod:`lab_mlx.baseline`),
+so building a graph overlaps the engine, while a verify pass cannot start
+before the host has its drafts. On the same H100, back to back, the
+synchronous one-row pass took 42.5 ms against that baseline's 35.8, and
+every prediction priced in it came out 13-17 % high."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Sequence
 
@@ -21,6 +30,8 @@ from lab_mlx.target import MlxTarget
 
 PREFIX_TOKENS = 128
 INNER_PASSES = 7
+# Tokens a timed run of the pipelined baseline decodes (its first pays the sync).
+PIPELINED_TOKENS = 16
 # Untimed passes before a width's timed ones: the first pass of a shape
 # compiles its kernels (and, on CUDA, captures its graphs).
 WARM_PASSES = 2
@@ -57,5 +68,39 @@ def decode_pass_seconds(target: MlxTarget, widths: Sequence[int], inner: int = I
         return dt
 
     seconds = median_pass_seconds(one_pass, widths, inner, order, WARM_PASSES)
+    target.reset()
+    return seconds
+
+
+def pipelined_token_seconds(target: MlxTarget, inner: int = INNER_PASSES, tokens: int = PIPELINED_TOKENS) -> float:
+    """Median seconds of a greedy baseline token as the mlx backend decodes
+    it (:func:`lab_mlx.baseline.pipelined`), over ``inner`` timed runs of
+    ``tokens`` after one untimed run, each from the same mid-generation
+    prefix as the verify passes and rolled back after."""
+    from lab_mlx.baseline import pipelined
+
+    prefix = target.vocab.encode(_FILLER * 8, add_special=True)[:PREFIX_TOKENS]
+    if len(prefix) + tokens + 1 > target.n_ctx:
+        raise ValueError(f"n_ctx {target.n_ctx} is too small for a {len(prefix)}-token prefix and {tokens} tokens")
+    target.set_sampling(0.0, 0, False)
+    target.reset()
+    target.decode(prefix[:-1], all_logits=False)
+    base = target.n_past
+
+    def one_run() -> float:
+        # a one-row decode keeps the state to roll back to (a recurrent
+        # target's snapshot), then the pipelined tokens go in after it
+        target.decode(prefix[-1:], all_logits=False)
+        first = target.pick(-1)
+        t0 = time.perf_counter()
+        for _ in pipelined(target, first, tokens):
+            pass
+        dt = time.perf_counter() - t0
+        target.n_past += tokens
+        target.truncate(base)
+        return dt / tokens
+
+    one_run()
+    seconds = statistics.median(one_run() for _ in range(inner))
     target.reset()
     return seconds
