@@ -42,6 +42,22 @@ def test_drafted_counts_that_climb_then_hold_are_a_trend() -> None:
     assert drift.round_drift(base + _rows("spec", [54.4, 81.0, 81.0], [35, 35, 35])) == []
 
 
+def test_a_set_acceptance_draws_anew_each_round_so_its_drafted_counts_are_no_trend() -> None:
+    # set acceptance: every round draws its own keeps, so the steps and the drafted counts differ
+    base = _rows("base", [303.5, 303.4], None)
+    spec = _rows("spec", [283.9, 253.5], [275, 310])
+    assert [d.arm for d in drift.round_drift(base + spec)] == ["spec"]
+    for r in spec:
+        r["set_acceptance"] = {"kind": "rate", "value": 0.8}
+    assert drift.round_drift(base + spec) == []
+    # its tok/s still trends where three rounds climb beyond the noise
+    climbing = _rows("spec", [137.0, 173.9, 226.2], [242, 373, 392])
+    for r in climbing:
+        r["set_acceptance"] = {"kind": "rate", "value": 0.8}
+    found = drift.round_drift(_rows("base", [70.0, 72.1, 71.0], None) + climbing)
+    assert [(d.arm, [t.metric for t in d.trends]) for d in found] == [("spec", ["tok/s"])]
+
+
 def test_drafted_counts_trend_over_two_rounds_tok_s_needs_three() -> None:
     base = _rows("base", [70.0, 90.0], None)
     found = drift.round_drift(base + _rows("spec", [100.0, 150.0], [100, 200]))

@@ -73,8 +73,9 @@ def trend(metric: str, values: Sequence[float], noise: float, min_rounds: int, s
 
 def round_drift(results: Sequence[Mapping[str, Any]]) -> list[Drift]:
     """Every arm x prompt whose tok/s (three rounds or more: two always
-    order) or drafted tokens (two or more: greedy drafting repeats exactly)
-    trend over rounds beyond the noise; in the order the results list them."""
+    order) or drafted tokens (two or more: greedy drafting repeats exactly;
+    not at a set acceptance, whose draws differ by round) trend over rounds
+    beyond the noise; in the order the results list them."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in results:
         if int(r.get("round", 1)) >= 1:
@@ -89,9 +90,11 @@ def round_drift(results: Sequence[Mapping[str, Any]]) -> list[Drift]:
         else:
             base_spread = (max(base_tps) - min(base_tps)) / min(base_tps) if min(base_tps) else 0.0
             tps_noise = max(NOISE_FLOOR, BASELINE_NOISE_FACTOR * base_spread)
-        found = [t for t in (trend("tok/s", series(rows, "tok_per_s"), tps_noise, 3),
-                             # greedy drafting repeats exactly: a climb that then holds is a trend too
-                             trend("drafted", series(rows, "drafted"), NOISE_FLOOR, 2, strict=False)) if t is not None]
+        # greedy drafting repeats exactly: a climb that then holds is a trend too; a set
+        # acceptance draws anew each round, so its drafted counts differ by design
+        drafted = None if any(r.get("set_acceptance") for r in rows) else \
+            trend("drafted", series(rows, "drafted"), NOISE_FLOOR, 2, strict=False)
+        found = [t for t in (trend("tok/s", series(rows, "tok_per_s"), tps_noise, 3), drafted) if t is not None]
         if found:
             out.append(Drift(arm, prompt, any(bool(r.get("warm")) for r in rows), tuple(found)))
     return out
