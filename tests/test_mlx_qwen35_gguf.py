@@ -174,6 +174,27 @@ def test_qwen35_head_step_matches_numpy(gguf_path: Path, loaded: Any) -> None:
     np.testing.assert_allclose(np.array(normed)[0, 0], want, rtol=2e-3, atol=2e-3)
 
 
+def test_the_head_from_the_targets_own_file_comes_from_the_targets_read(gguf_path: Path) -> None:
+    """An MTP head in the target's own GGUF is taken from the tensors the
+    target's load read, not from a second read of the whole file (which
+    held a second copy of every tensor: 32.8 GiB of host memory at the
+    peak for the 27B twin against the baseline's 17.6)."""
+    from lab_mlx.loader import load_target
+    from lab_mlx.mtp_model import load_qwen35_head
+
+    raw = mx.load(str(gguf_path))
+    loaded = load_target(gguf_path, keep_nextn=True)
+    args = loaded.model.language_model.args
+    layer = args.num_hidden_layers
+    assert set(loaded.nextn) == {k for k in raw if k.startswith(f"blk.{layer}.")}
+    assert load_target(gguf_path).nextn == {}
+    emb = mx.random.normal((1, 1, args.hidden_size), key=mx.random.key(1))
+    h = mx.random.normal((1, 1, args.hidden_size), key=mx.random.key(2))
+    _, want = load_qwen35_head(args, raw, layer)(emb, h)
+    _, got = load_qwen35_head(args, loaded.nextn, layer)(emb, h)
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
 def _run_mtp_profile() -> tuple[list[dict[str, Any]], list[Any]]:
     from lab.kit import models
     from lab.profile.load import parse_profile
@@ -219,10 +240,20 @@ text = "{PROMPT}"
     return rows, events
 
 
-def test_mlx_mtp_on_the_qwen35_gguf_is_lossless_and_keeps_the_set_rate() -> None:
+def test_mlx_mtp_on_the_qwen35_gguf_is_lossless_and_keeps_the_set_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     from lab.base.events import StepEvent
 
+    reads: list[str] = []
+    real_load = mx.load
+
+    def counting(path: str, *args: Any, **kwargs: Any) -> Any:
+        reads.append(str(path))
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(mx, "load", counting)
     rows, events = _run_mtp_profile()
+    # each arm read the GGUF once, the mtp arms' heads included
+    assert len(reads) == 3 and len(set(reads)) == 1, reads
     by_arm = {r["arm"]: r for r in rows}
     for arm, row in by_arm.items():
         assert row["status"] == "ok", f"{arm}: {row.get('detail')}"

@@ -82,7 +82,12 @@ class MlxSession(Backend, Probing):
         from lab_mlx.loader import load_target
 
         self._old_wired = set_wired_limit()
-        self.loaded = load_target(path)
+        self.loaded = load_target(path, self._keeps_nextn(path))
+
+    def _keeps_nextn(self, path: Any) -> bool:
+        """Whether the target's read keeps its GGUF's nextn blocks (a head
+        taken from the target's own file)."""
+        return False
 
     def call(self, fn: Callable[[], Any]) -> Any:
         assert self.engine is not None, "load() first"

@@ -58,8 +58,9 @@ def _mlx_name(name: str) -> str:
     raise ValueError(f"GGUF tensor {name}: no MLX counterpart")
 
 
-def load_gguf(path: str) -> tuple[Any, Vocab, dict[str, Any]]:
-    """Model, vocabulary and a config summary for a GGUF file."""
+def load_gguf(path: str, keep_nextn: bool = False) -> tuple[Any, Vocab, dict[str, Any], dict[str, Any]]:
+    """Model, vocabulary, a config summary and, with ``keep_nextn``, the
+    tensors of the file's nextn (MTP) blocks, for a GGUF file."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx_lm.models import llama
@@ -70,7 +71,7 @@ def load_gguf(path: str) -> tuple[Any, Vocab, dict[str, Any]]:
     md: dict[str, Any] = loaded[1]
     arch = _scalar(md, "general.architecture")
     if arch == "qwen35":
-        return _load_qwen35(raw, md)
+        return _load_qwen35(raw, md, keep_nextn)
     if arch != "llama":
         raise ValueError(f"{path}: GGUF architecture {arch!r} is not supported on MLX (llama, qwen35)")
     tokens = list(md["tokenizer.ggml.tokens"])
@@ -112,11 +113,12 @@ def load_gguf(path: str) -> tuple[Any, Vocab, dict[str, Any]]:
     model.eval()
     vocab = Vocab(_tokenizer(md, tokens), args.vocab_size, add_bos=bool(_scalar(md, "tokenizer.ggml.add_bos_token", True)))
     config = {"model_type": "llama", "format": "gguf", "file_type": _scalar(md, "general.file_type"), "tied": tied}
-    return model, vocab, config
+    return model, vocab, config, {}
 
 
-def _load_qwen35(raw: dict[str, Any], md: dict[str, Any]) -> tuple[Any, Vocab, dict[str, Any]]:
-    from lab_mlx.gguf_qwen35 import build_model
+def _load_qwen35(raw: dict[str, Any], md: dict[str, Any],
+                 keep_nextn: bool) -> tuple[Any, Vocab, dict[str, Any], dict[str, Any]]:
+    from lab_mlx.gguf_qwen35 import build_model, nextn_tensors
 
     tokens = list(md["tokenizer.ggml.tokens"])
     model, cfg = build_model(raw, md, len(tokens))
@@ -124,7 +126,7 @@ def _load_qwen35(raw: dict[str, Any], md: dict[str, Any]) -> tuple[Any, Vocab, d
     vocab = Vocab(_tokenizer(md, tokens), int(cfg["vocab_size"]), add_bos=add_bos)
     config = {"model_type": "qwen3_5", "format": "gguf", "file_type": _scalar(md, "general.file_type"),
               "tied": cfg["tie_word_embeddings"], "nextn_layers": cfg["n_nextn"]}
-    return model, vocab, config
+    return model, vocab, config, nextn_tensors(raw, md) if keep_nextn else {}
 
 
 def _tokenizer(md: dict[str, Any], tokens: list[str]) -> Any:

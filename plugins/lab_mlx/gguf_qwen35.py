@@ -227,6 +227,14 @@ def map_weights(raw: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+def nextn_tensors(raw: Mapping[str, Any], md: Mapping[str, Any]) -> dict[str, Any]:
+    """The tensors of every nextn block (the blocks past the trunk's), under
+    their GGUF names."""
+    a = "qwen35"
+    first = int(_scalar(md, f"{a}.block_count")) - int(_scalar(md, f"{a}.nextn_predict_layers", 0))
+    return {k: v for k, v in raw.items() if k.startswith("blk.") and int(k.split(".")[1]) >= first}
+
+
 def nextn_weights(raw: Mapping[str, Any], layer: int) -> dict[str, Any]:
     """The GGUF tensors of nextn block ``layer``, names relative to it."""
     prefix = f"blk.{layer}."

@@ -8,6 +8,7 @@ the target's hidden state after its final norm as llama.cpp feeds it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from lab.api import BackendContext, Cancelled, Generation, GenerationRequest, Option
@@ -47,6 +48,13 @@ class MlxMtpBackend(MlxSession):
     def pauses_between_steps(self) -> bool:
         return True
 
+    def _mtp_path(self) -> Path:
+        mtp_path = models.resolve(str(self.arm.options["mtp"]))
+        return mtp_path / "mtp.safetensors" if mtp_path.is_dir() else mtp_path
+
+    def _keeps_nextn(self, path: Any) -> bool:
+        return self._mtp_path().resolve() == Path(path).resolve()
+
     def _load_on_engine(self, path: Any, emit: Emit) -> None:
         import mlx.core as mx
 
@@ -55,10 +63,10 @@ class MlxMtpBackend(MlxSession):
 
         super()._load_on_engine(path, emit)
         assert self.loaded is not None
-        mtp_path = models.resolve(str(self.arm.options["mtp"]))
-        if mtp_path.is_dir():
-            mtp_path = mtp_path / "mtp.safetensors"
-        weights: Any = mx.load(str(mtp_path))
+        mtp_path = self._mtp_path()
+        # the head in the target's own GGUF: its tensors from the target's read, not a second one
+        weights: Any = self.loaded.nextn or mx.load(str(mtp_path))
+        self.loaded.nextn = {}  # the head keeps what it takes
         layer = int(self.arm.options.get("mtp_layer", -1))
         if layer < 0:
             found = [int(k.split(".")[1]) for k in weights if k.startswith("blk.") and ".nextn." in k]
