@@ -67,6 +67,16 @@ def test_the_loop_counts_the_passes_that_switch_width() -> None:
     report = gen.engine_report
     assert (report["switch_steps"], report["switch_plain"]) == (into_steps, into_plain)
     assert stats.steps + stats.plain_tokens == len(widths)
+    # the pass right after a switch that keeps its width (where a CUDA backend captures the new graph);
+    # the cell's first passes follow the prompt, which is no counted switch
+    second_steps = second_plain = 0
+    for i in range(1, len(widths) - 1):
+        if widths[i] != widths[i - 1] and (i > 1 or widths[0] != widths[1]) and widths[i + 1] == widths[i]:
+            second_steps += widths[i] > 1
+            second_plain += widths[i] == 1
+    assert second_steps > 0 and second_plain > 0
+    assert (stats.second_steps, stats.second_plain) == (second_steps, second_plain)
+    assert (report["second_steps"], report["second_plain"]) == (second_steps, second_plain)
 
 
 def _probe(switch: dict[str, Any] | None) -> Probe:
@@ -88,6 +98,27 @@ def test_a_probe_prices_a_switching_pass_over_its_back_to_back_figure() -> None:
     assert p.switch_ratio(6) is None and p.switch_ratio(1) is None
     assert _probe(None).switch_ratio(2) is None
     assert _probe({"one_s": "x", "widths": {}}).switch_ratio(2) is None
+
+
+SECOND = {"one_s": 0.0011, "widths": {"2": [0.0012, 0.0032, 0.0031, 0.0022, 0.0019],
+                                      "5": [0.0015, 0.0045, 0.0011, 0.0020, 0.0021]}}
+
+
+def test_a_probe_prices_the_pass_after_a_switch_where_it_timed_it() -> None:
+    p = _probe(SECOND)
+    assert p.switch_ratio(2) == pytest.approx((2.0, 2.0))  # five entries read as three for the switch
+    # the second pass of w rows over w back to back, of one row over one row back to back
+    assert p.second_ratio(2) == pytest.approx((1.0, 0.8))
+    assert p.second_ratio(5) == pytest.approx((0.5, 1.0))
+    assert _probe(SWITCH).second_ratio(2) is None  # a probe from before it timed them
+    # priced at the row's shares beside the switches themselves
+    full = PositionAcceptance((100, 100, 100, 100), (90, 80, 70, 60))
+    both = ArmInputs(baseline_token_s=0.001, draft_s_per_token=0.0, plain_share=0.4, n_max=4,
+                     switch_in_share=0.3, switch_out_share=0.2, second_in_share=0.1, second_out_share=0.15)
+    got = predict(full, p, both, [4])[0]
+    assert got.switch_cost == pytest.approx((0.3 * 3.0 + 0.2 * 0.0 + 0.1 * 0.5 + 0.15 * 1.0) / 0.6)
+    # the old probe prices the switches alone
+    assert predict(full, _probe(SWITCH), both, [4])[0].switch_cost == pytest.approx(0.9 / 0.6)
 
 
 def test_the_prediction_spreads_the_switches_over_the_steps() -> None:
@@ -118,6 +149,10 @@ def test_a_rows_switch_shares_are_shares_of_its_passes() -> None:
     assert got is not None
     # the second row's loop counted none (a run from before): only the first row's passes are shared out
     assert got.switch_in_share == pytest.approx(12 / 50) and got.switch_out_share == pytest.approx(10 / 50)
+    assert got.second_in_share == got.second_out_share == 0.0  # rows from before the loop counted them
+    rows[0]["engine_report"] |= {"second_steps": 5, "second_plain": 4}
+    got = arm_inputs(rows)
+    assert got is not None and got.second_in_share == pytest.approx(5 / 50) and got.second_out_share == pytest.approx(4 / 50)
 
 
 @pytest.mark.engine
@@ -137,7 +172,7 @@ def test_switching_passes_are_timed_on_real_llama_cpp() -> None:
     try:
         got = probe.switch_pass_seconds(b.context, (1, 2, 4), inner=3, depth=16)
         assert set(got["widths"]) == {"2", "4"} and got["one_s"] > 0
-        assert all(len(v) == 3 and min(v) > 0 for v in got["widths"].values())
+        assert all(len(v) == 5 and min(v) > 0 for v in got["widths"].values())
         # a cell's passes: each width's in order after another shape, keeping their rows
         cells = probe.cell_pass_seconds(b.context, (1, 3, 130), passes=5, depth=16)
         # 130 rows four times cannot fit the 496 cells after the prefix: that width is left out, not shortened below four passes
@@ -235,6 +270,17 @@ def test_an_acceptance_file_carries_the_switch_shares_to_another_machines_probe(
         ap.from_json(_acceptance({**costs, "switch_out_share": 1.5}))
     with pytest.raises(ap.AcceptanceProfileError, match="costs.switch_in_share must be a number"):
         ap.from_json(_acceptance({**costs, "switch_in_share": "many"}))
+    # the passes right after a switch travel too, and a probe that timed them prices them
+    seconds = {**costs, "second_in_share": 0.1, "second_out_share": 0.15}
+    entry = ap.from_json(_acceptance(seconds)).entries[0]
+    assert (entry.costs.second_in_share, entry.costs.second_out_share) == (0.1, 0.15)
+    priced = next(p for p in ap.predict_on(entry, _probe(SECOND)).predictions if p.n_max == 4)
+    assert priced.switch_cost == pytest.approx((0.9 + 0.1 * 0.5 + 0.15 * 1.0) / 0.6)
+    words = ap.switch_words(entry, _probe(SECOND))
+    assert "10% / 15% the step / plain decode right after such a switch" in words and "0.50 / 1.00 for the pass after it" in words
+    assert "the pass after it at 0" in ap.switch_words(entry, gpu)
+    with pytest.raises(ap.AcceptanceProfileError, match="switch shares are shares of passes"):
+        ap.from_json(_acceptance({**seconds, "second_out_share": 1.5}))
 
 
 @pytest.mark.parametrize("damaged", ["many", -5, 2.5, None, True])

@@ -16,7 +16,7 @@ source machine's, for the inputs the other machine's probe does not give::
                   "conditional": [...], "unconditional": [...],   # for people; ignored when loading
                   "costs": {"baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share",
                             "switch_in_share", "switch_out_share", "cell_tokens", "catch_up_s",
-                            "catch_up_per_token"} | null}]}
+                            "catch_up_per_token", "second_in_share", "second_out_share"} | null}]}
 
 :func:`predict_on` prices one entry with a probe through
 :func:`lab.analysis.predict.predict`, the one prediction formula, and says
@@ -69,6 +69,10 @@ class Costs:
     # (lab.analysis.predict.catch_up); 0 where not seen or in older files
     catch_up_s: float = 0.0
     catch_up_per_token: float = 0.0
+    # shares of passes right after a switch that keep its width (a step, a
+    # plain decode: where a CUDA backend captures its graph); 0 in older files
+    second_in_share: float = 0.0
+    second_out_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,8 @@ def _costs(rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]
             "loop_s_per_step": inputs.loop_s_per_step, "plain_share": inputs.plain_share,
             "switch_in_share": inputs.switch_in_share, "switch_out_share": inputs.switch_out_share,
             "cell_tokens": inputs.cell_tokens, "catch_up_s": inputs.catch_up_s,
-            "catch_up_per_token": inputs.catch_up_per_token}
+            "catch_up_per_token": inputs.catch_up_per_token, "second_in_share": inputs.second_in_share,
+            "second_out_share": inputs.second_out_share}
 
 
 def _entry(scope: str, arm: str, name: str, rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
@@ -261,10 +266,11 @@ def _entry_of(raw: Any, i: int, path: str) -> Entry:
                         ("baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share")),
                       *(_number(c[k], k, where) if c.get(k) is not None else 0.0
                         for k in ("switch_in_share", "switch_out_share", "cell_tokens", "catch_up_s",
-                                  "catch_up_per_token")))
+                                  "catch_up_per_token", "second_in_share", "second_out_share")))
         if costs.baseline_token_s <= 0 or costs.plain_share >= 1:
             raise AcceptanceProfileError(f"{where}: costs need a baseline token above 0 s and a plain share below 1")
-        if not (0 <= costs.switch_in_share <= 1 and 0 <= costs.switch_out_share <= 1):
+        if not all(0 <= x <= 1 for x in (costs.switch_in_share, costs.switch_out_share,
+                                         costs.second_in_share, costs.second_out_share)):
             raise AcceptanceProfileError(f"{where}: switch shares are shares of passes, 0 to 1")
         if costs.cell_tokens < 0:
             raise AcceptanceProfileError(f"{where}: cell_tokens counts tokens, 0 or more")
@@ -385,7 +391,8 @@ def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
     catch_s, catch_per_token, _ = _catch_up(entry, probe, draft_probe)
     inputs = predict.ArmInputs(baseline_token_s=token_s, draft_s_per_token=draft_s, plain_share=c.plain_share,
                                n_max=entry.n_max, loop_s_per_step=loop_s, switch_in_share=c.switch_in_share,
-                               switch_out_share=c.switch_out_share, cell_tokens=c.cell_tokens,
+                               switch_out_share=c.switch_out_share, second_in_share=c.second_in_share,
+                               second_out_share=c.second_out_share, cell_tokens=c.cell_tokens,
                                catch_up_s=catch_s, catch_up_per_token=catch_per_token)
     return inputs, draft_from, loop_from
 
@@ -442,12 +449,21 @@ def switch_words(entry: Entry, probe: Probe) -> str:
                "before the loop counted them)"
     shares = (f"{c.switch_in_share:.0%} of passes a step after another width, {c.switch_out_share:.0%} a plain "
               "decode after a step (the acceptance file's run)")
+    if c.second_in_share or c.second_out_share:
+        shares += (f", and {c.second_in_share:.0%} / {c.second_out_share:.0%} the step / plain decode right after "
+                   "such a switch")
     width = (entry.n_max or 1) + 1
     ratios = probe.switch_ratio(width)
     if ratios is None:
         return shares + "; priced at 0: the probe timed no passes that switch width (on a CPU nothing is rebuilt)"
-    return shares + (f"; the probe's machine: {ratios[0]:.2f} / {ratios[1]:.2f} baseline tokens more for such a "
-                     f"pass at w = {width}")
+    priced = (f"; the probe's machine: {ratios[0]:.2f} / {ratios[1]:.2f} baseline tokens more for such a "
+              f"pass at w = {width}")
+    second = probe.second_ratio(width)
+    if second is not None:
+        priced += f", {second[0]:.2f} / {second[1]:.2f} for the pass after it"
+    elif c.second_in_share or c.second_out_share:
+        priced += "; the pass after it at 0: the probe did not time it"
+    return shares + priced
 
 
 def cell_words(entry: Entry, probe: Probe) -> str:

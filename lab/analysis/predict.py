@@ -39,10 +39,13 @@ passes that switch width (``Probe.switch_ratio``: s_in for w rows after one,
 s_out for one row after w, in baseline tokens over the back-to-back passes)
 and the row counted its switches (a share r_in of its passes were steps after
 another width, r_out plain decodes after a step), every pass costs
-r_in s_in + r_out s_out more on average, which the prediction spreads over
-the steps:
+r_in s_in + r_out s_out more on average. The backend captures the new graph
+on the next pass of the same shape, so that pass costs more too: where the
+probe timed it (``Probe.second_ratio``: c_in for a step, c_out for a plain
+decode) and the row counted such passes (shares r2_in, r2_out), they add
+r2_in c_in + r2_out c_out. The prediction spreads it all over the steps:
 
-    switch cost = (r_in s_in + r_out s_out) / (1 - q).
+    switch cost = (r_in s_in + r_out s_out + r2_in c_in + r2_out c_out) / (1 - q).
 
 The shares are the row's, as the plain share is, at every n_max of the curve.
 
@@ -129,6 +132,10 @@ class ArmInputs:
     # another width, plain decodes after a step (0 where the loop did not count)
     switch_in_share: float = 0.0
     switch_out_share: float = 0.0
+    # shares of all passes: the pass of the same width right after such a switch,
+    # a step and a plain decode (the backend captures its graph there; 0: not counted)
+    second_in_share: float = 0.0
+    second_out_share: float = 0.0
     # tokens a cell's passes decode (all but the prompt's), mean over rows; 0: not known
     cell_tokens: float = 0.0
     # the draft's extra seconds in a step after one that kept all its drafts, and
@@ -223,7 +230,7 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str,
     loop_s = sum(max(0.0, float(e["loop_overhead_s"])) for e in reported)
     # switches between widths, from rows whose loop counted them (a saved file's
     # count that is not one, a negative or a word, is damage: that row counts none)
-    passes = switch_in = switch_out = 0
+    passes = switch_in = switch_out = second_in = second_out = 0
     for r in ok:
         e = r.get("engine_report")
         into, out = (_count(e.get("switch_steps")), _count(e.get("switch_plain"))) if isinstance(e, Mapping) else (None, None)
@@ -232,6 +239,10 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str,
         passes += int(r["steps"]) + max(0, int(r.get("plain_tokens") or 0) - 1)
         switch_in += into
         switch_out += out
+        # rows from before the loop counted the passes after a switch count none of them
+        assert isinstance(e, Mapping)
+        second_in += _count(e.get("second_steps")) or 0
+        second_out += _count(e.get("second_plain")) or 0
     return ArmInputs(
         baseline_token_s=token_s,
         draft_s_per_token=draft_s / drafted if drafted else 0.0,
@@ -240,6 +251,8 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str,
         loop_s_per_step=loop_s / loop_steps if loop_steps else 0.0,
         switch_in_share=switch_in / passes if passes else 0.0,
         switch_out_share=switch_out / passes if passes else 0.0,
+        second_in_share=second_in / passes if passes else 0.0,
+        second_out_share=second_out / passes if passes else 0.0,
         cell_tokens=_cell_tokens(ok),
         catch_up_s=seen.seconds if seen else 0.0,
         catch_up_per_token=seen.seconds * seen.after_full / drafted if seen and drafted else 0.0,
@@ -320,7 +333,9 @@ def switch_cost(probe: Probe, width: int, inputs: ArmInputs) -> float:
     if ratios is None:
         return 0.0
     s_in, s_out = ratios
-    return (inputs.switch_in_share * s_in + inputs.switch_out_share * s_out) / (1 - q)
+    c_in, c_out = probe.second_ratio(width) or (0.0, 0.0)
+    return (inputs.switch_in_share * s_in + inputs.switch_out_share * s_out
+            + inputs.second_in_share * c_in + inputs.second_out_share * c_out) / (1 - q)
 
 
 def best(predictions: Sequence[Prediction]) -> Prediction | None:

@@ -317,9 +317,33 @@ class Probe:
         if not math.isfinite(one):
             return None
         good = {k: v for k, v in rows.items()
-                if k > 1 and len(v) == 3 and all(math.isfinite(x) and x > 0 for x in v)}
+                if k > 1 and len(v) in (3, 5) and all(math.isfinite(x) and x > 0 for x in v)}
         into = _between({k: max(0.0, (v[1] - v[0]) / unit) for k, v in good.items()}, w)
         out = _between({k: max(0.0, (v[2] - one) / unit) for k, v in good.items()}, w)
+        return (into, out) if into is not None and out is not None else None
+
+    def second_ratio(self, w: int) -> tuple[float, float] | None:
+        """What the pass right after a switch costs beyond its back-to-back
+        figure when it keeps the new width, in baseline tokens: (w rows
+        after one row and then w rows, one row after w rows and then one
+        row), where the probe timed them (``switch_s`` entries of five:
+        llama.cpp's CUDA backend captures its graph on that pass); never
+        below 0; linear between measured widths; None where the probe timed
+        none (a probe from before it did)."""
+        table = self.notes.get("switch_s")
+        if not isinstance(table, Mapping) or not isinstance(table.get("widths"), Mapping):
+            return None
+        unit = self.seconds[-1][0]
+        try:
+            one = float(table["one_s"])
+            rows = {int(k): tuple(float(x) for x in v) for k, v in table["widths"].items()}
+        except (KeyError, TypeError, ValueError):
+            return None
+        good = {k: v for k, v in rows.items() if k > 1 and len(v) == 5 and all(math.isfinite(x) and x > 0 for x in v)}
+        if not math.isfinite(one) or not good:
+            return None
+        into = _between({k: max(0.0, (v[3] - v[0]) / unit) for k, v in good.items()}, w)
+        out = _between({k: max(0.0, (v[4] - one) / unit) for k, v in good.items()}, w)
         return (into, out) if into is not None and out is not None else None
 
     # The first passes of a width after a change of shape, in a probe's cell

@@ -85,6 +85,11 @@ class LoopStats:
     # step (a GPU backend that replays a captured graph rebuilds it then)
     switch_steps: int = 0
     switch_plain: int = 0
+    # the pass right after such a switch, of the same width: llama.cpp's CUDA
+    # backend runs a switching pass without a graph and captures the graph on
+    # this one (steps and plain decodes; a cell's first passes are not counted)
+    second_steps: int = 0
+    second_plain: int = 0
     empty_drafts: int = 0
     empty_draft_s: float = 0.0
     engine_s: float = 0.0
@@ -107,6 +112,8 @@ class LoopStats:
             "plain_tokens": self.plain_tokens - start.plain_tokens,
             "switch_steps": self.switch_steps - start.switch_steps,
             "switch_plain": self.switch_plain - start.switch_plain,
+            "second_steps": self.second_steps - start.second_steps,
+            "second_plain": self.second_plain - start.second_plain,
             "empty_drafts": self.empty_drafts - start.empty_drafts,
             "empty_draft_s": self.empty_draft_s - start.empty_draft_s,
             "loop_overhead_s": self.overhead_s() - start.overhead_s(),
@@ -337,6 +344,8 @@ def _run(
     length = n_max
     step = 0  # this cell's steps; stats.steps counts the arm's
     last_width = 0  # rows of the last target pass; the prompt's pass counts as none
+    # passes of last_width in a row since a counted switch (0: since the cell's first pass)
+    since_switch = 0
     while len(out.ids) < req.max_tokens:
         if overlap is None and cancelled():
             raise Cancelled()
@@ -365,6 +374,8 @@ def _run(
             pending = target.pick(-1)
             stats.plain_tokens += 1
             stats.switch_plain += last_width > 1
+            since_switch = 1 if last_width > 1 else since_switch and since_switch + 1
+            stats.second_plain += since_switch == 2
             last_width = 1
             out.land([pending], from_draft=False)
             context.append(pending)
@@ -390,7 +401,10 @@ def _run(
         context.extend(landed)
         pending = correction
         stats.steps += 1
-        stats.switch_steps += last_width not in (0, len(drafted) + 1)
+        switched = last_width not in (0, len(drafted) + 1)
+        stats.switch_steps += switched
+        since_switch = 1 if switched else since_switch and since_switch + 1
+        stats.second_steps += since_switch == 2
         last_width = len(drafted) + 1
         stats.engine_s += t_c - t_b - not_step
         stats.draft_s += t_b - t_a

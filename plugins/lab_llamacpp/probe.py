@@ -110,13 +110,17 @@ def decode_pass_seconds(
 def switch_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES,
                         depth: int = PREFIX_TOKENS) -> dict[str, Any]:
     """Passes that change width, as a loop whose drafter drafts only some
-    steps (n-grams) runs them: a plain one-row decode, then a step of w rows,
-    then a plain decode again. Median seconds of one row back to back
-    (``one_s``) and, per width above 1, of w rows back to back, of w rows
-    right after one row, and of one row right after w rows (``widths``). On
-    the CPU the three agree; llama.cpp's CUDA backend rebuilds its captured
-    graph at each change of shape (on an H100, SmolLM2-135M's five-row verify
-    took 4.6 ms after a plain decode against 1.75 ms after another verify)."""
+    steps (n-grams) runs them: plain one-row decodes, then steps of w rows,
+    then plain decodes again, two of each in a row. Median seconds of one
+    row back to back (``one_s``) and, per width above 1 (``widths``), of w
+    rows back to back, of w rows right after one row, of one row right
+    after w rows, and of the second pass of each in a row (w rows after one
+    row and w rows, one row after w rows and one row). On the CPU all agree;
+    llama.cpp's CUDA backend runs a pass of a new shape without its captured
+    graph and captures one on the next pass of that shape (on an H100,
+    SmolLM2-135M's five-row verify took 4.6 ms after a plain decode against
+    1.75 ms after another verify, and a run's plain decodes after a plain
+    decode that followed a step about 1.9 ms against 1.1)."""
     one_pass = _timed_passes(ctx, widths, depth)
     for _ in range(WARM_PASSES):
         one_pass(1)
@@ -128,11 +132,14 @@ def switch_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_
         for _ in range(WARM_PASSES):
             one_pass(w)
         back = statistics.median(one_pass(w) for _ in range(inner))
-        after_one, one_after = [], []
+        after_one, one_after, second_w, second_one = [], [], [], []
         for _ in range(inner):
             one_after.append(one_pass(1))
+            second_one.append(one_pass(1))
             after_one.append(one_pass(w))
-        got[str(w)] = [back, statistics.median(after_one), statistics.median(one_after)]
+            second_w.append(one_pass(w))
+        got[str(w)] = [back, statistics.median(after_one), statistics.median(one_after),
+                       statistics.median(second_w), statistics.median(second_one)]
     ctx.reset()
     return {"one_s": one, "widths": got}
 
