@@ -308,6 +308,12 @@ context() {
   done
 }
 
+switch_probe() {
+  # an offloaded 1B's passes that switch width and the pass right after each (switch_s entries of five)
+  lab probe --model synthetic:llama-1b --n-gpu-layers 999 --widths 1-5 --repeats 1 --out "$R/switch-probe.json" \
+    > "$R/switch-probe.txt" 2> "$W/switch-probe.log"
+}
+
 # -- issue 30's GPU cells: streams on llama-server, a CPU's acceptance priced here -------------
 streams() {
   # synthetic:llama-8b on llama-server, baseline vs the 1B draft at set acceptance 0.8, 1 / 4 / 8 streams,
