@@ -177,8 +177,8 @@ def test_qwen35_head_step_matches_numpy(gguf_path: Path, loaded: Any) -> None:
 def test_the_head_from_the_targets_own_file_comes_from_the_targets_read(gguf_path: Path) -> None:
     """An MTP head in the target's own GGUF is taken from the tensors the
     target's load read, not from a second read of the whole file (which
-    held a second copy of every tensor: 32.8 GiB of host memory at the
-    peak for the 27B twin against the baseline's 17.6)."""
+    held a second copy of every tensor: 32.1 GiB of host memory at the
+    peak for the 27B twin against the baseline's 17.2)."""
     from lab_mlx.loader import load_target
     from lab_mlx.mtp_model import load_qwen35_head
 
