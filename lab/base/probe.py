@@ -29,7 +29,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 KIND = "speclab.probe"
 VERSION = 1
@@ -297,6 +297,29 @@ class Probe:
         share = min(1.0, max(0.0, kept_share))
         return none + (full - none) * share
 
+    def _switch_table(self, sizes: tuple[int, ...]) -> tuple[float, dict[int, tuple[float, ...]]] | None:
+        """The notes' ``switch_s`` as (one row back to back, per width above
+        1 its entry), entries of a length in ``sizes`` with every figure
+        positive; None where it is absent, damaged or has no such entry."""
+        table = self.notes.get("switch_s")
+        if not isinstance(table, Mapping) or not isinstance(table.get("widths"), Mapping):
+            return None
+        try:
+            one = float(table["one_s"])
+            rows = {int(k): tuple(float(x) for x in v) for k, v in table["widths"].items()}
+        except (KeyError, TypeError, ValueError):
+            return None
+        good = {k: v for k, v in rows.items()
+                if k > 1 and len(v) in sizes and all(math.isfinite(x) and x > 0 for x in v)}
+        return (one, good) if math.isfinite(one) and good else None
+
+    def _over(self, good: Mapping[int, tuple[float, ...]], w: int, at: int,
+              base: Callable[[tuple[float, ...]], float]) -> float | None:
+        """Entry figure ``at`` less ``base(entry)``, in the last repeat's
+        one-row passes, never below 0, linear between widths."""
+        unit = self.seconds[-1][0]
+        return _between({k: max(0.0, (v[at] - base(v)) / unit) for k, v in good.items()}, w)
+
     def switch_ratio(self, w: int) -> tuple[float, float] | None:
         """What a pass costs beyond its back-to-back figure when the pass
         before it had another width, in baseline tokens: (w rows after one
@@ -305,21 +328,11 @@ class Probe:
         back, after one row, and one row after it, beside one row back to
         back; see :func:`lab.analysis.predict.predict`); never below 0;
         linear between measured widths; None elsewhere."""
-        table = self.notes.get("switch_s")
-        if not isinstance(table, Mapping) or not isinstance(table.get("widths"), Mapping):
+        found = self._switch_table((3, 5))
+        if found is None:
             return None
-        unit = self.seconds[-1][0]
-        try:
-            one = float(table["one_s"])
-            rows = {int(k): tuple(float(x) for x in v) for k, v in table["widths"].items()}
-        except (KeyError, TypeError, ValueError):
-            return None
-        if not math.isfinite(one):
-            return None
-        good = {k: v for k, v in rows.items()
-                if k > 1 and len(v) in (3, 5) and all(math.isfinite(x) and x > 0 for x in v)}
-        into = _between({k: max(0.0, (v[1] - v[0]) / unit) for k, v in good.items()}, w)
-        out = _between({k: max(0.0, (v[2] - one) / unit) for k, v in good.items()}, w)
+        one, good = found
+        into, out = self._over(good, w, 1, lambda v: v[0]), self._over(good, w, 2, lambda _v: one)
         return (into, out) if into is not None and out is not None else None
 
     def second_ratio(self, w: int) -> tuple[float, float] | None:
@@ -330,20 +343,11 @@ class Probe:
         llama.cpp's CUDA backend captures its graph on that pass); never
         below 0; linear between measured widths; None where the probe timed
         none (a probe from before it did)."""
-        table = self.notes.get("switch_s")
-        if not isinstance(table, Mapping) or not isinstance(table.get("widths"), Mapping):
+        found = self._switch_table((5,))
+        if found is None:
             return None
-        unit = self.seconds[-1][0]
-        try:
-            one = float(table["one_s"])
-            rows = {int(k): tuple(float(x) for x in v) for k, v in table["widths"].items()}
-        except (KeyError, TypeError, ValueError):
-            return None
-        good = {k: v for k, v in rows.items() if k > 1 and len(v) == 5 and all(math.isfinite(x) and x > 0 for x in v)}
-        if not math.isfinite(one) or not good:
-            return None
-        into = _between({k: max(0.0, (v[3] - v[0]) / unit) for k, v in good.items()}, w)
-        out = _between({k: max(0.0, (v[4] - one) / unit) for k, v in good.items()}, w)
+        one, good = found
+        into, out = self._over(good, w, 3, lambda v: v[0]), self._over(good, w, 4, lambda _v: one)
         return (into, out) if into is not None and out is not None else None
 
     # The first passes of a width after a change of shape, in a probe's cell
