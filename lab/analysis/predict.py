@@ -233,14 +233,15 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str,
     passes = switch_in = switch_out = second_in = second_out = 0
     for r in ok:
         e = r.get("engine_report")
-        into, out = (_count(e.get("switch_steps")), _count(e.get("switch_plain"))) if isinstance(e, Mapping) else (None, None)
+        if not isinstance(e, Mapping):
+            continue
+        into, out = _count(e.get("switch_steps")), _count(e.get("switch_plain"))
         if into is None or out is None:
             continue
         passes += int(r["steps"]) + max(0, int(r.get("plain_tokens") or 0) - 1)
         switch_in += into
         switch_out += out
         # rows from before the loop counted the passes after a switch count none of them
-        assert isinstance(e, Mapping)
         second_in += _count(e.get("second_steps")) or 0
         second_out += _count(e.get("second_plain")) or 0
     return ArmInputs(
