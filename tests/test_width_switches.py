@@ -235,6 +235,13 @@ def test_a_real_runs_switches_priced_by_a_recorded_gpu_probe_reach_the_report(tm
     assert own["switch_cost"] == pytest.approx(expected) and expected > 0.1
     text = render_markdown(data)
     assert "- ngram / code: its passes switch width" in text and f"{own['switch_cost']:.2f} of a step's" in text
+    # every saved step of the loop says what its pass followed, and the report sets each kind beside the probe's
+    assert {s.get("pass_kind") for s in data["steps"] if s["arm"] == "ngram"} <= {"first", "switch", "second", "steady"}
+    assert all("pass_kind" in s for s in data["steps"])
+    kinds = next(k for k in json.loads(render_json(data))["analysis"]["pass_kinds"] if k["prompt"] == "code")
+    assert kinds["arm"] == "ngram" and kinds["probe_timed"]
+    # the recorded probe timed switches only: the passes after them are not timed
+    assert "- ngram / code: passes by kind, this run against the probe" in text and "(not timed)" in text
 
 
 def _acceptance(costs: dict[str, Any]) -> dict[str, Any]:

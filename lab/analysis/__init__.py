@@ -1,6 +1,7 @@
 """Reading a saved run: summaries per arm and prompt and what a row's
 figures add up to (:mod:`.run`), per-position acceptance (:mod:`.acceptance`),
-the prediction from a verify-cost probe (:mod:`.predict`), statistics over
+the prediction from a verify-cost probe (:mod:`.predict`), what passes cost
+by kind beside the probe's figures for them (:mod:`.pass_kinds`), statistics over
 rounds (:mod:`.stats`), greedy equivalence (:mod:`.equivalence`), the
 bandwidth roofline (:mod:`.roofline`), per-category tables
 (:mod:`.categories`), the lossless check's file (:mod:`.lossless_section`)

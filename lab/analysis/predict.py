@@ -235,15 +235,15 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str,
         e = r.get("engine_report")
         if not isinstance(e, Mapping):
             continue
-        into, out = _count(e.get("switch_steps")), _count(e.get("switch_plain"))
+        into, out = saved_count(e.get("switch_steps")), saved_count(e.get("switch_plain"))
         if into is None or out is None:
             continue
         passes += int(r["steps"]) + max(0, int(r.get("plain_tokens") or 0) - 1)
         switch_in += into
         switch_out += out
         # rows from before the loop counted the passes after a switch count none of them
-        second_in += _count(e.get("second_steps")) or 0
-        second_out += _count(e.get("second_plain")) or 0
+        second_in += saved_count(e.get("second_steps")) or 0
+        second_out += saved_count(e.get("second_plain")) or 0
     return ArmInputs(
         baseline_token_s=token_s,
         draft_s_per_token=draft_s / drafted if drafted else 0.0,
@@ -263,13 +263,13 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str,
 def _cell_tokens(rows: Sequence[Mapping[str, Any]]) -> float:
     """Tokens a cell's passes decoded, mean over rows (the first comes with
     the prompt); 0 where a row does not say."""
-    counts = [_count(r.get("n_tokens")) for r in rows]
+    counts = [saved_count(r.get("n_tokens")) for r in rows]
     if not counts or any(c is None for c in counts):
         return 0.0
     return sum(max(0, int(c or 0) - 1) for c in counts) / len(counts)
 
 
-def _count(value: Any) -> int | None:
+def saved_count(value: Any) -> int | None:
     """A loop's count as saved: an int of 0 or more, else None."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None

@@ -75,6 +75,16 @@ ALL_MEASURED = StepClocks()
 # A fused pass the lab times only as a whole (draft and verify in one call).
 STEP_ONLY = StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=Clock.MEASURED)
 
+# What the target pass before a pass was, where the loop tells it: a GPU
+# backend that replays a captured graph (llama.cpp on CUDA) runs a pass of
+# another width than the one before without a graph and captures the graph on
+# the next pass of that width; only the passes after it replay it.
+FIRST_PASS = "first"  # the cell's first pass after its prompt
+SWITCH_PASS = "switch"  # another width than the pass before
+SECOND_PASS = "second"  # the same width as a switching pass right before it
+STEADY_PASS = "steady"  # any later pass of the same width
+PASS_KINDS = (FIRST_PASS, SWITCH_PASS, SECOND_PASS, STEADY_PASS)
+
 
 @dataclass(frozen=True)
 class StepEvent:
@@ -84,7 +94,9 @@ class StepEvent:
     the number of tokens the step added to the output (accepted + 1, less
     when the token budget ran out). Seconds are measured after the engine
     synchronized; ``clocks`` says which of draft_s/verify_s/step_s are clocks
-    and which the backend derived.
+    and which the backend derived. ``pass_kind`` is one of
+    :data:`PASS_KINDS` where the loop tells what its verify pass followed,
+    else None.
     """
 
     cell: Cell
@@ -96,6 +108,7 @@ class StepEvent:
     verify_s: float | None
     step_s: float
     clocks: StepClocks = ALL_MEASURED
+    pass_kind: str | None = None
     t: float = field(default_factory=now)
 
     @property
@@ -105,11 +118,15 @@ class StepEvent:
 
     def record(self) -> dict[str, Any]:
         """The step as steps.jsonl saves it: its cell, ``STEP_COUNT_KEYS``,
-        ``STEP_SECONDS_KEYS`` and ``measured``."""
-        return {
+        ``STEP_SECONDS_KEYS``, ``measured`` and, where the loop told it,
+        ``pass_kind`` (a backend that does not saves what it always did)."""
+        record = {
             "arm": self.cell.arm, "prompt": self.cell.prompt, "round": self.cell.round,
             **{k: getattr(self, k) for k in STEP_COUNT_KEYS + STEP_SECONDS_KEYS}, "measured": self.measured,
         }
+        if self.pass_kind is not None:
+            record["pass_kind"] = self.pass_kind
+        return record
 
 
 # A saved step's counts and seconds (StepEvent.record; lab.rows.shape checks them).

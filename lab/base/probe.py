@@ -313,6 +313,15 @@ class Probe:
                 if k > 1 and len(v) in sizes and all(math.isfinite(x) and x > 0 for x in v)}
         return (one, good) if math.isfinite(one) and good else None
 
+    def switch_entry(self, w: int) -> tuple[float, tuple[float, ...]] | None:
+        """The switching passes as the probe timed them at exactly ``w``
+        rows, in seconds: (one row back to back, the notes' ``switch_s``
+        entry at w, of three figures or five); None where it timed none there."""
+        found = self._switch_table((3, 5))
+        if found is None or w not in found[1]:
+            return None
+        return found[0], found[1][w]
+
     def _over(self, good: Mapping[int, tuple[float, ...]], w: int, at: int,
               base: Callable[[tuple[float, ...]], float]) -> float | None:
         """Entry figure ``at`` less ``base(entry)``, in the last repeat's

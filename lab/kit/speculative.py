@@ -19,7 +19,18 @@ import numpy as np
 from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest, Rehearsing
 from lab.base.acceptance import conditional, draw_seed
 from lab.base.draft_policy import FIXED, next_length
-from lab.base.events import Cell, Emit, Event, StepEvent, TokenEvent, now
+from lab.base.events import (
+    FIRST_PASS,
+    SECOND_PASS,
+    STEADY_PASS,
+    SWITCH_PASS,
+    Cell,
+    Emit,
+    Event,
+    StepEvent,
+    TokenEvent,
+    now,
+)
 
 
 class Target(Protocol):
@@ -90,6 +101,14 @@ class LoopStats:
     # this one (steps and plain decodes; a cell's first passes are not counted)
     second_steps: int = 0
     second_plain: int = 0
+    # the other plain decodes by kind (lab.base.events.PASS_KINDS), and the
+    # engine's seconds of plain decodes by kind, so a run shows what each kind
+    # cost beside what the probe timed for it
+    first_plain: int = 0
+    steady_plain: int = 0
+    switch_plain_s: float = 0.0
+    second_plain_s: float = 0.0
+    steady_plain_s: float = 0.0
     empty_drafts: int = 0
     empty_draft_s: float = 0.0
     engine_s: float = 0.0
@@ -101,14 +120,32 @@ class LoopStats:
         """Time in the loop spent neither in the engine nor in the drafter."""
         return self.loop_s - self.engine_s - self.draft_s - self.empty_draft_s
 
+    def add_plain(self, kind: str, seconds: float) -> None:
+        """Count one plain decode of ``kind`` that kept the engine ``seconds``."""
+        self.plain_tokens += 1
+        if kind == SWITCH_PASS:
+            self.switch_plain += 1
+            self.switch_plain_s += seconds
+        elif kind == SECOND_PASS:
+            self.second_plain += 1
+            self.second_plain_s += seconds
+        elif kind == STEADY_PASS:
+            self.steady_plain += 1
+            self.steady_plain_s += seconds
+        else:
+            self.first_plain += 1
+
     def mark(self) -> LoopStats:
         """The totals now, for :meth:`cell_report` at the end of a cell."""
         return replace(self, extras=dict(self.extras))
 
     def cell_report(self, start: LoopStats) -> dict[str, Any]:
         """One cell's share of totals that may run across an arm's cells:
-        what the loop adds to a row's ``engine_report``."""
-        return {
+        what the loop adds to a row's ``engine_report``: the plain decodes'
+        seconds by kind only where the loop told every plain decode's kind (a
+        loop that counts plain tokens alone leaves them out rather than call
+        them all first)."""
+        report = {
             "plain_tokens": self.plain_tokens - start.plain_tokens,
             "switch_steps": self.switch_steps - start.switch_steps,
             "switch_plain": self.switch_plain - start.switch_plain,
@@ -120,6 +157,29 @@ class LoopStats:
             # the steps loop_overhead_s was spent over
             "loop_steps": self.steps - start.steps,
         }
+        told = [self.first_plain - start.first_plain, report["switch_plain"], report["second_plain"],
+                self.steady_plain - start.steady_plain]
+        if sum(told) == report["plain_tokens"]:
+            report.update({
+                "switch_plain_s": self.switch_plain_s - start.switch_plain_s,
+                "second_plain_s": self.second_plain_s - start.second_plain_s,
+                "steady_plain": told[3],
+                "steady_plain_s": self.steady_plain_s - start.steady_plain_s,
+            })
+        return report
+
+
+def pass_kind(last_width: int, width: int, since_switch: int) -> tuple[str, int]:
+    """A target pass's kind (lab.base.events.PASS_KINDS) after a pass of
+    ``last_width`` rows (0: the cell's prompt, which counts as no switch) and
+    ``since_switch`` passes of that width in a row since a switch (0: since
+    the cell's first pass), with ``since_switch`` after it."""
+    if last_width == 0:
+        return FIRST_PASS, 0
+    if last_width != width:
+        return SWITCH_PASS, 1
+    since_switch = since_switch and since_switch + 1
+    return (SECOND_PASS if since_switch == 2 else STEADY_PASS), since_switch
 
 
 class OutputStream:
@@ -370,12 +430,11 @@ def _run(
             ep = engine_pass(target, overlap, out, [pending], False, cancelled)
             if ep.stop:
                 raise Cancelled()
-            stats.engine_s += now() - t_b - ep.own_s - ep.held_s
+            engine_s = now() - t_b - ep.own_s - ep.held_s
+            stats.engine_s += engine_s
             pending = target.pick(-1)
-            stats.plain_tokens += 1
-            stats.switch_plain += last_width > 1
-            since_switch = 1 if last_width > 1 else since_switch and since_switch + 1
-            stats.second_plain += since_switch == 2
+            kind, since_switch = pass_kind(last_width, 1, since_switch)
+            stats.add_plain(kind, engine_s)
             last_width = 1
             out.land([pending], from_draft=False)
             context.append(pending)
@@ -401,17 +460,16 @@ def _run(
         context.extend(landed)
         pending = correction
         stats.steps += 1
-        switched = last_width not in (0, len(drafted) + 1)
-        stats.switch_steps += switched
-        since_switch = 1 if switched else since_switch and since_switch + 1
-        stats.second_steps += since_switch == 2
+        kind, since_switch = pass_kind(last_width, len(drafted) + 1, since_switch)
+        stats.switch_steps += kind == SWITCH_PASS
+        stats.second_steps += kind == SECOND_PASS
         last_width = len(drafted) + 1
         stats.engine_s += t_c - t_b - not_step
         stats.draft_s += t_b - t_a
         out.send(
             StepEvent(
                 req.cell, step, drafted=len(drafted), accepted=accepted, landed=len(landed),
-                draft_s=t_b - t_a, verify_s=t_d - t_b - not_step, step_s=t_d - t_a - not_step,
+                draft_s=t_b - t_a, verify_s=t_d - t_b - not_step, step_s=t_d - t_a - not_step, pass_kind=kind,
             )
         )
         step += 1

@@ -16,7 +16,7 @@ import io
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab.analysis import categories, lossless_section
+from lab.analysis import categories, lossless_section, pass_kinds
 from lab.analysis import run as analysis
 from lab.analysis.reference import compare_references
 from lab.base import economics as breakeven
@@ -382,7 +382,8 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
     notes = (_t1_notes(data["results"], preds, pool) + _drift_notes(data.get("steps") or (), preds)
-             + _switch_notes(preds) + _cell_notes(preds) + _catch_up_notes(preds))
+             + _switch_notes(preds) + _pass_kind_notes(data["results"], steps, pool) + _cell_notes(preds)
+             + _catch_up_notes(preds))
     if notes:
         lines += [""] + notes
     lines += [
@@ -421,6 +422,43 @@ def _switch_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
                        f"rebuilds its captured graph): {cost:.2f} of a step's {total:.2f} baseline tokens at n_max "
                        f"{p['n_max']}.")
     return out
+
+
+# how the report names each kind of pass, for steps and for plain decodes
+_STEP_KIND_WORDS = {"switch": "steps after a switch", "second": "the step after that", "steady": "steady steps"}
+_PLAIN_KIND_WORDS = {"switch": "plain decodes after a step", "second": "the one after that", "steady": "steady"}
+
+
+def _pass_kind_notes(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
+                     pool: Sequence[Any]) -> list[str]:
+    """A line per row whose passes switched width, where the loop told each
+    pass's kind: what each kind took in this run beside what the probe timed
+    for it (lab.analysis.pass_kinds), so a prediction that misses shows which
+    kind ran dearer than the probe said."""
+    out = []
+    # where the probe timed no switches (a CPU's: a switch costs nothing there) the figures stay in the JSON
+    for row in (r for r in pass_kinds.pass_kinds(results, steps, pool) if r.probe_timed):
+        parts = [_kind_figures(_STEP_KIND_WORDS, row.steps), _kind_figures(_PLAIN_KIND_WORDS, row.plain)]
+        width = f", steps of {row.width} rows" if row.width is not None else ""
+        out.append(f"- {row.arm} / {row.prompt}: passes by kind, this run against the probe (ms{width}): "
+                   + "; ".join(part for part in parts if part) + ".")
+    if out:
+        out.append("- Passes by kind: a step's figure is the median of its verify seconds, a plain decode's the mean "
+                   "of the engine's seconds, ×N how many there were; in brackets the probe's pass of the same kind "
+                   "at the steps' width. A switch is a pass of another width than the one before (a GPU backend runs "
+                   "it without its captured graph), the pass after it captures the new graph, and steady passes "
+                   "replay it.")
+    return out
+
+
+def _kind_figures(words: Mapping[str, str], figures: Sequence[Any]) -> str:
+    """One side of a pass-kind line: each kind's milliseconds, the probe's
+    in brackets, and how many passes."""
+    said = []
+    for k in figures:
+        probe = f" ({k.probe_s * 1000:.2f})" if k.probe_s is not None else " (not timed)"
+        said.append(f"{words[k.kind]} {k.seconds * 1000:.2f}{probe} ×{k.passes}")
+    return ", ".join(said)
 
 
 def _cell_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -703,6 +741,7 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
         "categories": [c.to_json() for c in categories.category_table(results)],
         "positions": None,
         "predictions": None,
+        "pass_kinds": None,
         "probe": probe.to_json() if probe is not None else None,
         "roofline": [
             {"arm": arm, "model_bytes": r.model_bytes, "bandwidth_bytes_s": r.bandwidth_bytes_s,
@@ -718,6 +757,8 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
              "unconditional": list(v.unconditional)}
             for (a, p), v in analysis.positions(steps).items()
         ]
+        # this run's passes by kind beside the probe's (no probe: this run's alone)
+        out["pass_kinds"] = [k.to_json() for k in pass_kinds.pass_kinds(results, steps, _probes(data, probe))]
         if probe is not None:
             try:
                 out["predictions"] = analysis.predicted_for_rows(results, steps, _probes(data, probe))
