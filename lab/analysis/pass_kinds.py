@@ -7,7 +7,7 @@ the graph on the next pass of that width (the second) and replays it from
 the pass after (steady). The loop tells each step's kind in its record
 (``pass_kind``) and keeps the engine's seconds of plain decodes by kind in
 the row's ``engine_report``; the probe's notes' ``switch_s`` time each kind
-apart (:meth:`lab.base.probe.Probe.switch_ratio`). The prediction prices
+apart (:meth:`lab.base.probe.Probe.switch_passes`). The prediction prices
 the kinds at the probe's figures, so where it misses, the kind that ran
 dearer than the probe said is where to look.
 
@@ -27,19 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from lab.analysis.predict import probe_for, saved_count
-from lab.base.events import SECOND_PASS, STEADY_PASS, SWITCH_PASS
-from lab.base.probe import Probe
+from lab.base.probe import SECOND_PASS, STEADY_PASS, SWITCH_PASS, Probe
 
 # the kinds shown; a cell's first pass follows its prompt, which no probe figure prices
 KINDS = (SWITCH_PASS, SECOND_PASS, STEADY_PASS)
-
-# Where each kind sits in an entry of the probe's switch_s widths: w rows back
-# to back, w rows after one row, one row after w rows, w rows after one row
-# and then w rows, one row after w rows and then one row.
-_STEP_AT = {STEADY_PASS: 0, SWITCH_PASS: 1, SECOND_PASS: 3}
-# a plain decode's steady figure is switch_s's one_s, one row back to back
-_PLAIN_AT = {SWITCH_PASS: 2, SECOND_PASS: 4}
-
 
 @dataclass(frozen=True)
 class KindSeconds:
@@ -96,13 +87,13 @@ def pass_kinds(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str
         if not any(timed.get(k) or plain.get(k, (0, 0.0))[0] for k in (SWITCH_PASS, SECOND_PASS)):
             continue
         probe = probe_for(rows[0], pool)[0] if pool else None
-        one_s, entry = _probe_entry(probe, width)
+        # the probe's (w rows, one row) seconds per kind at the steps' width
+        timed_by_probe = (probe.switch_passes(width) if probe is not None and width is not None else None) or {}
         out.append(PassKinds(
             arm, prompt, width,
-            tuple(KindSeconds(k, len(timed[k]), statistics.median(timed[k]), _at(entry, _STEP_AT[k]))
+            tuple(KindSeconds(k, len(timed[k]), statistics.median(timed[k]), timed_by_probe.get(k, (None, None))[0])
                   for k in KINDS if timed.get(k)),
-            tuple(KindSeconds(k, plain[k][0], plain[k][1] / plain[k][0],
-                              one_s if k == STEADY_PASS else _at(entry, _PLAIN_AT[k]))
+            tuple(KindSeconds(k, plain[k][0], plain[k][1] / plain[k][0], timed_by_probe.get(k, (None, None))[1])
                   for k in KINDS if plain.get(k, (0, 0.0))[0]),
         ))
     return out
@@ -157,18 +148,6 @@ def _plain_seconds(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, fl
                 had = out.get(kind, (0, 0.0))
                 out[kind] = (had[0] + n, had[1] + secs)
     return out
-
-
-def _probe_entry(probe: Probe | None, width: int | None) -> tuple[float | None, Sequence[float] | None]:
-    """The probe's one row back to back and its switch_s entry at ``width``,
-    both None where it timed no switches there (Probe.switch_entry)."""
-    found = probe.switch_entry(width) if probe is not None and width is not None else None
-    return found if found is not None else (None, None)
-
-
-def _at(entry: Sequence[Any] | None, i: int) -> float | None:
-    """An entry's figure ``i`` where it has one that is a duration."""
-    return _seconds(entry[i]) if entry is not None and i < len(entry) else None
 
 
 def _seconds(value: Any) -> float | None:

@@ -18,7 +18,14 @@ from enum import Enum
 from typing import Any, Callable, Mapping, Union
 
 from lab.base.cells import Cell, Status, arm_cell, now  # noqa: F401 - the events name their cell
-from lab.base.probe import ProbeReported
+from lab.base.probe import (  # noqa: F401 - a step names its pass's kind
+    FIRST_PASS,
+    PASS_KINDS,
+    SECOND_PASS,
+    STEADY_PASS,
+    SWITCH_PASS,
+    ProbeReported,
+)
 from lab.base.row import ResultRow
 
 
@@ -75,15 +82,6 @@ ALL_MEASURED = StepClocks()
 # A fused pass the lab times only as a whole (draft and verify in one call).
 STEP_ONLY = StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=Clock.MEASURED)
 
-# What the target pass before a pass was, where the loop tells it: a GPU
-# backend that replays a captured graph (llama.cpp on CUDA) runs a pass of
-# another width than the one before without a graph and captures the graph on
-# the next pass of that width; only the passes after it replay it.
-FIRST_PASS = "first"  # the cell's first pass after its prompt
-SWITCH_PASS = "switch"  # another width than the pass before
-SECOND_PASS = "second"  # the same width as a switching pass right before it
-STEADY_PASS = "steady"  # any later pass of the same width
-PASS_KINDS = (FIRST_PASS, SWITCH_PASS, SECOND_PASS, STEADY_PASS)
 
 
 @dataclass(frozen=True)

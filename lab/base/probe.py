@@ -31,6 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+# What the target pass before a pass was, where the loop tells it (a step's
+# ``pass_kind``) and as the notes' ``switch_s`` times each kind: a GPU backend
+# that replays a captured graph (llama.cpp on CUDA) runs a pass of another
+# width than the one before without a graph and captures the graph on the
+# next pass of that width; only the passes after it replay it.
+FIRST_PASS = "first"  # the cell's first pass after its prompt
+SWITCH_PASS = "switch"  # another width than the pass before
+SECOND_PASS = "second"  # the same width as a switching pass right before it
+STEADY_PASS = "steady"  # any later pass of the same width
+PASS_KINDS = (FIRST_PASS, SWITCH_PASS, SECOND_PASS, STEADY_PASS)
+
 KIND = "speclab.probe"
 VERSION = 1
 PROBE_FILE = "probe.json"
@@ -313,14 +324,17 @@ class Probe:
                 if k > 1 and len(v) in sizes and all(math.isfinite(x) and x > 0 for x in v)}
         return (one, good) if math.isfinite(one) and good else None
 
-    def switch_entry(self, w: int) -> tuple[float, tuple[float, ...]] | None:
-        """The switching passes as the probe timed them at exactly ``w``
-        rows, in seconds: (one row back to back, the notes' ``switch_s``
-        entry at w, of three figures or five); None where it timed none there."""
+    def switch_passes(self, w: int) -> dict[str, tuple[float, float]] | None:
+        """Each kind of pass the probe timed at exactly ``w`` rows, in
+        seconds, as (a pass of w rows, a pass of one row): steady (back to
+        back), switch (right after the other width) and, from entries of
+        five, second (the pass after that); None where it timed none at w."""
         found = self._switch_table((3, 5))
         if found is None or w not in found[1]:
             return None
-        return found[0], found[1][w]
+        one, v = found[0], found[1][w]
+        kinds = {STEADY_PASS: (v[0], one), SWITCH_PASS: (v[1], v[2])}
+        return kinds | {SECOND_PASS: (v[3], v[4])} if len(v) == 5 else kinds
 
     def _over(self, good: Mapping[int, tuple[float, ...]], w: int, at: int,
               base: Callable[[tuple[float, ...]], float]) -> float | None:

@@ -38,6 +38,8 @@ class MlxSession(Backend, Probing):
     call, loading, wired limit, memory figures."""
 
     stack = "mlx"
+    # the synchronous one-row pass a probe timed beside the pipelined token it prices T(1) in
+    _one_row_pass_s: float | None = None
     options: ClassVar[tuple[Option, ...]] = (
         Option("enable_thinking", bool, True, "passed to the chat template (Qwen3-style thinking switch; the write-ups turned it off)"),
     )
@@ -189,7 +191,7 @@ class MlxSession(Backend, Probing):
 
         notes = {"prefix_tokens": PREFIX_TOKENS, "inner_passes": INNER_PASSES, "order": "consecutive",
                  "device": self.call(_device_name)}
-        one_row = getattr(self, "_one_row_pass_s", None)
+        one_row = self._one_row_pass_s
         if one_row is not None:
             notes |= {"one_row": f"the greedy baseline's token, pipelined ({PIPELINED_TOKENS} a timed run)",
                       "one_row_pass_s": one_row}

@@ -49,7 +49,7 @@ def decode_pass_seconds(target: MlxTarget, widths: Sequence[int], inner: int = I
     untimed ones; "interleaved", the widths cycled pass by pass, which
     spreads slow drift over all of them."""
     check_order(order)
-    prefix = target.vocab.encode(_FILLER * 8, add_special=True)[:PREFIX_TOKENS]
+    prefix = _prefix(target)
     rows = target.vocab.encode(_FILLER * 2, add_special=False)
     if len(rows) < max(widths):
         raise ValueError(f"widths up to {max(widths)} need more filler tokens than {len(rows)}")
@@ -79,7 +79,7 @@ def pipelined_token_seconds(target: MlxTarget, inner: int = INNER_PASSES, tokens
     prefix as the verify passes and rolled back after."""
     from lab_mlx.baseline import pipelined
 
-    prefix = target.vocab.encode(_FILLER * 8, add_special=True)[:PREFIX_TOKENS]
+    prefix = _prefix(target)
     if len(prefix) + tokens + 1 > target.n_ctx:
         raise ValueError(f"n_ctx {target.n_ctx} is too small for a {len(prefix)}-token prefix and {tokens} tokens")
     target.set_sampling(0.0, 0, False)
@@ -104,3 +104,9 @@ def pipelined_token_seconds(target: MlxTarget, inner: int = INNER_PASSES, tokens
     seconds = statistics.median(one_run() for _ in range(inner))
     target.reset()
     return seconds
+
+
+def _prefix(target: MlxTarget) -> list[int]:
+    """The mid-generation prefix every timed pass follows: PREFIX_TOKENS of filler."""
+    return list(target.vocab.encode(_FILLER * 8, add_special=True)[:PREFIX_TOKENS])
+
