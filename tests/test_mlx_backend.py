@@ -310,7 +310,7 @@ def test_the_probes_baseline_token_decodes_what_the_baseline_decodes_and_rolls_b
     seconds = probe.pipelined_token_seconds(target, inner=3, tokens=5)
     assert seconds > 0 and target.n_past == 0
     # rolled back within a run: a one-row decode after a timed run sees the prefix alone
-    prefix = loaded.vocab.encode(probe._FILLER * 8, add_special=True)[: probe.PREFIX_TOKENS]
+    prefix = probe._prefix(target)
     target.decode(prefix, all_logits=False)
     fresh = target.logits(-1)
     target.reset()
