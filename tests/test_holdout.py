@@ -129,3 +129,68 @@ def test_a_drafts_fixed_part_is_fitted_not_spread_over_the_tokens() -> None:
     assert draft_per_token_at(rows[:1], 2) is None
     # a fit that is no cost (more drafted, less time) is refused
     assert draft_per_token_at([_row("x4", 4, 0.008, 40), _row("x8", 8, 0.004, 80)], 2) is None
+
+
+def test_a_recurrent_targets_re_runs_are_priced_at_the_arms_own_acceptance() -> None:
+    """On a hybrid target a step that rejected a draft re-runs its k kept
+    tokens and the pending one: a pass of k + 1 rows, inside the loop's
+    seconds. The donor (n_max 4) spends 0.945 baseline tokens a step on them
+    (its steps' re-runs priced by the probe: 1.25 for one row alone, T(w)
+    above); the held-out n_max 2 arm at set rates 0.5, 0.5 keeps none half the
+    time and one a quarter: 0.5 x 1.25 + 0.25 x 1.1 = 0.9. Its held-out loop
+    seconds are the donor's with the one taken out and the other put in: the
+    same prediction as a donor whose loop spent exactly that and never
+    re-ran."""
+    from lab.analysis.acceptance import PositionAcceptance
+    from lab.analysis.holdout import replay_tokens
+
+    probe = Probe("mlx", "m", "decode", (1, 2, 3, 4, 5), ((0.010, 0.011, 0.012, 0.013, 0.014),),
+                  notes={"one_row_pass_s": 0.0125})
+    assert probe.alone_ratio(1) == pytest.approx(1.25) and probe.alone_ratio(3) == pytest.approx(1.2)
+    assert probe.alone_ratio(6) is None and PROBE.alone_ratio(1) == 1.0
+    fixed, token_s = 0.001, 0.01  # the loop's own seconds a step; _row's step_s / step_cost_tokens
+    setting = {"kind": "rate", "value": 0.5, "rates": [0.5, 0.25]}
+    kept = [4, 2, 0, 1, 3, 4, 2, 1, 1, 2]
+
+    def rows(loop_s: float, reran: int) -> list[dict[str, Any]]:
+        report = {"loop_steps": 10, "loop_overhead_s": 10 * loop_s, "rollback_forwards": reran}
+        return [_row("base", None, 0, 0), _row("d-n2", 2, 0.002, 8, set_acceptance=setting),
+                _row("d-n4", 4, 0.004, sum(kept), engine_report=report)]
+
+    steps = _steps("d-n2", 2, [0, 1, 2, 0, 0, 1, 2, 0, 1, 0]) + _steps("d-n4", 4, kept)
+    positions = set_positions(setting)
+    assert positions is not None
+    assert replay_tokens(rows(fixed + 0.945 * token_s, 8)[2:], steps, probe, positions, 2) == pytest.approx((0.945, 0.9))
+    repriced = held_out(rows(fixed + 0.945 * token_s, 8), steps, "d-n2", "p", probe, 2)
+    plain = held_out(rows(fixed + 0.9 * token_s, 0), steps, "d-n2", "p", probe, 2)
+    assert repriced is not None and plain is not None and plain.replays is None
+    assert repriced.replays == pytest.approx((0.945, 0.9))
+    assert repriced.predicted == pytest.approx(plain.predicted)
+    # left as the donor's, the loop would be dearer and the prediction lower
+    kept_as_is = held_out(rows(fixed + 0.945 * token_s, 0), steps, "d-n2", "p", probe, 2)
+    assert kept_as_is is not None and kept_as_is.predicted < plain.predicted
+    # the chance of keeping exactly k sums to one and ends at keeping all
+    chance = PositionAcceptance((10, 6, 3), (6, 3, 3)).kept_exactly(4)
+    assert sum(chance) == pytest.approx(1.0) and chance[-1] == pytest.approx(0.3)
+    assert chance == pytest.approx((0.4, 0.3, 0.0, 0.0, 0.3))
+
+
+def test_the_report_says_where_a_held_out_prediction_re_priced_re_runs() -> None:
+    from lab.render.report import _prediction_lines
+
+    probe = Probe("mlx", "m", "decode", (1, 2, 3, 4, 5), ((0.010, 0.011, 0.012, 0.013, 0.014),),
+                  notes={"one_row_pass_s": 0.0125})
+    setting = {"kind": "rate", "value": 0.5, "rates": [0.5, 0.25]}
+    report = {"loop_steps": 10, "loop_overhead_s": 0.1045, "rollback_forwards": 8}
+    rows = [_row("base", None, 0, 0), _row("d-n2", 2, 0.002, 8, set_acceptance=setting),
+            _row("d-n4", 4, 0.004, 20, engine_report=report)]
+    steps = _steps("d-n2", 2, [0, 1, 2, 0, 0, 1, 2, 0, 1, 0]) + _steps("d-n4", 4, [4, 2, 0, 1, 3, 4, 2, 1, 1, 2])
+    [p] = [p for p in predictions(rows, steps, probe) if p["arm"] == "d-n2"]
+    assert p["held_out_replays"] == pytest.approx([0.945, 0.9])
+    data = {"profile": {"name": "t"}, "results": rows, "steps": steps, "probes": [probe]}
+    [line] = [x for x in _prediction_lines(data, probe) if "re-runs the tokens it kept" in x]
+    assert "d-n2 / p 0.94 → 0.90" in line
+    # a target whose cache trims never re-ran: no line
+    rows[2] = _row("d-n4", 4, 0.004, 20, engine_report={**report, "rollback_forwards": 0})
+    data["results"] = rows
+    assert not [x for x in _prediction_lines(data, probe) if "re-runs the tokens it kept" in x]

@@ -63,6 +63,21 @@ class PositionAcceptance:
             survive *= last
         return survive
 
+    def kept_exactly(self, n: int) -> tuple[float, ...]:
+        """The chance a step drafting n keeps exactly k of them, for k = 0
+        to n, from the conditional rates carried over past the measured
+        positions as :meth:`kept_all` carries them."""
+        rates = self.rates
+        last: float = 0.0
+        survive = 1.0
+        out: list[float] = []
+        for i in range(n):
+            rate = rates[i] if i < len(rates) else None
+            last = last if rate is None else rate
+            out.append(survive * (1.0 - last))
+            survive *= last
+        return (*out, survive)
+
     def expected_landed(self, n: int) -> tuple[float, int]:
         """Expected tokens one step lands drafting n, and how many of those
         positions had no data (their rate is carried over from the last

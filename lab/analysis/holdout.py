@@ -24,6 +24,15 @@ predicts:
   acceptance would carry too few such steps);
 - T(w): the probe; the baseline's seconds per token: the baseline's rows.
 
+On a target with recurrent layers (a hybrid) the loop's seconds hold a
+rollback's re-run: a step that rejected a draft restores the state from
+before its verify and runs the k kept tokens and the pending one again, one
+pass of k + 1 rows that is waited on. That pass grows with what a step keeps,
+so the other arms' loop seconds carry their own: where their rows say the
+target rolled back by re-running (``rollback_forwards``), each of their steps'
+re-run is priced by the probe (:meth:`lab.base.probe.Probe.alone_ratio`) and
+taken out, and this arm's expected one, from its acceptance, put in.
+
 Each input says where it came from, so the report can show it.
 """
 
@@ -47,6 +56,10 @@ class HeldOut:
     predicted: float
     acceptance_from: str  # "set rates" or the arm whose steps gave it
     costs_from: tuple[str, ...]  # the arms whose draft and loop seconds were used
+    # a recurrent target's re-runs after a rejection, baseline tokens a step:
+    # the other arms' (taken out of their loop seconds) and this arm's expected
+    # ones (put in); None where the target rolled back without re-running
+    replays: tuple[float, float] | None = None
 
 
 def kin(rows: Sequence[Mapping[str, Any]], arm: str) -> str | None:
@@ -117,10 +130,42 @@ def held_out(
     if per_token is not None:
         # the line is fitted without the catch-up, which predict adds back at this arm's acceptance
         inputs = dataclasses.replace(inputs, draft_s_per_token=per_token, catch_up_per_token=0.0)
+    replays = replay_tokens(donor_rows, steps, probe, positions, n_max)
+    if replays is not None:
+        shift = (replays[1] - replays[0]) * inputs.baseline_token_s
+        inputs = dataclasses.replace(inputs, loop_s_per_step=max(0.0, inputs.loop_s_per_step + shift))
     preds = predict.predict(positions, probe, inputs, [n_max])
     if not preds:
         return None
-    return HeldOut(preds[0].speedup, source, tuple(others))
+    return HeldOut(preds[0].speedup, source, tuple(others), replays)
+
+
+def replay_tokens(rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probe: Any,
+                  positions: PositionAcceptance, n_max: int) -> tuple[float, float] | None:
+    """Baseline tokens a step spends re-running kept tokens after a rejection
+    on a recurrent target: the mean over ``rows``' steps (each step that kept
+    k of more drafts re-runs k + 1 rows), and the expected one of a step
+    drafting ``n_max`` at ``positions``. None where those rows never re-ran
+    (a target whose cache trims), the steps are not saved, or the probe does
+    not reach a re-run's width."""
+    reran = sum(predict.saved_count((r.get("engine_report") or {}).get("rollback_forwards")) or 0
+                for r in rows if isinstance(r.get("engine_report"), Mapping))
+    if not reran:
+        return None
+    rounds = {(r.get("arm"), r.get("prompt"), r.get("round")) for r in rows
+              if r.get("status") == "ok" and r.get("steps")}
+    own = [s for s in steps if (s.get("arm"), s.get("prompt"), s.get("round")) in rounds]
+    if not own:
+        return None
+    widths = [int(s["accepted"]) + 1 for s in own if int(s.get("accepted", 0)) < int(s.get("drafted", 0))]
+    widths += [k + 1 for k in range(n_max)]
+    costs = {w: probe.alone_ratio(w) for w in set(widths)}
+    if any(c is None for c in costs.values()):
+        return None
+    measured = sum(costs[int(s["accepted"]) + 1] for s in own if int(s.get("accepted", 0)) < int(s.get("drafted", 0)))
+    chance = positions.kept_exactly(n_max)
+    expected = sum(chance[k] * costs[k + 1] for k in range(n_max))
+    return measured / len(own), expected
 
 
 def _catch_up_by_arm(steps: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:

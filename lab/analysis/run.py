@@ -188,6 +188,8 @@ def predictions(
             "held_out": held.predicted if held else None,
             "held_out_acceptance_from": held.acceptance_from if held else None,
             "held_out_costs_from": list(held.costs_from) if held else None,
+            # a recurrent target's re-runs, baseline tokens a step: the other arms', this arm's expected
+            "held_out_replays": list(held.replays) if held and held.replays else None,
             "measured_positions": len(pa.reached),
             "curve": [
                 {"n_max": p.n_max, "speedup": p.speedup, "landed": p.landed, "verify_cost": p.verify_cost,

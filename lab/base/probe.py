@@ -439,6 +439,19 @@ class Probe:
         i = self.widths.index(w)
         return statistics.median(rep[i] for rep in self.seconds)
 
+    def alone_ratio(self, w: int) -> float | None:
+        """A w-row pass waited on before anything else runs (a rollback's
+        re-run of the kept tokens), in baseline tokens: T(w), except that at
+        w = 1, where T(1) is a token the baseline pipelines, the one-row pass
+        the notes keep (MLX's ``one_row_pass_s``) over it; None beyond the
+        widest width."""
+        if w != 1:
+            return self.t_ratio(w)
+        alone = self.notes.get("one_row_pass_s")
+        if isinstance(alone, bool) or not isinstance(alone, (int, float)) or not math.isfinite(alone) or alone <= 0:
+            return 1.0
+        return float(alone) / self.pass_seconds(1)
+
     def summary(self) -> dict[str, Any]:
         return {
             "T": {str(w): round(self.t_ratio(w) or 0.0, 4) for w in self.widths},

@@ -383,7 +383,7 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         )
     notes = (_t1_notes(data["results"], preds, pool) + _drift_notes(data.get("steps") or (), preds)
              + _switch_notes(preds) + _pass_kind_notes(data["results"], steps, pool) + _cell_notes(preds)
-             + _catch_up_notes(preds))
+             + _catch_up_notes(preds) + _replay_notes(preds))
     if notes:
         lines += [""] + notes
     lines += [
@@ -494,6 +494,20 @@ def _catch_up_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
             "prices it at its n_max by the chance a step keeps all (the held-out one at the arm's own "
             "acceptance, from the other arms' steps). Baseline tokens a step at the row's n_max: "
             + "; ".join(priced) + "."]
+
+
+def _replay_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line where a held-out prediction re-priced a recurrent target's
+    re-runs after a rejection (lab.analysis.holdout.replay_tokens)."""
+    shown = [f"{p['arm']} / {p['prompt']} {p['held_out_replays'][0]:.2f} → {p['held_out_replays'][1]:.2f}"
+             for p in preds if p.get("held_out_replays")]
+    if not shown:
+        return []
+    return ["- The target has recurrent layers: a step that rejected a draft restores their state and re-runs "
+            "the tokens it kept, one pass inside the loop's seconds that grows with what the step keeps. A "
+            "held-out prediction takes the other arms' re-runs out of their loop seconds and puts in its own, "
+            "each priced by the probe; baseline tokens a step, the other arms' → this arm's at its acceptance: "
+            + "; ".join(shown) + "."]
 
 
 def _error(predicted: float | None, measured: float | None) -> str:
