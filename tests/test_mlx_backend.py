@@ -255,6 +255,20 @@ def test_memory_figures_reported(registry: Registry) -> None:
     assert report["rss_bytes"] > 0 and row["engine_bytes"] == report["mlx_active_bytes"]
 
 
+def test_an_arms_peak_starts_at_its_own_load(registry: Registry) -> None:
+    """MLX keeps one peak for the process, and a run's arms share it: 256 MB
+    held and let go before the arm loads is not the tiny arm's peak."""
+    import mlx.core as mx
+
+    held = mx.zeros((64 * 1024 * 1024,), dtype=mx.float32)
+    mx.eval(held)
+    del held
+    assert mx.get_peak_memory() >= 256 * 1024 * 1024
+    rows, _ = run_profile(registry, "", max_tokens=4)
+    report = rows[0]["engine_report"]
+    assert report["mlx_peak_bytes"] < 256 * 1024 * 1024, report
+
+
 def test_smoke_profile_parses(registry: Registry) -> None:
     from lab.profile.load import load_profile
 

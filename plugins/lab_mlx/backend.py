@@ -80,9 +80,14 @@ class MlxSession(Backend, Probing):
         self.call(lambda: self._load_on_engine(path, emit))
 
     def _load_on_engine(self, path: Any, emit: Emit) -> None:
+        import mlx.core as mx
+
         from lab_mlx.engine import set_wired_limit
         from lab_mlx.loader import load_target
 
+        # MLX's peak is the process's: arms run one after another in it, so
+        # each arm's peak starts at its own load, not at an earlier arm's
+        mx.reset_peak_memory()
         self._old_wired = set_wired_limit()
         self.loaded = load_target(path, self._keeps_nextn(path))
 
