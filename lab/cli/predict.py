@@ -32,6 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "in baseline tokens)")
     p.add_argument("--arm", action="append", metavar="NAME", help="only these arms (repeatable)")
     p.add_argument("--no-categories", action="store_true", help="arm x prompt entries only")
+    p.add_argument("--against", metavar="RUN_DIR",
+                   help="the run the prediction is for, on the probe's machine: each row's measured speedup beside "
+                   "the prediction, and the prediction again with the run's own acceptance (the error's split "
+                   "between acceptance and costs)")
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -50,7 +54,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         # several depths: each priced, and where drafting stops paying
         deep = [predict_on_surface(e, surface, draft, loop_s) for e in entries] if len(surface.probes) > 1 else []
         got = [acceptance_profile.predict_on(e, probe, draft, loop_s) for e in entries]
-    except (acceptance_profile.AcceptanceProfileError, probes.ProbeError, ValueError) as exc:
+        against = _against(args.against, got, probe, draft, loop_s) if args.against else None
+    except (acceptance_profile.AcceptanceProfileError, probes.ProbeError, ValueError, OSError) as exc:
         print(f"lab: {printable(exc)}", file=sys.stderr)
         return 2
     if min(max(p.widths) for p in surface.probes) < 2:
@@ -63,4 +68,18 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         sys.stdout.write(printable(render_surface_predictions(profile, surface, deep, draft), keep="\n"))
         return 0
     sys.stdout.write(printable(render(profile, probe, got, draft), keep="\n"))
+    if against is not None:
+        sys.stdout.write("\n" + printable(against, keep="\n"))
     return 0
+
+
+def _against(run_dir: str, got: list, probe: probes.Probe, draft: probes.Probe | None, loop_s: float | None) -> str:
+    """The check against a run (lab.analysis.cross_check), as text."""
+    from lab.analysis import cross_check
+    from lab.render.cross_machine import render_check
+    from lab.store import load_run
+
+    data = load_run(run_dir)
+    run_profile = acceptance_profile.load(run_dir)
+    checks = cross_check.check(got, run_profile, data.get("results") or [], probe, draft, loop_s)
+    return render_check(run_dir, acceptance_profile.machine_words(run_profile.source.get("machine")), checks)

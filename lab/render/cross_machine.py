@@ -13,6 +13,7 @@ from lab.analysis.acceptance_profile import (
     probe_machine_words,
     switch_words,
 )
+from lab.analysis.cross_check import Check
 from lab.base.probe import Probe, format_widths
 
 
@@ -77,3 +78,35 @@ def render(profile: AcceptanceProfile, probe: Probe, predictions: Sequence[Cross
         "* marks n_max beyond the positions measured (the last position's acceptance carried on).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def render_check(run: str, machine: str, checks: Sequence[Check]) -> str:
+    """``lab predict --against``: each prediction beside what the run
+    measured, and again with the run's own acceptance."""
+    lines = [f"Against the run {run}, measured on {machine}:", "",
+             f"  {'arm / prompt':<28} {'n_max':>5}  {'predicted':>9}  {'measured':>8}  {'error':>7}  "
+             f"{'landed (file / run)':>19}  {'run acceptance':>14}  {'error':>7}"]
+    for c in checks:
+        err, again = Check.error(c.predicted, c.measured), Check.error(c.with_run_acceptance, c.measured)
+        lines.append(
+            f"  {c.label:<28} {c.n_max:>5}  {c.predicted:>8.2f}x  "
+            + (f"{c.measured:>7.2f}x" if c.measured is not None else f"{'—':>8}")
+            + f"  {_percent(err):>7}  {c.landed_file:>8.2f} / {c.landed_run:<8.2f}  "
+            + (f"{c.with_run_acceptance:>13.2f}x" if c.with_run_acceptance is not None else f"{'—':>14}")
+            + f"  {_percent(again):>7}" + ("" if c.same_prompts else "  ⚠ other prompt text")
+        )
+    if not checks:
+        lines.append("  (no entry of the acceptance file is an arm and prompt the run measured)")
+    lines += [
+        "",
+        "measured: the run's speedup, median over its paired rounds. run acceptance: the same prediction with the "
+        "run's own acceptance per position and its text's shares of plain and switching passes, every cost as "
+        "above: its error is the costs' (probe, draft, loop); the difference between the two errors is the "
+        "acceptance's (greedy text on another machine need not be the same text, and a lookup drafter keeps "
+        "other drafts in another text). ⚠ other prompt text: the run's entry hashed other prompts.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:+.1f}%"
