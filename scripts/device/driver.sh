@@ -358,7 +358,7 @@ mlx_twins() {
   python3 -c "import mlx.core" 2> /dev/null || { echo "MLX is not installed: run mlx_gpu first" >&2; return 1; }
   twins_models
   # at most LAB_MLX_TWIN_TIMEOUT seconds (15 minutes), stopped as Ctrl-C stops a run (what was measured is kept):
-  # on an H100 its first six cells took 400-505 s with their probes; its ten cells need about 800
+  # on an H100 its first six cells took 400-505 s with their probes, its ten cells 632 s
   timeout -s INT "${LAB_MLX_TWIN_TIMEOUT:-900}" python3 -m lab_llamacpp.native_first run "$repo/profiles/twin-mlx.toml" --out "$W/runs/twin-mlx" \
     > "$R/twin-mlx.txt" 2> "$W/twin-mlx.log"
 }
