@@ -89,3 +89,12 @@ def test_lab_predict_against_prints_both_errors_and_refuses_a_folder_without_a_r
     # a folder with no run in it: a clear error, nothing printed as if checked
     empty = lab("--against", str(tmp_path))
     assert empty.returncode == 2 and "results.json" in empty.stderr and "Against" not in empty.stdout
+    # a surface of several depths: which depth the run decoded at is not known, so it is refused
+    import dataclasses
+
+    one = probes.load(GPU / "cross-gpu-probe.json")
+    surface = probes.save_surface(probes.Surface((dataclasses.replace(one, depth=128),
+                                                  dataclasses.replace(one, depth=2048))), tmp_path / "surface.json")
+    deep = subprocess.run([sys.executable, "-m", "lab.cli", "predict", str(CPU), "--probe", str(surface),
+                           "--against", str(GPU / "run")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert deep.returncode == 2 and "one depth's probe" in deep.stderr and "Against" not in deep.stdout

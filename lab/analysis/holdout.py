@@ -143,8 +143,8 @@ def held_out(
 def replay_tokens(rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probe: Any,
                   positions: PositionAcceptance, n_max: int) -> tuple[float, float] | None:
     """Baseline tokens a step spends re-running kept tokens after a rejection
-    on a recurrent target: the mean over ``rows``' steps (each step that kept
-    k of more drafts re-runs k + 1 rows), and the expected one of a step
+    on a recurrent target: the mean over ``rows``' steps (a step that kept k
+    of its drafts and refused the next re-runs k + 1 rows), and the expected one of a step
     drafting ``n_max`` at ``positions``. None where those rows never re-ran
     (a target whose cache trims), the steps are not saved, or the probe does
     not reach a re-run's width."""

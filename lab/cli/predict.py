@@ -54,6 +54,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         # several depths: each priced, and where drafting stops paying
         deep = [predict_on_surface(e, surface, draft, loop_s) for e in entries] if len(surface.probes) > 1 else []
         got = [acceptance_profile.predict_on(e, probe, draft, loop_s) for e in entries]
+        if args.against and len(surface.probes) > 1:
+            raise ValueError(f"--against {args.against}: a run is checked against one depth's probe, not a surface "
+                             "of several; give the probe of the run's own depth")
         against = _against(args.against, got, probe, draft, loop_s) if args.against else None
     except (acceptance_profile.AcceptanceProfileError, probes.ProbeError, ValueError, OSError) as exc:
         print(f"lab: {printable(exc)}", file=sys.stderr)
@@ -66,14 +69,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(f"lab: warning: {printable(w)}", file=sys.stderr)
     if deep:
         sys.stdout.write(printable(render_surface_predictions(profile, surface, deep, draft), keep="\n"))
-        return 0
-    sys.stdout.write(printable(render(profile, probe, got, draft), keep="\n"))
+    else:
+        sys.stdout.write(printable(render(profile, probe, got, draft), keep="\n"))
     if against is not None:
         sys.stdout.write("\n" + printable(against, keep="\n"))
     return 0
 
 
-def _against(run_dir: str, got: list, probe: probes.Probe, draft: probes.Probe | None, loop_s: float | None) -> str:
+def _against(run_dir: str, got: list[acceptance_profile.CrossPrediction], probe: probes.Probe,
+             draft: probes.Probe | None, loop_s: float | None) -> str:
     """The check against a run (lab.analysis.cross_check), as text."""
     from lab.analysis import cross_check
     from lab.render.cross_machine import render_check
