@@ -34,7 +34,7 @@ class Check:
     measured: float | None  # the run's speedup, median over its paired rounds
     landed_file: float  # tokens a step lands at n_max: the file's acceptance, the run's
     landed_run: float
-    with_run_acceptance: float | None  # the run's acceptance and text shares, the same costs
+    with_run_acceptance: float  # the run's acceptance and text shares, the same costs
     same_prompts: bool  # the run's entry hashed the same prompt texts
 
     @staticmethod
@@ -72,7 +72,8 @@ def check(got: Sequence[CrossPrediction], run_profile: AcceptanceProfile, rows: 
         paired = stats.paired_ratios(rows, e.arm, e.name)
         measured = statistics.median(x for _, _, x in paired) if paired else None
         again = predict_on(_text_of(e, other), probe, draft_probe, loop_s_per_step)
-        at = next((p for p in again.predictions if p.n_max == e.n_max), None)
-        out.append(Check(e.label, own.n_max, own.speedup, measured, own.landed, at.landed if at else 0.0,
-                         at.speedup if at else None, tuple(e.prompt_sha256) == tuple(other.prompt_sha256)))
+        # the same probe prices the same n_max values, whatever the acceptance
+        at = next(p for p in again.predictions if p.n_max == e.n_max)
+        out.append(Check(e.label, own.n_max, own.speedup, measured, own.landed, at.landed, at.speedup,
+                         tuple(e.prompt_sha256) == tuple(other.prompt_sha256)))
     return out

@@ -157,12 +157,12 @@ def replay_tokens(rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str
     own = [s for s in steps if (s.get("arm"), s.get("prompt"), s.get("round")) in rounds]
     if not own:
         return None
-    widths = [int(s["accepted"]) + 1 for s in own if int(s.get("accepted", 0)) < int(s.get("drafted", 0))]
-    widths += [k + 1 for k in range(n_max)]
-    costs = {w: probe.alone_ratio(w) for w in set(widths)}
+    # the rows each step that refused a draft re-ran: its kept drafts and the pending token
+    reruns = [int(s["accepted"]) + 1 for s in own if int(s.get("accepted", 0)) < int(s.get("drafted", 0))]
+    costs = {w: probe.alone_ratio(w) for w in {*reruns, *range(1, n_max + 1)}}
     if any(c is None for c in costs.values()):
         return None
-    measured = sum(costs[int(s["accepted"]) + 1] for s in own if int(s.get("accepted", 0)) < int(s.get("drafted", 0)))
+    measured = sum(costs[w] for w in reruns)
     chance = positions.kept_exactly(n_max)
     expected = sum(chance[k] * costs[k + 1] for k in range(n_max))
     return measured / len(own), expected

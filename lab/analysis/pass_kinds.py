@@ -20,17 +20,17 @@ kinds, and damaged figures, are left out, never guessed.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from lab.analysis.predict import probe_for, saved_count
-from lab.base.probe import SECOND_PASS, STEADY_PASS, SWITCH_PASS, Probe
+from lab.base.probe import SECOND_PASS, STEADY_PASS, SWITCH_PASS, Probe, saved_seconds
 
 # the kinds shown; a cell's first pass follows its prompt, which no probe figure prices
 KINDS = (SWITCH_PASS, SECOND_PASS, STEADY_PASS)
+
 
 @dataclass(frozen=True)
 class KindSeconds:
@@ -126,7 +126,7 @@ def _step_seconds(steps: Sequence[Mapping[str, Any]], width: int | None) -> dict
     damaged seconds or kind is left out."""
     out: dict[str, list[float]] = {}
     for s in steps:
-        kind, secs = s.get("pass_kind"), _seconds(s.get("verify_s"))
+        kind, secs = s.get("pass_kind"), saved_seconds(s.get("verify_s"))
         if kind in KINDS and secs is not None and saved_count(s.get("drafted")) and int(s["drafted"]) + 1 == width:
             out.setdefault(kind, []).append(secs)
     return out
@@ -143,15 +143,9 @@ def _plain_seconds(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, fl
         if not isinstance(report, Mapping):
             continue
         for kind in KINDS:
-            n, secs = saved_count(report.get(f"{kind}_plain")), _seconds(report.get(f"{kind}_plain_s"))
+            n, secs = saved_count(report.get(f"{kind}_plain")), saved_seconds(report.get(f"{kind}_plain_s"))
             if n and secs is not None:
                 had = out.get(kind, (0, 0.0))
                 out[kind] = (had[0] + n, had[1] + secs)
     return out
 
-
-def _seconds(value: Any) -> float | None:
-    """A saved duration: a finite number above 0, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return None
-    return float(value)

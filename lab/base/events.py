@@ -83,7 +83,6 @@ ALL_MEASURED = StepClocks()
 STEP_ONLY = StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=Clock.MEASURED)
 
 
-
 @dataclass(frozen=True)
 class StepEvent:
     """One speculative step: draft a block, verify it in one target pass.

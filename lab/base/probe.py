@@ -109,6 +109,14 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
+def saved_seconds(value: Any) -> float | None:
+    """A duration as a saved file holds it: a finite number above 0, else
+    None (a figure that is missing or damaged is left out, not guessed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
 def _optional(value: Any, kind: type, key: str) -> Any:
     """An optional figure: None, or a positive finite number (an integer
     where ``kind`` is int)."""
@@ -417,10 +425,8 @@ class Probe:
         one row back to back so (``switch_s``'s ``one_s``), that; else
         T(1)'s pass, the baseline's host-picked token."""
         table = self.notes.get("switch_s")
-        timed = table.get("one_s") if isinstance(table, Mapping) and self.notes.get("gpu_pick") is True else None
-        if isinstance(timed, (int, float)) and not isinstance(timed, bool) and math.isfinite(timed) and timed > 0:
-            return float(timed)
-        return self.pass_seconds(1)
+        timed = saved_seconds(table.get("one_s")) if isinstance(table, Mapping) and self.notes.get("gpu_pick") is True else None
+        return timed if timed is not None else self.pass_seconds(1)
 
     def t_range(self, w: int) -> tuple[float, float, float]:
         """min, median, max of T(w) over repeats."""
@@ -447,10 +453,8 @@ class Probe:
         widest width."""
         if w != 1:
             return self.t_ratio(w)
-        alone = self.notes.get("one_row_pass_s")
-        if isinstance(alone, bool) or not isinstance(alone, (int, float)) or not math.isfinite(alone) or alone <= 0:
-            return 1.0
-        return float(alone) / self.pass_seconds(1)
+        alone = saved_seconds(self.notes.get("one_row_pass_s"))
+        return 1.0 if alone is None else alone / self.pass_seconds(1)
 
     def summary(self) -> dict[str, Any]:
         return {

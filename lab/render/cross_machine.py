@@ -92,7 +92,7 @@ def render_check(run: str, machine: str, checks: Sequence[Check]) -> str:
             f"  {c.label:<28} {c.n_max:>5}  {c.predicted:>8.2f}x  "
             + (f"{c.measured:>7.2f}x" if c.measured is not None else f"{'—':>8}")
             + f"  {_percent(err):>7}  {c.landed_file:>8.2f} / {c.landed_run:<8.2f}  "
-            + (f"{c.with_run_acceptance:>13.2f}x" if c.with_run_acceptance is not None else f"{'—':>14}")
+            + f"{c.with_run_acceptance:>13.2f}x"
             + f"  {_percent(again):>7}" + ("" if c.same_prompts else "  ⚠ other prompt text")
         )
     if not checks:
