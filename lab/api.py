@@ -203,7 +203,7 @@ class GenerationRequest:
     seed: int
     ignore_eos: bool
     n_max: int | None
-    # Unconditional rates per draft position (lab.base.acceptance): keep the
+    # Unconditional rates per draft position (lab.base.set_acceptance): keep the
     # drafted tokens of a step at these rates instead of by agreement with
     # the target. None: the target decides. Only sent to a backend whose
     # class says ``sets_acceptance``.
@@ -369,7 +369,7 @@ class Backend(ResourceHints, ABC):
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
         """Whether a drafting arm with these options can keep its drafted
         tokens at set rates (``GenerationRequest.acceptance``, see
-        :mod:`lab.base.acceptance`) instead of by agreement with the target;
+        :mod:`lab.base.set_acceptance`) instead of by agreement with the target;
         ``lab check`` refuses the arm key ``acceptance`` otherwise."""
         return False
 

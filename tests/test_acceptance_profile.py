@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.analysis import acceptance_profile as ap
+from lab.analysis import acceptance_file as ap
 from lab.analysis import predict
-from lab.analysis.acceptance import per_position
+from lab.analysis.measured_acceptance import per_position
 from lab.base import probe as probes
 from lab.render.report import load_for_report, render
 from tests.test_probe import engine_problem
@@ -181,7 +181,7 @@ def test_bad_files_end_in_a_message(tmp_path: Path, content: str | None, says: s
     probes.save(RECORDED, tmp_path / "probe.json")
     out = lab("predict", str(path), "--probe", "probe.json", cwd=tmp_path)
     assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr
-    with pytest.raises(ap.AcceptanceProfileError, match=says.split(":")[0]):
+    with pytest.raises(ap.AcceptanceFileError, match=says.split(":")[0]):
         ap.load(path)
 
 

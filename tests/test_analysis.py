@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lab.analysis import acceptance, equivalence, predict, stats
+from lab.analysis import equivalence, predict, stats
+from lab.analysis import measured_acceptance as acceptance
 from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
 from lab.base.probe import Probe, ProbeError, format_widths, parse_widths

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from lab.analysis import predict
-from lab.analysis.acceptance import PositionAcceptance, per_position
 from lab.analysis.holdout import draft_per_token_at, held_out, set_positions
+from lab.analysis.measured_acceptance import PositionAcceptance, per_position
 from lab.base.probe import Probe
 
 PROBE = Probe("llamacpp", "m", "decode", (1, 2, 3, 4, 5), ((0.003, 0.0033, 0.0036, 0.0039, 0.0042),))
@@ -156,7 +156,7 @@ def test_a_draft_that_ran_at_two_speeds_from_cell_to_cell_is_flagged() -> None:
 
 
 def _file_entry(costs: dict[str, Any]) -> Any:
-    from lab.analysis import acceptance_profile as ap
+    from lab.analysis import acceptance_file as ap
 
     entry = {"scope": "prompt", "arm": "draft", "prompt": "code", "backend": "llamacpp", "target": "m",
              "drafter": "draft-model", "drafter_model": "d", "n_max": 4, "reached": [100, 90, 80, 70],
@@ -173,7 +173,7 @@ def test_lab_predict_prices_the_catch_up_on_the_draft_probes_machine() -> None:
     where one is given (its two-row pass beyond a one-row one, and on a GPU
     the two passes that change shape), else from the acceptance file's run
     in baseline tokens there; the output says which."""
-    from lab.analysis import acceptance_profile as ap
+    from lab.analysis import acceptance_file as ap
 
     entry = _file_entry(FILE_COSTS)
     assert entry.costs.catch_up_s == 0.006 and entry.costs.catch_up_per_token == 0.002
@@ -194,12 +194,12 @@ def test_lab_predict_prices_the_catch_up_on_the_draft_probes_machine() -> None:
     # a file from before it kept the catch-up reads none, and a damaged one is refused by name
     old = _file_entry({k: v for k, v in FILE_COSTS.items() if "catch" not in k})
     assert old.costs.catch_up_s == 0.0 and "none seen" in ap.catch_up_words(old, target)
-    with pytest.raises(ap.AcceptanceProfileError, match="catch_up"):
+    with pytest.raises(ap.AcceptanceFileError, match="catch_up"):
         _file_entry({**FILE_COSTS, "catch_up_per_token": 0.5})
 
 
 def test_an_acceptance_file_keeps_its_runs_catch_up() -> None:
-    from lab.analysis import acceptance_profile as ap
+    from lab.analysis import acceptance_file as ap
 
     row, steps = _arm("d", 0.7)
     costs = ap._costs([row], steps)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lab.analysis.acceptance import PositionAcceptance
+from lab.analysis.measured_acceptance import PositionAcceptance
 from lab.analysis.predict import ArmInputs, arm_inputs, predict
 from lab.base.probe import Probe
 
@@ -97,7 +97,7 @@ def test_a_real_run_priced_by_a_recorded_gpu_probe_with_cells_says_so_in_its_rep
 
 
 def _acceptance_file(costs: dict[str, Any]) -> dict[str, Any]:
-    from lab.analysis import acceptance_profile as ap
+    from lab.analysis import acceptance_file as ap
 
     entry = {"scope": "prompt", "arm": "oracle", "prompt": "prose", "backend": "llamacpp", "target": "m",
              "drafter": "oracle", "n_max": 4, "reached": [100, 90, 80, 70], "accepted": [90, 80, 70, 60],
@@ -109,7 +109,7 @@ COSTS = {"baseline_token_s": 0.02, "draft_s_per_token": 0.0, "loop_s_per_step": 
 
 
 def test_an_acceptance_file_carries_its_cell_length_to_another_machines_probe() -> None:
-    from lab.analysis import acceptance_profile as ap
+    from lab.analysis import acceptance_file as ap
 
     entry = ap.from_json(_acceptance_file({**COSTS, "cell_tokens": 255})).entries[0]
     assert entry.costs is not None and entry.costs.cell_tokens == 255
@@ -128,7 +128,7 @@ def test_an_acceptance_file_carries_its_cell_length_to_another_machines_probe() 
     assert "does not say how long" in ap.cell_words(old, gpu)
     # a probe that timed no cells (a CPU's) prices none
     assert "timed no cells" in ap.cell_words(entry, _probe(None))
-    with pytest.raises(ap.AcceptanceProfileError, match="cell_tokens"):
+    with pytest.raises(ap.AcceptanceFileError, match="cell_tokens"):
         ap.from_json(_acceptance_file({**COSTS, "cell_tokens": -3}))
 
 

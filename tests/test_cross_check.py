@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.analysis import acceptance_profile as ap
+from lab.analysis import acceptance_file as ap
 from lab.analysis import cross_check
 from lab.base import probe as probes
 from lab.store import load_run

@@ -141,8 +141,8 @@ def test_a_recurrent_targets_re_runs_are_priced_at_the_arms_own_acceptance() -> 
     seconds are the donor's with the one taken out and the other put in: the
     same prediction as a donor whose loop spent exactly that and never
     re-ran."""
-    from lab.analysis.acceptance import PositionAcceptance
     from lab.analysis.holdout import replay_tokens
+    from lab.analysis.measured_acceptance import PositionAcceptance
 
     probe = Probe("mlx", "m", "decode", (1, 2, 3, 4, 5), ((0.010, 0.011, 0.012, 0.013, 0.014),),
                   notes={"one_row_pass_s": 0.0125})

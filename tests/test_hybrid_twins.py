@@ -148,7 +148,7 @@ def test_tiny_twins_on_llama_server_at_set_acceptance(tmp_path: Path) -> None:
     under draft-mtp, and with its DFlash draft under draft-dflash."""
     from lab_llamacpp_server.binary import ServerNotFound, server_info
 
-    from lab.analysis.set_acceptance import Z_LIMIT, checks
+    from lab.analysis.set_acceptance_check import Z_LIMIT, checks
     from lab.profile.load import load_profile
     from lab.registry import load_registry
     from lab.render.report import ReportWriter

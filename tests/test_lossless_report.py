@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab import lossless
-from lab.analysis.lossless_section import FILE
+from lab.analysis.lossless_loader import FILE
 from lab.cli import lossless as lossless_command
 from lab.profile.load import parse_profile
 from lab.render.report import write_report

@@ -230,7 +230,7 @@ def _registry() -> Any:
 
 
 def test_lab_run_at_block_4_and_6_keeps_the_set_rate(tmp_path: Path) -> None:
-    from lab.analysis.set_acceptance import Z_LIMIT, checks
+    from lab.analysis.set_acceptance_check import Z_LIMIT, checks
     from lab.profile.load import parse_profile
     from lab.runner import Runner
     from lab.store import RunStore

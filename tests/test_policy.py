@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lab.analysis import policy, predict
-from lab.analysis.acceptance import per_position
+from lab.analysis.measured_acceptance import per_position
 from lab.base import draft_policy
 from lab.base.probe import Probe
 

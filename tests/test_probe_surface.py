@@ -13,8 +13,8 @@ from typing import Callable, ClassVar, Sequence
 import pytest
 from fakes import FakeBackend
 
-from lab.analysis.acceptance import PositionAcceptance
-from lab.analysis.acceptance_profile import PROMPT, AcceptanceProfile, Costs, Entry
+from lab.analysis.acceptance_file import PROMPT, AcceptanceFile, Costs, Entry
+from lab.analysis.measured_acceptance import PositionAcceptance
 from lab.analysis.surface import predict_on_surface
 from lab.api import Backend, Emit, Probing
 from lab.base import probe as probes
@@ -60,7 +60,7 @@ def test_the_depth_where_drafting_stops_paying_is_named() -> None:
     stop = got.stops_paying()
     assert stop is not None and (stop.last_paying.depth, stop.first_losing.depth) == (2048, 8192)
     assert stop.about is not None and 2048 < stop.about < 8192
-    text = render_surface_predictions(AcceptanceProfile({"run": "r"}, (_entry(),)), _surface(64, 2048, 8192), [got])
+    text = render_surface_predictions(AcceptanceFile({"run": "r"}, (_entry(),)), _surface(64, 2048, 8192), [got])
     assert "drafting stops paying between depth 2048" in text and "and depth 8192" in text
     assert "the acceptance file" in text and "the probe surface of llamacpp / embedded:smollm2" in text
 
@@ -68,7 +68,7 @@ def test_the_depth_where_drafting_stops_paying_is_named() -> None:
 def test_a_surface_where_drafting_never_stops_paying_says_so() -> None:
     got = predict_on_surface(_entry(), _surface(64, 2048))
     assert got.stops_paying() is None
-    text = render_surface_predictions(AcceptanceProfile({}, (_entry(),)), _surface(64, 2048), [got])
+    text = render_surface_predictions(AcceptanceFile({}, (_entry(),)), _surface(64, 2048), [got])
     assert "pays at every measured depth, to 2048" in text and "stops paying" not in text
 
 
@@ -76,7 +76,7 @@ def test_a_surface_that_pays_only_in_the_middle_says_so() -> None:
     surface = probes.Surface((_probe(16, 0.010, 1.00), _probe(64, *SHAPES[64]), _probe(8192, *SHAPES[8192])))
     got = predict_on_surface(_entry(), surface)
     assert [d.pays for d in got.depths] == [False, True, False]
-    text = render_surface_predictions(AcceptanceProfile({}, (_entry(),)), surface, [got])
+    text = render_surface_predictions(AcceptanceFile({}, (_entry(),)), surface, [got])
     assert "stops paying between depth 64" in text and "it does not pay at depth 16 either" in text
 
 

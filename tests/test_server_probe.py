@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from lab_llamacpp_server.probe import _tokens
 
-from lab.analysis.acceptance import PositionAcceptance
+from lab.analysis.measured_acceptance import PositionAcceptance
 from lab.analysis.predict import ArmInputs, predict
 from lab.base.probe import PRICES_STEPS, Probe
 from tests.test_server_engine import _gone, _server_pids

@@ -1,4 +1,4 @@
-"""Set acceptance (lab.base.acceptance): one meaning, checked where a profile
+"""Set acceptance (lab.base.set_acceptance): one meaning, checked where a profile
 says it, and honoured by every stack that drafts: the lab's own loop in
 process (a real draft model on llama.cpp) and llama-server's draft-simple,
 draft-mtp and draft-dflash on the project's tiny models. On each, the
@@ -14,8 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lab.analysis.set_acceptance import Z_LIMIT, checks
-from lab.base.acceptance import AcceptanceError, SetAcceptance, check_rates, conditional, mean_length, per_token_rate
+from lab.analysis.set_acceptance_check import Z_LIMIT, checks
+from lab.base.set_acceptance import (
+    AcceptanceError,
+    SetAcceptance,
+    check_rates,
+    conditional,
+    mean_length,
+    per_token_rate,
+)
 from lab.profile.errors import ProfileError
 
 # -- the meaning --------------------------------------------------------------------------------------
@@ -277,7 +284,7 @@ def test_llama_server_spec_types_at_set_acceptance(tmp_path: Path) -> None:
 
 
 def test_every_cell_draws_its_own_sequence() -> None:
-    from lab.base.acceptance import draw_seed
+    from lab.base.set_acceptance import draw_seed
 
     seeds = {draw_seed(0, p, r) for p in ("prose", "code") for r in (1, 2)}
     assert len(seeds) == 4 and draw_seed(0, "prose", 1) == draw_seed(0, "prose", 1)

@@ -11,7 +11,7 @@ from typing import Any, Sequence, cast
 
 import pytest
 
-from lab.analysis.acceptance import PositionAcceptance
+from lab.analysis.measured_acceptance import PositionAcceptance
 from lab.analysis.predict import ArmInputs, arm_inputs, predict
 from lab.api import Draft, Drafter, DrafterContext, GenerationRequest
 from lab.base.events import Cell
@@ -245,7 +245,7 @@ def test_a_real_runs_switches_priced_by_a_recorded_gpu_probe_reach_the_report(tm
 
 
 def _acceptance(costs: dict[str, Any]) -> dict[str, Any]:
-    from lab.analysis import acceptance_profile as ap
+    from lab.analysis import acceptance_file as ap
 
     entry = {"scope": "prompt", "arm": "ngram", "prompt": "code", "backend": "llamacpp", "target": "m",
              "drafter": "ngram", "n_max": 4, "reached": [100, 60, 40, 20], "accepted": [60, 40, 20, 10],
@@ -254,7 +254,7 @@ def _acceptance(costs: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_an_acceptance_file_carries_the_switch_shares_to_another_machines_probe() -> None:
-    from lab.analysis import acceptance_profile as ap
+    from lab.analysis import acceptance_file as ap
 
     costs = {"baseline_token_s": 0.02, "draft_s_per_token": 0.0, "loop_s_per_step": 0.0, "plain_share": 0.4,
              "switch_in_share": 0.3, "switch_out_share": 0.2}
@@ -273,9 +273,9 @@ def test_an_acceptance_file_carries_the_switch_shares_to_another_machines_probe(
     # a file from before the loop counted them reads 0
     older = {k: v for k, v in costs.items() if not k.startswith("switch")}
     assert ap.from_json(_acceptance(older)).entries[0].costs.switch_in_share == 0.0
-    with pytest.raises(ap.AcceptanceProfileError, match="switch shares are shares of passes"):
+    with pytest.raises(ap.AcceptanceFileError, match="switch shares are shares of passes"):
         ap.from_json(_acceptance({**costs, "switch_out_share": 1.5}))
-    with pytest.raises(ap.AcceptanceProfileError, match="costs.switch_in_share must be a number"):
+    with pytest.raises(ap.AcceptanceFileError, match="costs.switch_in_share must be a number"):
         ap.from_json(_acceptance({**costs, "switch_in_share": "many"}))
     # the passes right after a switch travel too, and a probe that timed them prices them
     seconds = {**costs, "second_in_share": 0.1, "second_out_share": 0.15}
@@ -286,7 +286,7 @@ def test_an_acceptance_file_carries_the_switch_shares_to_another_machines_probe(
     words = ap.switch_words(entry, _probe(SECOND))
     assert "10% / 15% the step / plain decode right after such a switch" in words and "0.50 / 1.00 for the pass after it" in words
     assert "the pass after it at 0" in ap.switch_words(entry, gpu)
-    with pytest.raises(ap.AcceptanceProfileError, match="switch shares are shares of passes"):
+    with pytest.raises(ap.AcceptanceFileError, match="switch shares are shares of passes"):
         ap.from_json(_acceptance({**seconds, "second_out_share": 1.5}))
 
 
@@ -299,7 +299,7 @@ def test_a_damaged_switch_count_in_a_saved_row_counts_as_none(damaged: Any) -> N
 
 
 def test_a_draft_probe_prices_a_drafted_token_as_the_drafter_picks_it() -> None:
-    from lab.analysis import acceptance_profile as ap
+    from lab.analysis import acceptance_file as ap
 
     costs = {"baseline_token_s": 0.02, "draft_s_per_token": 0.004, "loop_s_per_step": 0.0, "plain_share": 0.0}
     entry = ap.from_json(_acceptance(costs)).entries[0]

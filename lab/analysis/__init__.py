@@ -4,7 +4,7 @@ the prediction from a verify-cost probe (:mod:`.predict`), what passes cost
 by kind beside the probe's figures for them (:mod:`.pass_kinds`), statistics over
 rounds (:mod:`.stats`), greedy equivalence (:mod:`.equivalence`), the
 bandwidth roofline (:mod:`.roofline`), per-category tables
-(:mod:`.categories`), the lossless check's file (:mod:`.lossless_section`)
+(:mod:`.categories`), the lossless check's file (:mod:`.lossless_loader`)
 and the diff of two saved runs (:mod:`.compare`). Step economics and
 break-even are :mod:`lab.base.economics`.
 

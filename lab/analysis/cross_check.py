@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from lab.analysis import stats
-from lab.analysis.acceptance_profile import PROMPT, AcceptanceProfile, CrossPrediction, Entry, predict_on
+from lab.analysis.acceptance_file import PROMPT, AcceptanceFile, CrossPrediction, Entry, predict_on
 from lab.base.probe import Probe
 
 
@@ -57,7 +57,7 @@ def _text_of(entry: Entry, run_entry: Entry) -> Entry:
     return dataclasses.replace(entry, positions=run_entry.positions, costs=costs)
 
 
-def check(got: Sequence[CrossPrediction], run_profile: AcceptanceProfile, rows: Sequence[Mapping[str, Any]],
+def check(got: Sequence[CrossPrediction], run_profile: AcceptanceFile, rows: Sequence[Mapping[str, Any]],
           probe: Probe, draft_probe: Probe | None = None, loop_s_per_step: float | None = None) -> list[Check]:
     """A check per prompt entry of ``got`` that the run measured (the same
     arm and prompt name) at the entry's own n_max."""

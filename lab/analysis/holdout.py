@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from lab.analysis import predict
-from lab.analysis.acceptance import PositionAcceptance, per_position
-from lab.base.acceptance import conditional
+from lab.analysis.measured_acceptance import PositionAcceptance, per_position
+from lab.base.set_acceptance import conditional
 
 # Pseudo-counts that make set rates read as measured ones (the arithmetic
 # uses only their ratios).

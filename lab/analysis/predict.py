@@ -86,7 +86,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from lab.analysis.acceptance import PositionAcceptance
+from lab.analysis.measured_acceptance import PositionAcceptance
 from lab.base.probe import Probe
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-from lab.analysis import acceptance as acc
 from lab.analysis import drift, equivalence, holdout, predict, stats
+from lab.analysis import measured_acceptance as acc
 from lab.analysis.predict import probe_for
 from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
@@ -94,7 +94,7 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "contended_rounds": sum(1 for r in ok if r.get("contended")),
             "contended": bool(ok) and all(r.get("contended") for r in ok),
             "threads_hint": min((r["threads_hint"] for r in ok if r.get("threads_hint")), default=None),
-            # rounds of one arm share its setting (lab.base.acceptance)
+            # rounds of one arm share its setting (lab.base.set_acceptance)
             "set_acceptance": dict(first.get("set_acceptance") or {}),
             # the first round whose output loops or writes markers (lab.rows.output_check)
             "degenerate_output": next((r.get("degenerate_output") for r in ok if r.get("degenerate_output")), None),

@@ -4,7 +4,7 @@ priced at every KV depth of a probe surface (:class:`lab.base.probe.Surface`).
 At depth d a baseline token is that depth's one-row pass T_d(1), and a step
 drafting n tokens costs T_d(n + 1) / T_d(1) of them plus the draft's and the
 loop's seconds over T_d(1). Those seconds are taken once, as the shallowest
-depth prices them (:func:`lab.analysis.acceptance_profile.inputs_for`). The
+depth prices them (:func:`lab.analysis.acceptance_file.inputs_for`). The
 loop's and a lookup drafter's (n-gram, no model) are held in seconds across
 depths: they do not attend to the target's cache, so as the baseline token
 slows with depth they cost fewer baseline tokens. A draft model reads a
@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from lab.analysis import predict
-from lab.analysis.acceptance_profile import CrossPrediction, Entry, predict_on
+from lab.analysis.acceptance_file import CrossPrediction, Entry, predict_on
 from lab.base.probe import Probe, Surface
 
 # A best speedup at or below this does not pay (the report's break-even is 1.0).

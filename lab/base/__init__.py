@@ -9,6 +9,8 @@ beyond their own).
   cost and yield, break-even; :mod:`.verdict` the call on a speedup;
 - :mod:`.profile` and :mod:`.limits` the profile's data model and bounds;
 - :mod:`.probe` the verify-cost curve and its file;
+- :mod:`.rundir` a run directory's file names and the one reader of what
+  the lab saved (plain or gzip, bounded, kept inside its directory);
 - :mod:`.machine` cores, CPU name, cache paths; :mod:`.periodic` a timer
   thread; :mod:`.textsafe` and :mod:`.strictjson` safe text and JSON.
 """

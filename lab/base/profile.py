@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from lab.base.acceptance import SetAcceptance
 from lab.base.draft_policy import FIXED
+from lab.base.set_acceptance import SetAcceptance
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Arm:
     stack: str
     group: str  # the profile entry a sweep came from
     sweep: Mapping[str, Any] = field(default_factory=dict)
-    # drafted tokens kept at set rates, not by agreement (lab.base.acceptance)
+    # drafted tokens kept at set rates, not by agreement (lab.base.set_acceptance)
     acceptance: SetAcceptance | None = None
     # how many tokens each step asks the drafter for, up to n_max (lab.base.draft_policy)
     draft_policy: str = FIXED

@@ -143,7 +143,7 @@ class ResultRow(Mapping[str, Any]):
     concurrent_itl_p99_s: float | None = field(default=None, metadata=SERVING)
     aggregate_acceptance_rate: float | None = field(default=None, metadata=SERVING)
     server_url: str | None = field(default=None, metadata=SERVING)
-    # an arm whose drafted tokens were kept at set rates (lab.base.acceptance):
+    # an arm whose drafted tokens were kept at set rates (lab.base.set_acceptance):
     # the setting as given ("kind", "value") and the rates it made per
     # position ("rates"); empty when the target decided
     set_acceptance: Mapping[str, Any] = field(default_factory=dict)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lab.analysis import acceptance_profile
+from lab.analysis import acceptance_file
 from lab.base.probe import ProbeError
 from lab.base.textsafe import printable
 from lab.cli.context import Context
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(f"lab: {printable(args.run_dir)}: not a run directory with steps.jsonl; acceptance per position "
               "needs the run's steps", file=sys.stderr)
         return 2
-    profile = acceptance_profile.build(data, Path(args.run_dir).resolve().name)
+    profile = acceptance_file.build(data, Path(args.run_dir).resolve().name)
     if not profile["entries"]:
         print(f"lab: {printable(args.run_dir)}: no speculative arm saved steps; nothing to export", file=sys.stderr)
         return 2
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         sys.stdout.write(printable(dumps(profile, indent=1), keep="\n") + "\n")
         return 0
     try:
-        path = acceptance_profile.save(profile, args.out)
+        path = acceptance_file.save(profile, args.out)
     except OSError as exc:
         print(f"lab: acceptance profile not written to {printable(args.out)} ({exc.strerror or exc})", file=sys.stderr)
         return 2

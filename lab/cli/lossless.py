@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from lab.analysis.lossless_section import FILE
+from lab.analysis.lossless_loader import FILE
 from lab.api import EngineFailure
 from lab.base.strictjson import dumps
 from lab.cli.context import Context

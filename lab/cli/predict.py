@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.analysis import acceptance_profile
+from lab.analysis import acceptance_file
 from lab.analysis.surface import predict_on_surface
 from lab.base import probe as probes
 from lab.base.textsafe import printable
@@ -40,25 +40,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     try:
-        profile = acceptance_profile.load(args.acceptance_file)
+        profile = acceptance_file.load(args.acceptance_file)
         surface = probes.load_surface(args.probe)
         probe = surface.shallowest
         draft = probes.load(args.draft_probe) if args.draft_probe else None
         if args.loop_us is not None and not 0 <= args.loop_us < 1e6:
             raise ValueError(f"--loop-us {args.loop_us:g}: give microseconds per step, 0 or more")
         entries = [e for e in profile.entries if (not args.arm or e.arm in args.arm)
-                   and not (args.no_categories and e.scope == acceptance_profile.CATEGORY)]
+                   and not (args.no_categories and e.scope == acceptance_file.CATEGORY)]
         if not entries:
             raise ValueError(f"{args.acceptance_file}: no entries" + (f" for arm {', '.join(args.arm)}" if args.arm else ""))
         loop_s = args.loop_us * 1e-6 if args.loop_us is not None else None
         # several depths: each priced, and where drafting stops paying
         deep = [predict_on_surface(e, surface, draft, loop_s) for e in entries] if len(surface.probes) > 1 else []
-        got = [acceptance_profile.predict_on(e, probe, draft, loop_s) for e in entries]
+        got = [acceptance_file.predict_on(e, probe, draft, loop_s) for e in entries]
         if args.against and len(surface.probes) > 1:
             raise ValueError(f"--against {args.against}: a run is checked against one depth's probe, not a surface "
                              "of several; give the probe of the run's own depth")
         against = _against(args.against, got, probe, draft, loop_s) if args.against else None
-    except (acceptance_profile.AcceptanceProfileError, probes.ProbeError, ValueError, OSError) as exc:
+    except (acceptance_file.AcceptanceFileError, probes.ProbeError, ValueError, OSError) as exc:
         print(f"lab: {printable(exc)}", file=sys.stderr)
         return 2
     if min(max(p.widths) for p in surface.probes) < 2:
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _against(run_dir: str, got: list[acceptance_profile.CrossPrediction], probe: probes.Probe,
+def _against(run_dir: str, got: list[acceptance_file.CrossPrediction], probe: probes.Probe,
              draft: probes.Probe | None, loop_s: float | None) -> str:
     """The check against a run (lab.analysis.cross_check), as text."""
     from lab.analysis import cross_check
@@ -84,6 +84,6 @@ def _against(run_dir: str, got: list[acceptance_profile.CrossPrediction], probe:
     from lab.store import load_run
 
     data = load_run(run_dir)
-    run_profile = acceptance_profile.load(run_dir)
+    run_profile = acceptance_file.load(run_dir)
     checks = cross_check.check(got, run_profile, data.get("results") or [], probe, draft, loop_s)
-    return render_check(run_dir, acceptance_profile.machine_words(run_profile.source.get("machine")), checks)
+    return render_check(run_dir, acceptance_file.machine_words(run_profile.source.get("machine")), checks)

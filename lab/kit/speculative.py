@@ -17,7 +17,6 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from lab.api import Cancelled, Draft, Drafter, DrafterContext, Generation, GenerationRequest, Rehearsing
-from lab.base.acceptance import conditional, draw_seed
 from lab.base.draft_policy import FIXED, next_length
 from lab.base.events import (
     FIRST_PASS,
@@ -31,6 +30,7 @@ from lab.base.events import (
     TokenEvent,
     now,
 )
+from lab.base.set_acceptance import conditional, draw_seed
 
 
 class Target(Protocol):
@@ -507,7 +507,7 @@ def acceptor(req: GenerationRequest) -> Acceptor:
 
 def accept_set(target: Target, drafted: Sequence[int], chances: Sequence[float],
                rng: np.random.Generator) -> tuple[int, int]:
-    """Set acceptance (:mod:`lab.base.acceptance`): keep drafted token i with
+    """Set acceptance (:mod:`lab.base.set_acceptance`): keep drafted token i with
     the chance ``chances[i]`` given the ones before it were kept, whatever
     the target picks. Every row up to the first rejection is still picked,
     as a verify that decided by agreement would, so the step costs what a

@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from lab.base.acceptance import SetAcceptance
 from lab.base.draft_policy import FIXED
 from lab.base.limits import MAX_ARMS
 from lab.base.profile import Arm
+from lab.base.set_acceptance import SetAcceptance
 from lab.profile.errors import KeyPath, Source, shown
 from lab.profile.names import UniqueNames, name_problem, swept_name
 

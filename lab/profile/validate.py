@@ -16,8 +16,7 @@ from lab.api import with_defaults
 from lab.base import draft_policy
 from lab.base.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
 from lab.base.profile import Prompt, RunSettings
-from lab.profile import acceptance as set_acceptance
-from lab.profile import files
+from lab.profile import acceptance_key, files
 from lab.profile.errors import KeyPath, Source, shown
 from lab.profile.errors import clean as clean_text
 from lab.profile.names import UniqueNames, name_problem
@@ -77,7 +76,7 @@ def validate(src: Source, data: dict[str, Any], registry: Registry | None, defau
     arms = validate_arms(src, data.get("arms"), registry, run)
     names = tuple(p.name for p in prompts)
     for entry in arms:
-        set_acceptance.check_prompts(src, entry.acceptance, names, ["arms", entry.index, "acceptance"])
+        acceptance_key.check_prompts(src, entry.acceptance, names, ["arms", entry.index, "acceptance"])
     return Checked(name, description, run, prompts, arms)
 
 
@@ -264,7 +263,7 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None, allo
             options = {**options, k: t[k]}
     drafter_options = table(src, t.get("drafter_options", {}), [*key, "drafter_options"])
     n_max = _n_max(src, t.get("n_max"), [*key, "n_max"])
-    acceptance = set_acceptance.parse(src, t.get("acceptance"), [*key, "acceptance"])
+    acceptance = acceptance_key.parse(src, t.get("acceptance"), [*key, "acceptance"])
     policy = _draft_policy(src, t.get("draft_policy"), drafter, [*key, "draft_policy"])
 
     stack = backend
@@ -349,7 +348,7 @@ def check_arm(src: Source, arm: ArmDraft, registry: Registry | None) -> None:
     key: list[str | int] = ["arms", arm.index]
     bcls = registry.backend(arm.backend)
     check_requires(src, arm.options, bcls.options, [*key, "options"], f"backend {arm.backend!r}")
-    set_acceptance.check(src, arm, bcls.sets_acceptance(arm.options), bcls.is_speculative(arm.options, arm.drafter),
+    acceptance_key.check(src, arm, bcls.sets_acceptance(arm.options), bcls.is_speculative(arm.options, arm.drafter),
                          [*key, "acceptance"])
     _plugin_check(src, bcls.check_options, with_defaults(bcls.options, arm.options), [*key, "options"],
                   f"backend {arm.backend!r}", arm.options)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lab.analysis.acceptance_profile import (
-    AcceptanceProfile,
+from lab.analysis.acceptance_file import (
+    AcceptanceFile,
     CrossPrediction,
     catch_up_words,
     cell_words,
@@ -39,7 +39,7 @@ def _verdict(c: CrossPrediction) -> str:
     return f"  {own_text}best n_max {c.best.n_max}: {c.best.speedup:.2f}x{guess}; {pays}"
 
 
-def render(profile: AcceptanceProfile, probe: Probe, predictions: Sequence[CrossPrediction],
+def render(profile: AcceptanceFile, probe: Probe, predictions: Sequence[CrossPrediction],
            draft_probe: Probe | None = None) -> str:
     lines = [
         "Inputs:",

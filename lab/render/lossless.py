@@ -1,4 +1,4 @@
-"""The report's lossless section, from a run's lossless.json (:mod:`lab.analysis.lossless_section` reads it)."""
+"""The report's lossless section, from a run's lossless.json (:mod:`lab.analysis.lossless_loader` reads it)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import io
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab.analysis import categories, lossless_section, pass_kinds
+from lab.analysis import categories, lossless_loader, pass_kinds
 from lab.analysis import run as analysis
 from lab.analysis.reference import compare_references
 from lab.base import economics as breakeven
@@ -65,7 +65,7 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
 
     data = load_run(run_dir)
     p = Path(run_dir)
-    data["lossless"] = lossless_section.load(p)
+    data["lossless"] = lossless_loader.load(p)
     unreadable: list[str] = list(data.get("unreadable") or [])
     if p.is_dir():
         # Steps of a cell that has no ok row (cancelled, skipped, killed
@@ -121,16 +121,16 @@ def write_acceptance(run_dir: str | Path, data: Mapping[str, Any] | None = None)
     """The run's portable acceptance profile (acceptance.json), when any
     speculative arm saved steps: carried to another machine, `lab predict`
     prices it with that machine's probe."""
-    from lab.analysis import acceptance_profile
+    from lab.analysis import acceptance_file
 
     if data is None:
         data = load_for_report(run_dir)
     if data.get("steps") is None:
         return None
-    profile = acceptance_profile.build(data, Path(run_dir).name)
+    profile = acceptance_file.build(data, Path(run_dir).name)
     if not profile["entries"]:
         return None
-    return acceptance_profile.save(profile, Path(run_dir) / acceptance_profile.ACCEPTANCE_FILE)
+    return acceptance_file.save(profile, Path(run_dir) / acceptance_file.ACCEPTANCE_FILE)
 
 
 class ReportWriter:

@@ -1,11 +1,11 @@
-"""Report lines for arms whose acceptance was set (lab.analysis.set_acceptance)."""
+"""Report lines for arms whose acceptance was set (lab.analysis.set_acceptance_check)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from lab.analysis.set_acceptance import Z_LIMIT, checks
-from lab.base.acceptance import from_json
+from lab.analysis.set_acceptance_check import Z_LIMIT, checks
+from lab.base.set_acceptance import from_json
 
 
 def condition_lines(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]] | None) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lab.analysis.acceptance_profile import AcceptanceProfile, probe_machine_words, switch_words
+from lab.analysis.acceptance_file import AcceptanceFile, probe_machine_words, switch_words
 from lab.analysis.surface import DepthPrediction, SurfacePrediction
 from lab.base.probe import Probe, Surface, format_widths
 
@@ -71,7 +71,7 @@ def _stops(sp: SurfacePrediction) -> str:
     return f"  does not pay at depth {', '.join(losing)}"
 
 
-def render_surface_predictions(profile: AcceptanceProfile, surface: Surface,
+def render_surface_predictions(profile: AcceptanceFile, surface: Surface,
                                predictions: Sequence[SurfacePrediction], draft_probe: Probe | None = None) -> str:
     first = surface.shallowest
     lines = [

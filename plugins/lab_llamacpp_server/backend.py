@@ -20,8 +20,8 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option, Probing, Referencing
-from lab.base.acceptance import draw_seed
 from lab.base.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
+from lab.base.set_acceptance import draw_seed
 from lab.kit import models
 from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
 from lab.kit.server import attach

@@ -45,9 +45,9 @@ import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from lab.api import BackendContext, EngineFailure, GenerationRequest
-from lab.base.acceptance import SetAcceptance
 from lab.base.events import Cell, Event, StepEvent
 from lab.base.probe import PRICES_STEPS, ProbeError, ProbeWidthCap
+from lab.base.set_acceptance import SetAcceptance
 from lab_llamacpp_server.command import DRAFT_N_MAX_FLAG
 
 if TYPE_CHECKING:

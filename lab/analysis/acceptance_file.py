@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lab.analysis import predict
-from lab.analysis.acceptance import PositionAcceptance, per_position
+from lab.analysis.measured_acceptance import PositionAcceptance, per_position
 from lab.base.probe import Probe
 
 KIND = "speclab.acceptance"
@@ -44,7 +44,7 @@ PROMPT = "prompt"
 CATEGORY = "category"
 
 
-class AcceptanceProfileError(ValueError):
+class AcceptanceFileError(ValueError):
     """A profile that cannot be read or used, with a message for users."""
 
 
@@ -97,7 +97,7 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class AcceptanceProfile:
+class AcceptanceFile:
     source: Mapping[str, Any]
     entries: tuple[Entry, ...]
     created: str = ""
@@ -231,51 +231,51 @@ def save(profile: Mapping[str, Any], path: str | Path) -> Path:
 
 def _counts_of(value: Any, key: str, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        raise AcceptanceProfileError(f"{where}: {key} must be a list of counts (integers of at least 0)")
+        raise AcceptanceFileError(f"{where}: {key} must be a list of counts (integers of at least 0)")
     return tuple(value)
 
 
 def _number(value: Any, key: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise AcceptanceProfileError(f"{where}: costs.{key} must be a number of at least 0")
+        raise AcceptanceFileError(f"{where}: costs.{key} must be a number of at least 0")
     return float(value)
 
 
 def _entry_of(raw: Any, i: int, path: str) -> Entry:
     where = f"{path}: entry {i + 1}"
     if not isinstance(raw, Mapping):
-        raise AcceptanceProfileError(f"{where} is not an object")
+        raise AcceptanceFileError(f"{where} is not an object")
     scope = raw.get("scope")
     if scope not in (PROMPT, CATEGORY):
-        raise AcceptanceProfileError(f"{where}: scope must be {PROMPT!r} or {CATEGORY!r}, got {scope!r}")
+        raise AcceptanceFileError(f"{where}: scope must be {PROMPT!r} or {CATEGORY!r}, got {scope!r}")
     for key in ("arm", scope, "backend", "target"):
         if not isinstance(raw.get(key), str) or not raw.get(key):
-            raise AcceptanceProfileError(f"{where}: {key} must be a name")
+            raise AcceptanceFileError(f"{where}: {key} must be a name")
     reached = _counts_of(raw.get("reached"), "reached", where)
     accepted = _counts_of(raw.get("accepted"), "accepted", where)
     if len(reached) != len(accepted) or not reached:
-        raise AcceptanceProfileError(f"{where}: reached and accepted must give the same positions, at least one")
+        raise AcceptanceFileError(f"{where}: reached and accepted must give the same positions, at least one")
     if any(a > r for a, r in zip(accepted, reached)):
-        raise AcceptanceProfileError(f"{where}: a position accepted more drafts than reached it")
+        raise AcceptanceFileError(f"{where}: a position accepted more drafts than reached it")
     costs = None
     c = raw.get("costs")
     if c is not None:
         if not isinstance(c, Mapping):
-            raise AcceptanceProfileError(f"{where}: costs must be an object or null")
+            raise AcceptanceFileError(f"{where}: costs must be an object or null")
         costs = Costs(*(_number(c.get(k), k, where) for k in
                         ("baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share")),
                       *(_number(c[k], k, where) if c.get(k) is not None else 0.0
                         for k in ("switch_in_share", "switch_out_share", "cell_tokens", "catch_up_s",
                                   "catch_up_per_token", "second_in_share", "second_out_share")))
         if costs.baseline_token_s <= 0 or costs.plain_share >= 1:
-            raise AcceptanceProfileError(f"{where}: costs need a baseline token above 0 s and a plain share below 1")
+            raise AcceptanceFileError(f"{where}: costs need a baseline token above 0 s and a plain share below 1")
         if not all(0 <= x <= 1 for x in (costs.switch_in_share, costs.switch_out_share,
                                          costs.second_in_share, costs.second_out_share)):
-            raise AcceptanceProfileError(f"{where}: switch shares are shares of passes, 0 to 1")
+            raise AcceptanceFileError(f"{where}: switch shares are shares of passes, 0 to 1")
         if costs.cell_tokens < 0:
-            raise AcceptanceProfileError(f"{where}: cell_tokens counts tokens, 0 or more")
+            raise AcceptanceFileError(f"{where}: cell_tokens counts tokens, 0 or more")
         if costs.catch_up_s < 0 or not 0 <= costs.catch_up_per_token <= costs.draft_s_per_token:
-            raise AcceptanceProfileError(f"{where}: catch_up_s is seconds, 0 or more, and catch_up_per_token a part "
+            raise AcceptanceFileError(f"{where}: catch_up_s is seconds, 0 or more, and catch_up_per_token a part "
                                          "of draft_s_per_token")
     n_max = raw.get("n_max")
     temperature = raw.get("temperature")
@@ -291,24 +291,24 @@ def _entry_of(raw: Any, i: int, path: str) -> Entry:
     )
 
 
-def from_json(data: Any, path: str = "acceptance profile") -> AcceptanceProfile:
+def from_json(data: Any, path: str = "acceptance profile") -> AcceptanceFile:
     if not isinstance(data, Mapping) or data.get("kind") != KIND:
         kind = data.get("kind") if isinstance(data, Mapping) else type(data).__name__
         hint = " (a probe: pass it as --probe)" if kind == "speclab.probe" else ""
-        raise AcceptanceProfileError(f"{path}: not a speclab acceptance profile (kind {kind!r}){hint}; "
+        raise AcceptanceFileError(f"{path}: not a speclab acceptance profile (kind {kind!r}){hint}; "
                                      "`lab acceptance RUN_DIR -o FILE` writes one")
     if data.get("version") != VERSION:
-        raise AcceptanceProfileError(f"{path}: acceptance profile version {data.get('version')!r}, this lab reads {VERSION}")
+        raise AcceptanceFileError(f"{path}: acceptance profile version {data.get('version')!r}, this lab reads {VERSION}")
     raw = data.get("entries")
     if not isinstance(raw, list):
-        raise AcceptanceProfileError(f"{path}: entries must be a list")
+        raise AcceptanceFileError(f"{path}: entries must be a list")
     found = data.get("source")
     source: dict[str, Any] = dict(found) if isinstance(found, Mapping) else {}
-    return AcceptanceProfile(source, tuple(_entry_of(e, i, path) for i, e in enumerate(raw)),
+    return AcceptanceFile(source, tuple(_entry_of(e, i, path) for i, e in enumerate(raw)),
                              str(data.get("created") or ""))
 
 
-def load(path: str | Path) -> AcceptanceProfile:
+def load(path: str | Path) -> AcceptanceFile:
     """An acceptance profile file, or the acceptance.json of a run directory."""
     from lab.base.strictjson import FileRefused, load_json_file
 
@@ -318,19 +318,19 @@ def load(path: str | Path) -> AcceptanceProfile:
     try:
         data, beyond = load_json_file(p, MAX_BYTES, "acceptance profile")
     except FileNotFoundError:
-        raise AcceptanceProfileError(f"{p}: no acceptance profile here (`lab acceptance RUN_DIR -o FILE` writes one)") from None
+        raise AcceptanceFileError(f"{p}: no acceptance profile here (`lab acceptance RUN_DIR -o FILE` writes one)") from None
     except FileRefused as exc:
-        raise AcceptanceProfileError(str(exc)) from None
+        raise AcceptanceFileError(str(exc)) from None
     except OSError as exc:
-        raise AcceptanceProfileError(f"{p}: cannot read ({exc.strerror or type(exc).__name__})") from None
+        raise AcceptanceFileError(f"{p}: cannot read ({exc.strerror or type(exc).__name__})") from None
     except UnicodeDecodeError:
-        raise AcceptanceProfileError(f"{p}: not UTF-8 text") from None
+        raise AcceptanceFileError(f"{p}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
-        raise AcceptanceProfileError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise AcceptanceFileError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:
-        raise AcceptanceProfileError(f"{p}: not an acceptance profile ({type(exc).__name__})") from None
+        raise AcceptanceFileError(f"{p}: not an acceptance profile ({type(exc).__name__})") from None
     if beyond:
-        raise AcceptanceProfileError(f"{p}: malformed acceptance profile (numbers out of range in it)")
+        raise AcceptanceFileError(f"{p}: malformed acceptance profile (numbers out of range in it)")
     return from_json(data, str(p))
 
 
@@ -363,7 +363,7 @@ def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
     ``loop_s_per_step`` gives the loop's seconds on the probe's machine
     where they are known (the lab's loop reports them in every run there)."""
     if entry.costs is None:
-        raise AcceptanceProfileError(f"{entry.label}: the acceptance file has no costs for this entry "
+        raise AcceptanceFileError(f"{entry.label}: the acceptance file has no costs for this entry "
                                      "(its run had no baseline to price steps against)")
     token_s = probe.pass_seconds(1)
     c = entry.costs

@@ -1,4 +1,4 @@
-"""How closely an arm with set acceptance (:mod:`lab.base.acceptance`) kept
+"""How closely an arm with set acceptance (:mod:`lab.base.set_acceptance`) kept
 its drafted tokens at the rates it was given: per draft position, the
 measured conditional rate beside the set one, and how many binomial
 standard errors apart they are. An engine that ignores the setting, or
@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from lab.analysis.acceptance import by_arm
-from lab.base.acceptance import conditional
+from lab.analysis.measured_acceptance import by_arm
+from lab.base.set_acceptance import conditional
 
 # Beyond this many standard errors a position is not within binomial noise
 # of its set rate (about 1 in 1,500 per position by chance).

@@ -1,5 +1,5 @@
 """The arm key ``acceptance``: drafted tokens kept at set rates
-(:mod:`lab.base.acceptance` says what each form means).
+(:mod:`lab.base.set_acceptance` says what each form means).
 
     acceptance = 0.7                          # one per-token chance
     acceptance = { rates = [0.9, 0.8, 0.6] }  # unconditional, per position
@@ -20,8 +20,8 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from lab.base.acceptance import AcceptanceError, SetAcceptance, check_rates
 from lab.base.profile import Arm
+from lab.base.set_acceptance import AcceptanceError, SetAcceptance, check_rates
 from lab.profile.errors import KeyPath, Source
 from lab.profile.read import got, no_unknown
 
