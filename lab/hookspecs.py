@@ -1,10 +1,9 @@
 """Hook specifications: what a speclab plugin can register.
 
-A plugin is a module (or object) exposed through an entry point in the
-``lab.backends`` or ``lab.drafters`` group. It implements any of the hooks
-below with ``@lab.hookimpl``; :mod:`lab.registry` calls each plugin's hooks
-one plugin at a time, so a plugin that raises becomes a listed load error
-charged to it, never a crash.
+A plugin is a module exposed through an entry point in one of
+:data:`lab.registry.GROUPS` (``lab.backends``, ``lab.drafters``,
+``lab.models``) that implements any of these hooks with ``@lab.hookimpl``;
+a plugin that raises becomes a listed load error, never a crash.
 """
 
 from __future__ import annotations
