@@ -5,10 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from lab.analysis.categories import ALL, FEW_PAIRS, CategoryRow, category_table, has_categories
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.1f}%"
+from lab.base.units import percent
 
 
 def _speedup(row: CategoryRow) -> str:
@@ -36,7 +33,7 @@ def markdown_lines(results: Sequence[Mapping[str, Any]], prompts: Sequence[Mappi
         # a question file's category is free text: keep it from splitting the table
         name = f"**{r.category}**" if r.category == ALL else r.category.replace("|", "\\|")
         mal = "—" if r.mean_accepted_len is None else f"{r.mean_accepted_len:.2f}"
-        lines.append(f"| {r.arm} | {name} | {r.prompts} | {_pct(r.acceptance_rate)} | {mal} | {_speedup(r)} "
+        lines.append(f"| {r.arm} | {name} | {r.prompts} | {percent(r.acceptance_rate)} | {mal} | {_speedup(r)} "
                      f"| {r.pairs} | {r.call} |")
     lines += [
         "",

@@ -15,6 +15,7 @@ from lab.analysis.acceptance_file import (
 )
 from lab.analysis.cross_check import Check
 from lab.base.probe import Probe, format_widths
+from lab.base.units import percent
 
 
 def _curve(c: CrossPrediction) -> list[str]:
@@ -91,9 +92,9 @@ def render_check(run: str, machine: str, checks: Sequence[Check]) -> str:
         lines.append(
             f"  {c.label:<28} {c.n_max:>5}  {c.predicted:>8.2f}x  "
             + (f"{c.measured:>7.2f}x" if c.measured is not None else f"{'—':>8}")
-            + f"  {_percent(err):>7}  {c.landed_file:>8.2f} / {c.landed_run:<8.2f}  "
+            + f"  {percent(err, '+.1f'):>7}  {c.landed_file:>8.2f} / {c.landed_run:<8.2f}  "
             + f"{c.with_run_acceptance:>13.2f}x"
-            + f"  {_percent(again):>7}" + ("" if c.same_prompts else "  ⚠ other prompt text")
+            + f"  {percent(again, '+.1f'):>7}" + ("" if c.same_prompts else "  ⚠ other prompt text")
         )
     if not checks:
         lines.append("  (no entry of the acceptance file is an arm and prompt the run measured)")
@@ -108,5 +109,3 @@ def render_check(run: str, machine: str, checks: Sequence[Check]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _percent(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:+.1f}%"

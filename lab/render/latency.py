@@ -5,10 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from lab.analysis.run import latency_summary as summary
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value * 1000:.1f}"
+from lab.base.units import ms_from_s
 
 
 def markdown_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -22,8 +19,8 @@ def markdown_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
     for s in rows:
         lines.append(
-            f"| {s['arm']} | {s['prompt']} | {_ms(s['ttft_s'])} | {_ms(s['itl_p50_s'])} | "
-            f"{_ms(s['itl_p95_s'])} | {_ms(s['itl_p99_s'])} |"
+            f"| {s['arm']} | {s['prompt']} | {ms_from_s(s['ttft_s'])} | {ms_from_s(s['itl_p50_s'])} | "
+            f"{ms_from_s(s['itl_p95_s'])} | {ms_from_s(s['itl_p99_s'])} |"
         )
     lines += [
         "",

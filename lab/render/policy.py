@@ -7,14 +7,11 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from lab.analysis import policy
+from lab.base.units import percent, speedup
 
 
-def _x(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}x"
-
-
-def _pct(value: float | None) -> str:
-    return "" if value is None else f" ({value * 100:+.0f}%)"
+def _error(value: float | None) -> str:
+    return "" if value is None else f" ({percent(value, '+.0f')})"
 
 
 def json_data(data: Mapping[str, Any], probes: Sequence[Any]) -> dict[str, Any] | None:
@@ -50,11 +47,11 @@ def markdown_lines(data: Mapping[str, Any], probes: Sequence[Any]) -> list[str]:
             bf, top = r.best_fixed(), r.best()
             curve = ", ".join(f"{n}: {t.speedup:.2f}" + ("**" if bf and n == bf[0] else "")
                               for n, t in sorted(r.fixed.items()) if t.speedup is not None)
-            adaptive = [_x(r.adaptive[p].speedup) if p in r.adaptive else "—" for p in policy.ADAPTIVE]
+            adaptive = [speedup(r.adaptive[p].speedup) if p in r.adaptive else "—" for p in policy.ADAPTIVE]
             per_cat = "—"
             if r.per_category is not None:
                 chosen = f" (n {r.per_category[0]})" if r.per_category[0] else ""
-                per_cat = _x(r.per_category[1].speedup) + chosen
+                per_cat = speedup(r.per_category[1].speedup) + chosen
             head = r.headroom()
             lines.append(
                 f"| {r.arm} | {r.prompt} | {r.recorded_n_max} | {r.recorded.steps} ({r.recorded.tokens}) | {curve} | "
@@ -72,12 +69,12 @@ def markdown_lines(data: Mapping[str, Any], probes: Sequence[Any]) -> list[str]:
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for c in live:
-            fixed = f"{c.best_fixed_n}: {_x(c.best_fixed)}" if c.best_fixed_n is not None else "—"
-            measured_gain = (f"{_x(c.measured_gain)} over the arm of n_max {c.best_fixed_n}"
+            fixed = f"{c.best_fixed_n}: {speedup(c.best_fixed)}" if c.best_fixed_n is not None else "—"
+            measured_gain = (f"{speedup(c.measured_gain)} over the arm of n_max {c.best_fixed_n}"
                              if c.measured_gain is not None else "—")
             lines.append(
-                f"| {c.arm} | {c.prompt} | {c.policy} | {c.n_max} | {c.source} | {_x(c.predicted)} | {fixed} | "
-                f"{_x(c.predicted_gain)} | {_x(c.measured)}{_pct(c.error)} | {measured_gain} |"
+                f"| {c.arm} | {c.prompt} | {c.policy} | {c.n_max} | {c.source} | {speedup(c.predicted)} | {fixed} | "
+                f"{speedup(c.predicted_gain)} | {speedup(c.measured)}{_error(c.error)} | {measured_gain} |"
             )
     lines += [
         "",

@@ -6,13 +6,7 @@ import statistics
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-
-def _f(value: Any, spec: str = ".1f") -> str:
-    return "—" if not isinstance(value, (int, float)) else format(value, spec)
-
-
-def _ms(value: Any) -> str:
-    return "—" if not isinstance(value, (int, float)) else f"{value * 1000:.1f}"
+from lab.base import units
 
 
 def _median(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
@@ -42,16 +36,19 @@ def concurrency_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     groups: dict[str, list[tuple[int, str, float | None]]] = defaultdict(list)
     drafting: set[str] = set()
     order = sorted(by_arm, key=lambda a: (str(by_arm[a][0].get("group")), int(by_arm[a][0]["concurrency"])))
+    def ms(rs: Sequence[Mapping[str, Any]], key: str) -> str:
+        return units.ms_from_s(_median(rs, key))
+
     for arm in order:
         rs = by_arm[arm]
         level = int(rs[0]["concurrency"])
         speedup = _median(rs, "aggregate_speedup")
         acc = _median(rs, "aggregate_acceptance_rate")
         lines.append(
-            f"| {arm} | {level} | {_f(_median(rs, 'aggregate_tok_per_s'))} | "
-            f"{_f(speedup, '.2f') + 'x' if speedup is not None else '—'} | {_f(_median(rs, 'stream_tok_per_s_p50'))} | "
-            f"{_ms(_median(rs, 'concurrent_ttft_p50_s'))} | {_ms(_median(rs, 'concurrent_itl_p50_s'))} | "
-            f"{_ms(_median(rs, 'concurrent_itl_p95_s'))} | {_ms(_median(rs, 'concurrent_itl_p99_s'))} | {_f(acc * 100 if acc is not None else None)}{'%' if acc is not None else ''} |"
+            f"| {arm} | {level} | {units.number(_median(rs, 'aggregate_tok_per_s'))} | "
+            f"{units.speedup(speedup)} | {units.number(_median(rs, 'stream_tok_per_s_p50'))} | "
+            f"{ms(rs, 'concurrent_ttft_p50_s')} | {ms(rs, 'concurrent_itl_p50_s')} | "
+            f"{ms(rs, 'concurrent_itl_p95_s')} | {ms(rs, 'concurrent_itl_p99_s')} | {units.percent(acc)} |"
         )
         if not rs[0].get("is_baseline"):
             groups[str(rs[0].get("group") or arm)].append((level, arm, speedup))
@@ -63,7 +60,7 @@ def concurrency_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
         levels.sort()
         paying = [lv for lv, _, s in levels if s is not None and s > 1.0]
         losing = [lv for lv, _, s in levels if s is not None and s <= 1.0]
-        curve = ", ".join(f"{lv}: {_f(s, '.2f')}x" for lv, _, s in levels)
+        curve = ", ".join(f"{lv}: {units.number(s, '.2f')}x" for lv, _, s in levels)
         if group not in drafting:
             verdict = "it drafted nothing at any level, so these ratios are run-to-run noise, not speculation"
         elif not losing:
