@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
 import platform
 import re
@@ -40,7 +39,18 @@ from lab.base.events import (
 )
 from lab.base.profile import Profile
 from lab.base.row import ResultRow
-from lab.base.strictjson import BoundedNumbers, FileRefused, dumps, read_bounded
+from lab.base.rundir import (
+    LOG_FILE,
+    PROFILE_FILE,
+    RESULTS_FILE,
+    STEPS_FILE,
+    STORE_FILES,
+    JsonFileError,
+    read_bytes,
+    read_json,
+    run_file,
+)
+from lab.base.strictjson import BoundedNumbers, FileRefused, dumps
 from lab.base.textsafe import printable
 from lab.rows.shape import check_run, check_step
 
@@ -195,14 +205,14 @@ class RunStore:
 
     def _open(self, path: Path, steps_text: str) -> None:
         """Write everything kept so far into ``path`` and append from there."""
-        (path / "profile.toml").write_text(self.profile.source, encoding="utf-8")
+        (path / PROFILE_FILE).write_text(self.profile.source, encoding="utf-8")
         # read and write: a move reads the lines back through this descriptor
-        steps = open(path / "steps.jsonl", "w+", encoding="utf-8")
+        steps = open(path / STEPS_FILE, "w+", encoding="utf-8")
         try:
             steps.write(steps_text)
             steps.flush()
             if self._log_lines:
-                (path / "lab.log").write_text("".join(self._log_lines), encoding="utf-8")
+                (path / LOG_FILE).write_text("".join(self._log_lines), encoding="utf-8")
             self._write_results_to(path)
         except BaseException:
             steps.close()
@@ -322,14 +332,14 @@ class RunStore:
         self._log_lines.append(line)
 
         def write() -> None:
-            with open(self.log_path("lab.log"), "a", encoding="utf-8") as fh:
+            with open(self.log_path(LOG_FILE), "a", encoding="utf-8") as fh:
                 fh.write(line)
 
         self._guarded(write)
 
     def _write_results_to(self, path: Path) -> None:
         data = {"profile": profile_summary(self.profile), **self.meta, "results": self._saved}
-        write_json_atomic(path / "results.json", data)
+        write_json_atomic(path / RESULTS_FILE, data)
 
     def _write_results(self) -> None:
         self._guarded(lambda: self._write_results_to(self.path))
@@ -346,7 +356,7 @@ def _copy_logs(failed: Path, fallback: Path) -> None:
     """Engine logs the failed directory still lets us read go with the run
     (a directory made read-only keeps them readable)."""
     try:
-        names = [p for p in failed.iterdir() if p.is_file() and p.name not in _STORE_FILES]
+        names = [p for p in failed.iterdir() if p.is_file() and p.name not in STORE_FILES]
     except OSError:
         return
     for p in names:
@@ -355,8 +365,6 @@ def _copy_logs(failed: Path, fallback: Path) -> None:
         except OSError:
             pass  # a log is worth less than the run that goes on
 
-
-_STORE_FILES = {"profile.toml", "steps.jsonl", "results.json", "lab.log"}
 
 
 def _dir_id(path: Path) -> tuple[int, int]:
@@ -376,32 +384,28 @@ MAX_STEPS_BYTES = 1024 * 1024 * 1024
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """Read a run directory's results.json (or the file itself), in the
-    shape the lab saves (:mod:`lab.rows.shape`): what does not fit it is left
-    out, and each thing left out is a line of ``data["unreadable"]`` (the
-    key is there only when something was). Only a regular file of at most
-    MAX_RESULTS_BYTES is read."""
+    """Read a run directory's results.json (or the file itself; either may
+    be gzip-compressed), in the shape the lab saves (:mod:`lab.rows.shape`):
+    what does not fit it is left out, and each thing left out is a line of
+    ``data["unreadable"]`` (the key is there only when something was). Only
+    a regular file of at most MAX_RESULTS_BYTES is read, and a run
+    directory's results.json must resolve inside it."""
     p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    # NaN and Infinity are not JSON; runs saved before strict JSON have them.
-    # Numbers no run saves (1e400, a 5000-digit integer) are read as null too.
-    seen: list[str | int] = []
     try:
-        data = BoundedNumbers(seen).loads(read_bounded(p, MAX_RESULTS_BYTES, "results file").decode("utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{p}: no results.json here; is this a run directory?") from None
-    except IsADirectoryError:
-        raise ValueError(f"{p}: a directory, not a results file") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{p}: not UTF-8 text; not a results file") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; "
-                         "a file cut short?)") from None
-    except RecursionError:
-        raise ValueError(f"{p}: JSON nested too deep to be a results file") from None
-    except OSError as exc:
-        raise OSError(f"{p}: cannot read ({_reason(exc)})") from None
+        if p.is_dir():
+            p = run_file(p, RESULTS_FILE)
+        # NaN and Infinity are not JSON; runs saved before strict JSON have
+        # them. Numbers no run saves (1e400, a 5000-digit integer) are read
+        # as null too.
+        data, seen = read_json(p, MAX_RESULTS_BYTES, "results file")
+    except FileRefused as exc:
+        raise ValueError(str(exc)) from None
+    except JsonFileError as exc:
+        if exc.kind == JsonFileError.MISSING:
+            raise FileNotFoundError(f"{exc.path}: no results.json here; is this a run directory?") from None
+        if exc.kind == JsonFileError.UNREADABLE:
+            raise OSError(str(exc)) from None
+        raise ValueError(str(exc)) from None
     data, problems = check_run(data, str(p))
     nonfinite = [str(x) for x in seen if x in ("NaN", "Infinity", "-Infinity")]
     if nonfinite:
@@ -416,18 +420,17 @@ def load_run(path: str | Path) -> dict[str, Any]:
 
 
 def load_steps(path: str | Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
-    """steps.jsonl's records; a line that is not a step (torn by a kill, or
+    """steps.jsonl's (or steps.jsonl.gz's) records; a line that is not a step (torn by a kill, or
     damaged) is skipped and, with ``problems``, named there."""
     p = Path(path)
-    if p.is_dir():
-        p = p / "steps.jsonl"
     out: list[dict[str, Any]] = []
-    if not p.exists():
-        return out
     bad: list[str] = []
     nonfinite: list[str | int] = []
     try:
-        text = read_bounded(p, MAX_STEPS_BYTES, "steps file").decode("utf-8", errors="replace")
+        p = run_file(p, STEPS_FILE) if p.is_dir() else p
+        if not os.path.lexists(p) and not os.path.lexists(str(p) + ".gz"):
+            return out
+        text = read_bytes(p, MAX_STEPS_BYTES, "steps file").decode("utf-8", errors="replace")
     except FileRefused as exc:
         if problems is not None:
             problems.append(f"{p}: not read ({str(exc).removeprefix(f'{p}: ')})")
