@@ -36,6 +36,7 @@ import llama_cpp as ll
 import numpy as np
 
 from lab.base.machine import available_cores
+from lab.kit.model_files import check_model
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -110,6 +111,8 @@ class LlamaError(RuntimeError):
 
 class Model:
     def __init__(self, path: str, n_gpu_layers: int = 0, extra_bufts: bool = True) -> None:
+        # llama.cpp aborts the process on some malformed headers: they are refused here first
+        check_model(path)
         init_backend(verbose=os.environ.get("LAB_LLAMA_VERBOSE") == "1")
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers

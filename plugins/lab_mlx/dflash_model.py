@@ -339,6 +339,9 @@ def _quantize_layers(draft: DFlashDraft, bits: int, group_size: int) -> None:
 def load_draft(path: Path, bits: int | None = None, group_size: int = 64) -> DFlashDraft:
     """A draft from a z-lab checkpoint directory (a llama.cpp DFlash GGUF
     file loads through lab_mlx.gguf_dflash)."""
+    from lab.kit.model_files import check_model
+
+    check_model(path)
     spec = read_spec(path)
     files = sorted(path.glob("*.safetensors"))
     if not files:

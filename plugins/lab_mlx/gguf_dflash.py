@@ -200,6 +200,9 @@ def load_gguf_draft(path: Path, bits: int | None = None, group_size: int = 64) -
     in float (the Q4_0 ones stay as stored)."""
     import mlx.core as mx
 
+    from lab.kit.model_files import check_gguf
+
+    check_gguf(path)
     loaded: Any = mx.load(str(path), return_metadata=True)
     try:
         draft = build_draft(loaded[0], loaded[1])

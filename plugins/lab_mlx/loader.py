@@ -40,7 +40,11 @@ def load_target(path: Path, keep_nextn: bool = False) -> LoadedModel:
     from the same read, for an MTP head taken from the target's own file:
     reading the file again for one block held a second copy of every
     tensor (the 27B twin on an H100: 32.1 GiB of host memory at the peak
-    against 17.2 for the baseline)."""
+    against 17.2 for the baseline). The file's headers are checked before
+    MLX reads them (lab.kit.model_files)."""
+    from lab.kit.model_files import check_model
+
+    check_model(path)
     if path.is_file() and path.suffix == ".gguf":
         from lab_mlx.gguf import load_gguf
 

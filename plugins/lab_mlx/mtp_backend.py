@@ -58,6 +58,7 @@ class MlxMtpBackend(MlxSession):
     def _load_on_engine(self, path: Any, emit: Emit) -> None:
         import mlx.core as mx
 
+        from lab.kit.model_files import check_model
         from lab_mlx.mtp_model import load_head, load_qwen35_head
         from lab_mlx.target import MlxTarget, _layers, install_capture
 
@@ -65,6 +66,8 @@ class MlxMtpBackend(MlxSession):
         assert self.loaded is not None
         mtp_path = self._mtp_path()
         # the head in the target's own GGUF: its tensors from the target's read, not a second one
+        if not self.loaded.nextn:
+            check_model(mtp_path)
         weights: Any = self.loaded.nextn or mx.load(str(mtp_path))
         self.loaded.nextn = {}  # the head keeps what it takes
         layer = int(self.arm.options.get("mtp_layer", -1))
