@@ -23,13 +23,14 @@ file of kind ``speclab.probe-surface`` that ``lab predict`` reads.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+from lab.base import rundir
 
 # What the target pass before a pass was, where the loop tells it (a step's
 # ``pass_kind``) and as the notes' ``switch_s`` times each kind: a GPU backend
@@ -44,7 +45,7 @@ PASS_KINDS = (FIRST_PASS, SWITCH_PASS, SECOND_PASS, STEADY_PASS)
 
 KIND = "speclab.probe"
 VERSION = 1
-PROBE_FILE = "probe.json"
+PROBE_FILE = rundir.PROBE_FILE
 DEFAULT_WIDTHS = tuple(range(1, 17))
 # The write-ups' amortization figure: batch-8 over batch-1 throughput.
 RATIO_WIDTH = 8
@@ -559,27 +560,23 @@ MAX_PROBE_BYTES = 16 * 1024 * 1024
 
 
 def _read(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """A probe or surface file (or the probe.json inside a run directory) as
-    a JSON object: a regular file of at most MAX_PROBE_BYTES, numbers bounded."""
-    from lab.base.strictjson import FileRefused, load_json_file
+    """A probe or surface file (or the probe.json inside a run directory),
+    plain or gzip, as a JSON object: a regular file of at most
+    MAX_PROBE_BYTES, numbers bounded."""
+    from lab.base.rundir import JsonFileError, read_json, run_file
+    from lab.base.strictjson import FileRefused
 
     p = Path(path)
-    if p.is_dir():
-        p = p / PROBE_FILE
     try:
-        data, beyond = load_json_file(p, MAX_PROBE_BYTES, "probe file")
-    except FileNotFoundError:
-        raise ProbeError(f"{p}: no probe file here") from None
+        if p.is_dir():
+            p = run_file(p, PROBE_FILE)
+        data, beyond = read_json(p, MAX_PROBE_BYTES, "probe file")
     except FileRefused as exc:
         raise ProbeError(str(exc)) from None
-    except OSError as exc:
-        raise ProbeError(f"{p}: cannot read ({exc.strerror or type(exc).__name__})") from None
-    except UnicodeDecodeError:
-        raise ProbeError(f"{p}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ProbeError(f"{p}: not valid JSON ({exc})") from None
-    except (ValueError, RecursionError) as exc:
-        raise ProbeError(f"{p}: not a probe ({type(exc).__name__})") from None
+    except JsonFileError as exc:
+        if exc.kind == JsonFileError.MISSING:
+            raise ProbeError(f"{exc.path}: no probe file here") from None
+        raise ProbeError(str(exc).replace("a probe file", "a probe")) from None
     if not isinstance(data, dict):
         raise ProbeError(f"{p}: not a speclab probe")
     if beyond:
@@ -680,7 +677,7 @@ class Surface:
 
 def find(run_dir: str | Path) -> Probe | None:
     """The probe saved in a run directory, if any."""
-    p = Path(run_dir) / PROBE_FILE
+    p = rundir.run_file(run_dir, PROBE_FILE)
     return load(p) if p.exists() else None
 
 
@@ -723,5 +720,10 @@ def find_all(run_dir: str | Path) -> list[Probe]:
     first = find(d)
     if first is None:
         return []
-    rest = sorted(d.glob("probe-*.json"), key=lambda f: int(f.stem.split("-")[1]) if f.stem.split("-")[1].isdigit() else 0)
-    return [first] + [load(f) for f in rest]
+    def number(name: str) -> int:
+        n = rundir.plain_name(name).removeprefix("probe-").removesuffix(".json")
+        return int(n) if n.isdigit() else 0
+
+    names = {rundir.plain_name(f.name) for f in d.glob("probe-*.json*")
+             if rundir.plain_name(f.name).endswith(".json")}
+    return [first] + [load(rundir.run_file(d, n)) for n in sorted(names, key=number)]
