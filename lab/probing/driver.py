@@ -35,32 +35,12 @@ if TYPE_CHECKING:
     from lab.registry import Registry
 
 
-def measure(
-    backend: str,
-    model: str,
-    widths: Sequence[int] = DEFAULT_WIDTHS,
-    method: str | None = None,
-    repeats: int = 3,
-    threads: int = 0,
-    registry: Registry | None = None,
-    options: Mapping[str, Any] | None = None,
-    bandwidth: bool = True,
-    progress: Callable[[str], None] | None = None,
-    depth: int | None = None,
-    n_ctx: int | None = None,
-    requests: tuple[int, int] | None = None,
-) -> Probe:
+def measure(backend: str, model: str, widths: Sequence[int] = DEFAULT_WIDTHS, depth: int | None = None,
+            **settings: Any) -> Probe:
     """Load ``backend`` on ``model`` the way a baseline arm would and measure
-    T(w) ``repeats`` times. The hook the analysis and a runner can call.
-
-    ``depth``: tokens in the KV cache before each timed pass, for a backend
-    method that can place one (``Probing.probe_depth_methods``); None
-    measures at the backend's own prefix. ``n_ctx``: the context the
-    backend is loaded with (default: :func:`default_n_ctx`). ``requests``:
-    a run's (tokens, warmup tokens), for a probe that times requests."""
-    return measure_depths(backend, model, (depth,), widths, method=method, repeats=repeats, threads=threads,
-                          registry=registry, options=options, bandwidth=bandwidth, progress=progress, n_ctx=n_ctx,
-                          requests=requests)[0]
+    T(w) at one KV ``depth`` (None: the backend's own prefix); ``settings``
+    are :func:`measure_depths`'s."""
+    return measure_depths(backend, model, (depth,), widths, **settings)[0]
 
 
 def measure_depths(
@@ -79,10 +59,13 @@ def measure_depths(
     on_curve: Callable[[Probe], None] | None = None,
     requests: tuple[int, int] | None = None,
 ) -> list[Probe]:
-    """:func:`measure` at each of ``depths`` in turn, the model loaded once
-    (with room for the deepest) and the machine's bandwidth measured once,
-    after the engine closed: one curve per depth, each handed to
-    ``on_curve`` as it finishes (without the bandwidth, measured last).
+    """T(w), ``repeats`` times, at each of ``depths`` in turn (tokens in the
+    KV cache before each timed pass, for a method in
+    ``Probing.probe_depth_methods``), the model loaded once with ``n_ctx``
+    (default: :func:`default_n_ctx`) and the machine's bandwidth measured
+    once, after the engine closed: one curve per depth, each handed to
+    ``on_curve`` as it finishes. ``requests``: a run's (tokens, warmup
+    tokens), for a probe that times requests.
 
     Ctrl-C raises :class:`ProbeInterrupted` holding the repeats of the
     depth it stopped, or None; the depths before it went to ``on_curve``."""

@@ -22,6 +22,7 @@ from lab.api import (
 from lab.base.events import Emit, Status, StatusChanged, arm_cell
 from lab.base.machine import available_cores
 from lab.kit import models
+from lab.kit.loading import resolve_target
 from lab.kit.prompting import RenderedPrompt, render_prompt
 from lab.kit.speculative import LoopStats, TraceStep, generate
 from lab_llamacpp.target import LlamaTarget, wants_gpu_pick
@@ -86,12 +87,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
     def load(self, emit: Emit) -> None:
         from lab_llamacpp import engine
 
-        if self.arm.model is None:
-            raise ValueError(f"arm {self.arm.name}: the llamacpp backend needs model = ...")
+        path = resolve_target(self.arm, self.name, emit)
         cell = arm_cell(self.arm.name)
-        emit(StatusChanged(cell, Status.LOADING, phase="resolving model"))
-        path = models.resolve(self.arm.model)
-        emit(StatusChanged(cell, Status.LOADING, phase="loading target", progress=0.3))
         opts = self.arm.options
         self.model = engine.Model(str(path), n_gpu_layers=int(opts.get("n_gpu_layers", 0)), extra_bufts=bool(opts.get("extra_bufts", True)))
         threads = self.ctx.run.threads or available_cores()

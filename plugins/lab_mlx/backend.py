@@ -17,8 +17,8 @@ from lab.api import (
     Option,
     Probing,
 )
-from lab.base.events import Emit, Status, StatusChanged, arm_cell
-from lab.kit import models
+from lab.base.events import Emit
+from lab.kit.loading import resolve_target
 from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
 from lab.kit.speculative import LoopStats, generate
 
@@ -69,13 +69,8 @@ class MlxSession(Backend, Probing):
     def load(self, emit: Emit) -> None:
         from lab_mlx.engine import EngineThread
 
-        if self.arm.model is None:
-            raise ValueError(f"arm {self.arm.name}: the {self.name} backend needs model = ...")
-        cell = arm_cell(self.arm.name)
-        emit(StatusChanged(cell, Status.LOADING, phase="resolving model"))
-        path = models.resolve(self.arm.model)
+        path = resolve_target(self.arm, self.name, emit)
         self.model_path = str(path)
-        emit(StatusChanged(cell, Status.LOADING, phase="loading target", progress=0.3))
         self.engine = EngineThread(self.arm.name)
         self.call(lambda: self._load_on_engine(path, emit))
 
