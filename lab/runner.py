@@ -7,6 +7,11 @@ It builds every result row (:class:`lab.rows.build.ResultRow`) and keeps the
 only list of them. Failures are results: an arm that fails to load or whose
 engine runs out of memory or crashes gets that status in its rows and the
 run goes on. Every backend is closed on every path, Ctrl-C included.
+
+A plugin cannot end the run: whatever any of its calls raises, SystemExit
+included (only Ctrl-C and SIGTERM go on up), is that arm's error, and what
+it leaves running once closed (processes it started, threads) is ended or
+named in the arm's report (lab.telemetry.leftovers).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from lab.rows.build import add_origin, build_result, pick_baseline
 from lab.telemetry.contention import Contention, ContentionWatcher, fitting_threads, others_busy_cores
 from lab.telemetry.gpu import RunTelemetry
 from lab.telemetry.latency import ArrivalClock, LatencyShape
+from lab.telemetry.leftovers import Leftovers
 from lab.telemetry.memory import MemorySampler
 
 # runs this process has started (RunStarted.runs_before)
@@ -447,8 +453,16 @@ class Runner:
         drafter: Drafter | None = None
         engine_bytes: list[int | None] = [None]
         reference_after_close = False
+        leftovers = Leftovers.before_arm()
         try:
-            backend = self.registry.backend(arm.backend)(arm, ctx)
+            try:
+                backend = self.registry.backend(arm.backend)(arm, ctx)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a plugin's constructor is a plugin call too
+                self._log(traceback.format_exc())
+                self._fill(arm, Status.ERROR, f"load failed: {_named(exc)}")
+                return
             telemetry = self.gpu
             if telemetry is not None:
                 telemetry.begin_arm(arm.name, backend.child_pids)
@@ -474,24 +488,52 @@ class Runner:
                 except EngineFailure as exc:
                     self._fill(arm, exc.status, _detail(exc))
                     return
-                except Exception as exc:  # noqa: BLE001 - a broken arm is a result
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - a broken arm (SystemExit too) is a result
                     self._log(traceback.format_exc())
-                    self._fill(arm, Status.ERROR, f"load failed: {type(exc).__name__}: {exc}")
+                    self._fill(arm, Status.ERROR, f"load failed: {_named(exc)}")
                     return
                 self._run_cells(arm, backend, sampler, watcher, drafter)
                 reference_after_close = self._reference_with_engine(arm, backend)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any plugin call around the cells (pids, cores) too
+            self._log(traceback.format_exc())
+            self._fill(arm, Status.ERROR, f"arm failed: {_named(exc)}")
         finally:
+            failed: list[str] = []
             if drafter is not None:
                 try:
                     drafter.close()
-                except Exception:  # noqa: BLE001
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - a plugin's close must not end the run
                     self._log(traceback.format_exc())
+                    failed.append(f"drafter close() failed: {_named(exc)}")
+            report: dict[str, Any] = {}
             if backend is not None:
                 try:
-                    self.emit(ArmReported(arm.name, dict(backend.report())))
-                except Exception:  # noqa: BLE001
+                    report = dict(backend.report())
+                    self.emit(ArmReported(arm.name, report))
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # noqa: BLE001
                     self._log(traceback.format_exc())
-                backend.close()
+                    failed.append(f"report() failed: {_named(exc)}")
+                try:
+                    backend.close()
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # noqa: BLE001
+                    self._log(traceback.format_exc())
+                    failed.append(f"close() failed: {_named(exc)}")
+            left = leftovers.after_arm()
+            if failed:
+                left["close_errors"] = failed
+            if left:
+                self._log(f"arm {arm.name}: {Leftovers.line(left)}")
+                self.emit(ArmReported(arm.name, {**report, "left_behind": left}))
         if reference_after_close and backend is not None:
             self._measure_reference(arm, backend)
 
@@ -547,9 +589,11 @@ class Runner:
                     record["contention_note"] = busy.note()
                 record["when"] = ("after the arm's cells, its engine still loaded" if backend.reference_needs_load()
                                   else "after the arm's cells, its engine closed")
-            except Exception as exc:  # noqa: BLE001 - a reference that fails costs its line, never the run
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a reference that fails costs its line, never the run
                 self._log(traceback.format_exc())
-                record["error"] = f"{type(exc).__name__}: {exc}"
+                record["error"] = _named(exc)
             record["seconds"] = round(now() - start, 3)
         self.emit(ReferenceMeasured(arm.name, record))
 
@@ -623,6 +667,8 @@ class Runner:
                 self._gen_end = None
                 gen = backend.generate(self._request(cell, arm), collect, cancelled)
                 self._gen_end = now()
+                if not isinstance(gen, Generation):
+                    raise TypeError(f"backend {arm.backend}: generate() returned {type(gen).__name__}, not a Generation")
                 busy = watcher.reading(mark) if watcher is not None and mark is not None else None
             except Cancelled:
                 if not cell.is_warmup:
@@ -634,10 +680,12 @@ class Runner:
                 if exc.status == Status.CRASHED:
                     crashed = f"engine crashed earlier in this arm: {exc}"
                 continue
-            except Exception as exc:  # noqa: BLE001
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - SystemExit from a plugin is its arm's error too
                 self._log(traceback.format_exc())
                 if not cell.is_warmup:
-                    self._record(arm, cell, Status.ERROR, detail=f"{type(exc).__name__}: {exc}", peak=sampler.peak)
+                    self._record(arm, cell, Status.ERROR, detail=_named(exc), peak=sampler.peak)
                 continue
             sampler.sample()
             if reset_s is not None:
@@ -678,6 +726,13 @@ def attach_drafter(dcls: type[Drafter], arm: Arm, backend: Drafting, run: RunSet
         drafter.close()
         raise
     return drafter
+
+
+def _named(exc: BaseException) -> str:
+    """A plugin's failure in a row's words: SystemExit says it was an exit."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: a plugin called exit({exc.code!r}); the lab went on"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _detail(exc: EngineFailure) -> str:
