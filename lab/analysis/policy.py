@@ -1,52 +1,14 @@
-"""Draft-policy replay: how other draft-length policies would have done on
-the steps an arm recorded, priced by the probe as :mod:`lab.analysis.predict`
-prices them.
+"""Draft-policy replay: how other draft-length policies (fixed n up to the
+recorded n_max, the adaptive ones of :mod:`lab.base.draft_policy`, and a
+per-category best n) would have done on the steps an arm recorded, priced
+as :mod:`lab.analysis.predict` prices steps.
 
-A step that drafted d tokens and kept a tells what its first min(a + 1, d)
-drafts did: 1..a kept and, when a < d, a + 1 refused. A step of the same
-anchor asking for n <= d lands min(a, n) + 1 tokens and costs C(min(n, d)),
-C(n) = T(n + 1) + n * draft seconds per token + the loop's seconds per step
-(baseline tokens; a probe that prices whole steps gives C(n) = T(n + 1), and
-where it also timed steps that kept none, a step keeping k of its n drafts
-costs the line between the two at k / n, as the prediction prices it).
-Nothing says what a draft past the recorded n_max would have done, so the
-replay never asks for more than the arm recorded (:class:`ReplayRefused`):
-the arm of a sweep with the largest n_max is the best source.
-
-That per-anchor arithmetic (:func:`replay_fixed`) weighs every recorded
-step alike, but a policy landing fewer tokens a step takes more steps over
-the same text, most of them where drafts are kept: from n_max 8 steps of
-SmolLM2 with the n-gram drafter it put fixed n_max 1-4 15-18 % (prose) and
-4-7 % (code) below the arms that ran them (results/policy-cpu). So every policy, fixed n (1..n_max;
-its best is the reference a policy has to beat) and adaptive
-(:mod:`lab.base.draft_policy`), is replayed along the text instead
-(:func:`replay_stream`). Each cell's steps become a stream of per-position marks
-(kept, refused, or undrafted: the target's bonus token after a step that
-kept all it drafted), each with how many tokens the recorded draft still
-offered from that position. A replayed step starting at position p drafts
-min(its length, offered at p), keeps the run of kept marks and stops at the
-first refused one; the target's token lands after it, and the next step
-starts one past that, as the live loop would. A step that would start on an
-undrafted position is a plain decode (cost 1, lands 1): no recorded draft
-says what would have been offered there. That costs a length whose steps
-fall on those positions up to one plain decode per recorded step (on a
-recording of long kept runs, odd and even lengths differ by it).
-
-The assumption: whether a drafted token is kept depends on its position in
-the text, not on how the text was cut into steps. With greedy verification
-the text is the same whatever the chunking, so this is exact for a drafter
-whose proposal at a position does not depend on where its step began, and
-an approximation otherwise: an n-gram lookup from a later anchor sees more
-context, a draft model's k-th token is conditioned on its own k - 1 before
-it. Starting on the recorded anchors (fixed n_max, and a policy that has
-not yet shrunk) the replay is exact. Plain decodes the recording made (the
-drafter offered nothing) are not placed in the text by steps.jsonl: every
-policy takes them as recorded, one token for one baseline token.
-
-Rows carrying a suite category get a per-category policy: the best fixed n
-of each category's pooled steps, chosen in-sample. No drafter records a
-draft's confidence in its steps, so a stop-drafting threshold on it cannot
-be replayed (:data:`CONFIDENCE_NOTE`).
+Each cell's steps become a stream of per-position marks (kept, refused,
+undrafted) that a policy re-chunks into its own steps (:func:`replay_stream`),
+exact where a draft's fate depends on its position in the text and not on
+where its step began. A policy never asks for more than was recorded
+(:class:`ReplayRefused`). docs/design-notes.md gives the method and its
+assumption.
 """
 
 from __future__ import annotations
@@ -105,10 +67,8 @@ class Tally:
 
 
 def kept_none_prices(probe: Probe, n_max: int) -> tuple[float, ...] | None:
-    """C(n) of a step that kept none of its n drafts, for n = 0..n_max where
-    a step-priced probe timed one (a server probe); None where it timed none.
-    A step keeping k of n costs the line from this to C(n) at k / n, as
-    :mod:`lab.analysis.predict` prices it."""
+    """C(n) of a step that kept none of its n drafts, where a step-priced
+    probe timed one; a step keeping k of n costs the line to C(n) at k / n."""
     prices = [1.0]
     for n in range(1, n_max + 1):
         t = probe.kept_none_ratio(n + 1)
@@ -128,9 +88,7 @@ def _priced(prices: Sequence[float], none: Sequence[float] | None, d: int, kept:
 
 def step_prices(probe: Probe, inputs: predict.ArmInputs, n_max: int) -> tuple[float, ...]:
     """C(n) for n = 0..n_max where the probe covers T(n + 1) (index 0: a
-    plain decode, one baseline token); shorter when the probe stops first.
-    The draft's seconds per token leave out its catch-up, which
-    :func:`catch_up_price` prices on the steps that pay it."""
+    plain decode); the draft's catch-up is :func:`catch_up_price`'s."""
     whole = probe.prices_steps
     per_token = 0.0 if whole else (inputs.draft_s_per_token - inputs.catch_up_per_token) / inputs.baseline_token_s
     loop = 0.0 if whole else inputs.loop_s_per_step / inputs.baseline_token_s
@@ -146,10 +104,8 @@ def step_prices(probe: Probe, inputs: predict.ArmInputs, n_max: int) -> tuple[fl
 
 
 def catch_up_price(probe: Probe, inputs: predict.ArmInputs) -> float:
-    """The draft's catch-up in baseline tokens, paid by a step that follows
-    one which kept all its drafts (:func:`lab.analysis.predict.catch_up`);
-    nothing where the probe prices whole steps or the rows saw none. A
-    policy that keeps all more often pays it more often."""
+    """The draft's catch-up in baseline tokens, paid by a step after one that
+    kept all (:func:`lab.analysis.predict.catch_up`); 0 for a step-priced probe."""
     return 0.0 if probe.prices_steps else inputs.catch_up_s / inputs.baseline_token_s
 
 
@@ -165,10 +121,7 @@ def _check(n: int, recorded_n_max: int, prices: Sequence[float]) -> None:
 def replay_fixed(steps: Sequence[Mapping[str, Any]], n: int, prices: Sequence[float], recorded_n_max: int,
                  plain: int = 0, none: Sequence[float] | None = None, catch_up: float = 0.0) -> Tally:
     """Fixed n, each recorded step its own anchor: min(a, n) + 1 landed at
-    C(min(n, d)). ``plain``: the recording's plain decodes. ``none``: the
-    steps that kept none (:func:`kept_none_prices`), where priced.
-    ``catch_up``: added to a step after one (of the same round) that kept
-    all of its replayed drafts (:func:`catch_up_price`)."""
+    C(min(n, d)), ``catch_up`` added after a step that kept all."""
     _check(n, recorded_n_max, prices)
     count = drafted = landed = 0
     cost = 0.0
@@ -214,10 +167,8 @@ def stream(steps: Sequence[Mapping[str, Any]]) -> Stream:
 
 def replay_stream(cells: Sequence[Stream], policy: str, n_max: int, prices: Sequence[float], recorded_n_max: int,
                   plain: int = 0, none: Sequence[float] | None = None, catch_up: float = 0.0) -> Tally:
-    """A policy re-chunking each cell's text into its own steps (the module's
-    docstring says how and what it assumes). Each cell starts at n_max, as
-    the live loop does; a step after one that kept all it drafted pays
-    ``catch_up`` on top of its price."""
+    """A policy re-chunking each cell's text into its own steps, starting at
+    n_max as the live loop does; a step after a full keep pays ``catch_up``."""
     _check(n_max, recorded_n_max, prices)
     count = drafted = landed = 0
     cost = 0.0
@@ -319,9 +270,8 @@ class Replay:
 
 @dataclass(frozen=True)
 class LiveCheck:
-    """An arm that ran a policy live, beside that policy replayed from
-    another arm's steps (same drafter and options, fixed policy, the largest
-    n_max at least its own)."""
+    """An arm that ran a policy live, beside that policy replayed from the
+    fixed arm of the same drafter with the largest n_max at least its own."""
 
     arm: str
     prompt: str
@@ -507,9 +457,7 @@ def _with_category(rep: Replay, chosen: Mapping[str, int]) -> Replay:
 
 def live_checks(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
                 probes: Sequence[Probe]) -> list[LiveCheck]:
-    """Every arm x prompt that ran an adaptive policy live, beside the same
-    policy replayed from the fixed arm of the same drafter and options with
-    the largest n_max at least its own."""
+    """Every arm x prompt that ran an adaptive policy live (:class:`LiveCheck`)."""
     cells = _cells(steps)
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in results:

@@ -1,84 +1,15 @@
 """Predict before measuring: the speedup an arm should get at each n_max.
 
-From the probe's verify-cost curve T(w), the drafter's measured cost per
-drafted token, the loop's own measured seconds per step (picks, rollback,
-events: where the backend reports them) and the acceptance per position,
-one step drafting n costs C(n) = T(n + 1) + n * draft cost per token + loop
-cost (all in baseline tokens) and lands L(n) = 1 + sum_k prod_{i<=k} p_i
-tokens. Iterations where the drafter
-proposes nothing cost and land one plain token, in the share measured. So
+A step drafting n costs C(n) = T(n + 1) + n * draft cost + loop cost, in
+baseline tokens (from the probe's T(w) and the row's measured costs), and
+lands L(n) = 1 + sum_k prod_{i<=k} p_i tokens; with q the plain share,
 
-    speedup(n) = (q + (1 - q) L(n)) / (q + (1 - q) C(n)),  q = plain share.
+    speedup(n) = (q + (1 - q) L(n)) / (q + (1 - q) C(n)).
 
-T(w) is relative to a one-row pass, taken as one baseline token. Where a
-step lasts a few milliseconds (a GPU) the loop's 50-100 us is a few percent
-of it, which the prediction left out until the loop reported it.
-
-A probe that prices whole steps (:attr:`lab.base.probe.Probe.prices_steps`:
-llama-server, which runs the loop itself) gives C(n) directly: T(n + 1) is
-the seconds of a step that drafted n tokens at full acceptance, the draft
-and the server's loop inside, over its baseline's seconds per token, so
-
-    C(n) = T(n + 1),
-
-and only the acceptance per position and the plain share come from the
-row. The draft drafts n tokens and the target verifies n + 1 whatever the
-step keeps, but the server does work per token it keeps: where the probe
-also priced a step that kept none (T0(n + 1)), a step keeping a share
-s = (L(n) - 1) / n of its drafts on average costs
-
-    C(n) = T0(n + 1) + s (T(n + 1) - T0(n + 1)),
-
-and the full-acceptance figure alone where it did not.
-
-A GPU backend that replays a captured graph (llama.cpp on CUDA) rebuilds it
-when a pass has another shape than the one before: a step after a plain
-decode, a plain decode after a step. A drafter that drafts only some steps
-(n-grams) pays that twice per run of plain tokens. Where the probe timed
-passes that switch width (``Probe.switch_ratio``: s_in for w rows after one,
-s_out for one row after w, in baseline tokens over the back-to-back passes)
-and the row counted its switches (a share r_in of its passes were steps after
-another width, r_out plain decodes after a step), every pass costs
-r_in s_in + r_out s_out more on average. The backend captures the new graph
-on the next pass of the same shape, so that pass costs more too: where the
-probe timed it (``Probe.second_ratio``: c_in for a step, c_out for a plain
-decode) and the row counted such passes (shares r2_in, r2_out), they add
-r2_in c_in + r2_out c_out. The prediction spreads it all over the steps:
-
-    switch cost = (r_in s_in + r_out s_out + r2_in c_in + r2_out c_out) / (1 - q).
-
-The shares are the row's, as the plain share is, at every n_max of the curve.
-
-A draft model catches up before it drafts: it reads what the target kept,
-one token after a step that rejected one of its drafts, two after a step that
-kept them all (its last draft, never read, and the target's token). On a
-GPU that replays captured graphs the two-token pass is also a pass of
-another shape, so a step after one that kept everything drafts dearer
-(measured on an H100 with a 1B draft: 6.2-6.8 ms against 4.3-4.4, medians). Where
-the row's steps show it (c, the extra draft seconds of a step whose previous
-step kept all its drafts, against one whose previous did not, at the same
-drafted length), the draft's cost at n is
-
-    n a + c P(all n kept),
-
-a the seconds per drafted token without it and P(all n kept) from the
-acceptance per position: constant in the row's own prediction at its n_max,
-it moves the curve and a prediction made at another acceptance.
-
-A cell starts after its prompt, a pass of another shape, so on such a GPU
-its first passes are dearer than the back-to-back ones (the first runs the
-new graph as it is, the next captures it), in the baseline's cells as in a
-drafting arm's. Where the probe timed cells (``Probe.cell_start_ratio``:
-s(w), baseline tokens a cell pays beyond its steady passes of w rows) and
-the row says how many tokens its passes decoded a cell (D, every token but
-the one that comes with the prompt), the speedup is per cell:
-
-    speedup = (D + s(1)) / (D (q + (1 - q) C(n)) / (q + (1 - q) L(n)) + s(n + 1)),
-
-with s(1) for an arm whose passes are mostly plain (q >= 1/2). Short cells
-pay it most; at D = 255 on an H100 it moved an 8B's oracle rows 0.4 %
-(median; at most 1.7 %). ``lab predict`` prices them from an acceptance
-file that keeps its run's cell length (older files: per pass).
+A step-priced probe (a server) gives C(n) itself; width switches, the
+passes after them, a draft model's catch-up and a cell's start add their
+measured costs where the probe and the row have them. docs/design-notes.md
+derives every term.
 """
 
 from __future__ import annotations
@@ -99,18 +30,15 @@ class Prediction:
     speedup: float
     extrapolated: int  # draft positions with no acceptance data
     loop_cost: float = 0.0  # the loop's own seconds per step, baseline tokens
-    # verify_cost is a whole step's cost, draft and loop inside (a probe that prices steps)
+    # a whole step's cost, draft and loop inside (a step-priced probe)
     step_priced: bool = False
-    # the share of its drafts a step keeps, where verify_cost was read between
-    # the probe's step that kept none and its step that kept all; None otherwise
+    # share of drafts kept, where verify_cost lies between the probe's none-kept and all-kept steps
     kept_share: float | None = None
     # graph rebuilds of passes that switch width, per step, baseline tokens
     switch_cost: float = 0.0
-    # the part of draft_cost that is the draft's two-token catch-up after a step
-    # that kept all (baseline tokens per step)
+    # the part of draft_cost that is the draft's catch-up after a step that kept all
     catch_up_cost: float = 0.0
-    # a cell's first passes beyond its steady ones, baseline tokens a cell: this
-    # arm's and its baseline's (0 where the probe timed no cells)
+    # baseline tokens a cell's first passes cost beyond steady ones: this arm's, its baseline's
     cell_start: float = 0.0
     baseline_cell_start: float = 0.0
 
@@ -128,26 +56,22 @@ class ArmInputs:
     plain_share: float
     n_max: int | None
     loop_s_per_step: float = 0.0
-    # shares of all passes (plain decodes and steps): steps after a pass of
-    # another width, plain decodes after a step (0 where the loop did not count)
+    # shares of all passes: steps after another width, plain decodes after a step
     switch_in_share: float = 0.0
     switch_out_share: float = 0.0
-    # shares of all passes: the pass of the same width right after such a switch,
-    # a step and a plain decode (the backend captures its graph there; 0: not counted)
+    # shares of all passes: the pass right after such a switch (a step, a plain decode)
     second_in_share: float = 0.0
     second_out_share: float = 0.0
     # tokens a cell's passes decode (all but the prompt's), mean over rows; 0: not known
     cell_tokens: float = 0.0
-    # the draft's extra seconds in a step after one that kept all its drafts, and
-    # the part of draft_s_per_token they make in these rows (0: not seen)
+    # the draft's catch-up seconds (after a step that kept all) and their part of draft_s_per_token
     catch_up_s: float = 0.0
     catch_up_per_token: float = 0.0
 
 
 @dataclass(frozen=True)
 class CatchUp:
-    """The draft's extra seconds in a step after one that kept all its drafts
-    (see the module's notes), from recorded steps."""
+    """The draft's catch-up: extra seconds in a step after one that kept all."""
 
     seconds: float  # c: extra draft seconds of such a step
     after_full: int  # steps that followed a step that kept all
@@ -173,12 +97,10 @@ def after_steps(steps: Sequence[Mapping[str, Any]]) -> Iterator[tuple[tuple[Any,
 
 
 def catch_up(steps: Sequence[Mapping[str, Any]]) -> CatchUp | None:
-    """c from one or more arms' steps: per arm x prompt x round in order, the
-    mean draft seconds of steps after a step that kept all its drafts less
-    that of steps after one that did not, each at the arm's most common
-    drafted length, weighted over arms by the fewer of the two counts; None
-    where no arm has enough of both kinds or the steps carry no draft
-    seconds. A difference below zero (noise) reads as none."""
+    """c from arms' steps: mean draft seconds after a step that kept all less
+    after one that did not, at each arm's most common drafted length,
+    weighted by the fewer of the two counts; None without enough of both.
+    Below zero (noise) reads as none."""
     timed = [s for s in steps if s.get("draft_s") is not None]
     pairs = [(key[0], full, int(cur["drafted"]), float(cur["draft_s"])) for key, full, cur in after_steps(timed)]
     if not pairs:
@@ -217,19 +139,15 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str,
     steps = sum(int(r["steps"]) for r in ok)
     drafted = sum(int(r["drafted"] or 0) for r in ok)
     draft_s = sum(float(r["draft_s"] or 0.0) * int(r["steps"]) for r in ok)
-    # A step's seconds over its cost in baseline tokens is the baseline's
-    # seconds per token for that round.
     token_s = sum(float(r["step_s"]) / float(r["step_cost_tokens"]) for r in ok) / len(ok)
     # The first token comes with the prompt, not from the loop.
     plain = sum(max(0, int(r.get("plain_tokens") or 0) - 1) for r in ok)
-    # The loop's own seconds per step, from rows whose loop reports the steps
-    # they were spent over (runs saved before it did leave it out).
+    # only rows whose loop reports the steps it spent them over
     reported = [r["engine_report"] for r in ok if isinstance(r.get("engine_report"), Mapping)
                 and r["engine_report"].get("loop_steps") and r["engine_report"].get("loop_overhead_s") is not None]
     loop_steps = sum(int(e["loop_steps"]) for e in reported)
     loop_s = sum(max(0.0, float(e["loop_overhead_s"])) for e in reported)
-    # switches between widths, from rows whose loop counted them (a saved file's
-    # count that is not one, a negative or a word, is damage: that row counts none)
+    # a saved count that is not a count is damage: that row counts none
     passes = switch_in = switch_out = second_in = second_out = 0
     for r in ok:
         e = r.get("engine_report")
@@ -282,8 +200,7 @@ def predict(
     """Predictions for every n_max the probe covers (n + 1 <= widest width)."""
     ns = list(n_values) if n_values is not None else list(range(1, max(probe.widths)))
     whole = probe.prices_steps
-    # a step-priced probe's T(w) already holds the draft and the loop: the row's own are not added
-    # the draft's seconds per drafted token without its catch-up, which is priced per step below
+    # a step-priced probe's T(w) holds the draft and the loop already
     draft_per_token = 0.0 if whole else (inputs.draft_s_per_token - inputs.catch_up_per_token) / inputs.baseline_token_s
     catch_up_tokens = 0.0 if whole else inputs.catch_up_s / inputs.baseline_token_s
     loop_cost = 0.0 if whole else inputs.loop_s_per_step / inputs.baseline_token_s
@@ -366,12 +283,9 @@ T1_FLOOR = 0.03
 
 
 def t1_disagreement(baseline_rows: Sequence[Mapping[str, Any]], probe: Probe) -> str | None:
-    """A note when the probe's one-row pass, T(1) in seconds, and the run's
-    own baseline seconds per token disagree by more than the baseline
-    rounds' spread (at least :data:`T1_FLOOR`): the two were measured under
-    different conditions (load, clocks, another process), so a prediction
-    that prices steps from one and compares with the other is off by as
-    much. None when they agree or either is missing."""
+    """A note when the probe's T(1) and the run's baseline seconds per token
+    disagree by more than the rounds' spread (at least :data:`T1_FLOOR`):
+    measured under different conditions, a prediction is off by as much."""
     secs = sorted(1.0 / float(r["tok_per_s"]) for r in baseline_rows
                   if r.get("status") == "ok" and r.get("tok_per_s") and int(r.get("round", 1)) >= 1)
     width = 1 if 1 in probe.widths else min(probe.widths)
@@ -399,13 +313,9 @@ _DRIFT_MIN = 5
 
 def draft_drift(steps: Sequence[Mapping[str, Any]], arm: str) -> str | None:
     """A note when one arm's draft ran at different speeds in different
-    cells: per cell (prompt x round) the median seconds per drafted token of
-    its steps after a step that kept all its drafts, and apart of those
-    after one that did not (the catch-up makes them differ by design), and
-    the widest spread between cells of either kind above
-    :data:`DRIFT_FLOOR`. A machine whose draft runs fast in one cell and
-    slow in the next gives predictions that borrow those seconds for
-    another arm (held out) that move with it. None otherwise."""
+    cells (median seconds per drafted token per cell, steps after a full
+    keep apart from the others) by more than :data:`DRIFT_FLOOR`: held-out
+    predictions that borrow those seconds move with it."""
     mine = [s for s in steps if s.get("arm") == arm and s.get("draft_s") is not None
             and not (isinstance(s.get("round"), int) and s["round"] < 1)]
     cells: dict[tuple[Any, Any, Any], dict[bool, list[float]]] = {}
@@ -438,12 +348,9 @@ DEPTH_FLOOR = 512
 
 
 def depth_disagreement(rows: Sequence[Mapping[str, Any]], probe: Probe) -> str | None:
-    """A note when the row's steps ran at a KV depth far from the one the
-    probe's passes ran at (:attr:`lab.base.probe.Probe.kv_depth`): a pass
-    over w rows attends to every token before it, so T(w) moves with depth
-    (``lab probe --depths`` shows how much on this machine). The row's
-    depth is its prompt plus half its generated tokens, the middle of its
-    decoding. None when they are close or either is unknown."""
+    """A note when the row decoded at a KV depth (prompt plus half its
+    tokens) far from the probe's (:attr:`lab.base.probe.Probe.kv_depth`):
+    T(w) moves with depth (``lab probe --depths``)."""
     depth = probe.kv_depth
     mids = sorted(int(r["prompt_tokens"]) + int(r.get("n_tokens") or 0) // 2 for r in rows
                   if r.get("status") == "ok" and r.get("prompt_tokens") is not None)

@@ -1,12 +1,8 @@
-"""The lab's own decode loops, shared by every backend that runs drafter
-plugins (llama.cpp in process, MLX).
-
-A backend adapts its engine to :class:`Target`; the loops here do the rest:
-prompt processing, baseline decoding, and speculative steps (draft k tokens,
-verify ``[last] + draft`` in one target pass with logits for every row,
-accept the longest matching prefix for greedy decoding or rejection-sample
-against the draft's probabilities, roll the target back, emit events).
-"""
+"""The lab's own decode loops for every backend that runs drafter plugins:
+a backend adapts its engine to :class:`Target`, and :func:`generate` does
+prompt processing, baseline decoding and speculative steps (draft, verify
+``[last] + draft`` in one pass, keep by agreement, by speculative sampling
+or at set rates, roll back, emit events)."""
 
 from __future__ import annotations
 
@@ -68,12 +64,9 @@ class Target(Protocol):
 
 @runtime_checkable
 class Overlapping(Protocol):
-    """A target whose decode may run while the loop does other work.
-
-    The loops then send the events of what landed (token text, steps, and
-    whatever the listeners do with them: the store, the TUI) while the
-    engine runs the next decode: on a GPU that host work leaves the critical
-    path. ``pick`` and ``probs`` wait for the decode."""
+    """A target whose decode may run while the loop sends the events of what
+    landed, taking that host work off a GPU's critical path; ``pick`` and
+    ``probs`` wait for the decode."""
 
     def submit(self, ids: Sequence[int], all_logits: bool) -> None:
         """Queue the decode of ids at n_past (logits for the last row or
@@ -85,25 +78,17 @@ class Overlapping(Protocol):
 
 @dataclass
 class LoopStats:
-    """Totals a loop keeps beside the events, for cross-checks and the
-    overhead benchmark; a backend may keep one across all of an arm's cells
-    (step events count per cell)."""
+    """Totals a loop keeps beside the events, possibly across an arm's cells."""
 
     steps: int = 0
     plain_tokens: int = 0
-    # target passes of another width than the pass before them: a step after
-    # a plain decode or a step of another width, and a plain decode after a
-    # step (a GPU backend that replays a captured graph rebuilds it then)
+    # passes of another width than the one before (a replayed graph is rebuilt then)
     switch_steps: int = 0
     switch_plain: int = 0
-    # the pass right after such a switch, of the same width: llama.cpp's CUDA
-    # backend runs a switching pass without a graph and captures the graph on
-    # this one (steps and plain decodes; a cell's first passes are not counted)
+    # the pass right after such a switch, where a CUDA graph is captured
     second_steps: int = 0
     second_plain: int = 0
-    # the other plain decodes by kind (lab.base.events.PASS_KINDS), and the
-    # engine's seconds of plain decodes by kind, so a run shows what each kind
-    # cost beside what the probe timed for it
+    # plain decodes and their engine seconds by kind (lab.base.events.PASS_KINDS)
     first_plain: int = 0
     steady_plain: int = 0
     switch_plain_s: float = 0.0
@@ -140,11 +125,8 @@ class LoopStats:
         return replace(self, extras=dict(self.extras))
 
     def cell_report(self, start: LoopStats) -> dict[str, Any]:
-        """One cell's share of totals that may run across an arm's cells:
-        what the loop adds to a row's ``engine_report``: the plain decodes'
-        seconds by kind only where the loop told every plain decode's kind (a
-        loop that counts plain tokens alone leaves them out rather than call
-        them all first)."""
+        """One cell's share of the totals, for the row's ``engine_report``
+        (seconds by kind only where every plain decode's kind was told)."""
         report = {
             "plain_tokens": self.plain_tokens - start.plain_tokens,
             "switch_steps": self.switch_steps - start.switch_steps,
@@ -184,12 +166,8 @@ def pass_kind(last_width: int, width: int, since_switch: int) -> tuple[str, int]
 
 class OutputStream:
     """Collects output ids, decodes text incrementally, emits token events.
-
-    ``defer``: events wait in order until :meth:`flush` (the loop flushes
-    while the engine decodes). A deferred landing keeps only its ids and the
-    time it landed: its text and event are made at the flush, off the path
-    from one pick to the next decode, and stamped with that time, so the
-    clocks of first token and inter-token latency do not move."""
+    ``defer``: events wait until :meth:`flush`, stamped with the time each
+    landing happened, so latency clocks do not move."""
 
     def __init__(self, target: Target, req: GenerationRequest, emit: Emit, defer: bool = False) -> None:
         self.target = target
@@ -236,11 +214,9 @@ class OutputStream:
 
 @dataclass(frozen=True)
 class TraceStep:
-    """One target decode of the generation phase as the loop laid it out,
-    so a check can replay the cell's exact batches: ``tokens`` decoded at
-    position ``base`` (one row for a plain decode, ``[pending] + draft`` for
-    a verify with logits on every row), ``accepted`` drafted tokens kept
-    (None for a plain decode), landing output ids from ``out_index`` on."""
+    """One target decode as the loop laid it out, so a check can replay the
+    cell's exact batches: ``tokens`` at ``base``, ``accepted`` drafts kept
+    (None for a plain decode), output ids landing from ``out_index``."""
 
     out_index: int
     base: int
@@ -259,18 +235,15 @@ class TraceStep:
 # Seeds the draws of set acceptance apart from the sampler's.
 SET_ACCEPTANCE_STREAM = 0x5E7AC
 
-# A wait for the engine that takes longer than this found it still busy: the
-# events flushed before it ran while the engine worked (an idle
-# llama_synchronize returns in a few microseconds).
+# A wait for the engine longer than this found it still busy.
 BUSY_WAIT_S = 50e-6
 
 
 @dataclass(frozen=True)
 class EnginePass:
-    """What :func:`engine_pass` saw besides the decode: ``own_s``, seconds
-    of the call that were the loop's (the flush, when the engine finished
-    before it); ``held_s``, seconds ``cancelled`` kept the loop (a pause),
-    out of every clock; ``stop``, what ``cancelled`` said."""
+    """What :func:`engine_pass` saw besides the decode: ``own_s``, the loop's
+    seconds (a flush the engine did not outlast); ``held_s``, a pause, out of
+    every clock; ``stop``, what ``cancelled`` said."""
 
     own_s: float = 0.0
     held_s: float = 0.0
@@ -282,10 +255,8 @@ _NOTHING_ELSE = EnginePass()
 
 def engine_pass(target: Target, overlap: Overlapping | None, out: OutputStream, ids: Sequence[int],
                 all_logits: bool, cancelled: Callable[[], bool]) -> EnginePass:
-    """Decode ids. On an Overlapping target, while the engine runs, send the
-    events that landed and then ask ``cancelled`` (which may hold the loop
-    while the run is paused: everything that landed has gone out by then).
-    Other targets decode here and are asked at the top of each iteration."""
+    """Decode ids; on an Overlapping target, flush events and ask
+    ``cancelled`` (which may hold a pause) while the engine runs."""
     if overlap is None:
         target.decode(ids, all_logits=all_logits)
         return _NOTHING_ELSE
@@ -301,9 +272,7 @@ def engine_pass(target: Target, overlap: Overlapping | None, out: OutputStream, 
         overlap.wait()  # nothing is left in flight, even when a listener raised
     held = t_x - t_f
     if now() - t_w > BUSY_WAIT_S:
-        # the engine outlasted the flush: it cost no time; a hold is out of every
-        # clock whatever the engine did meanwhile (a wait overshooting its few
-        # microseconds on a busy host once counted a 200 ms pause as engine time)
+        # the engine outlasted the flush: it cost no time; a hold is out of every clock
         return EnginePass(held_s=held, stop=stop) if stop or held > BUSY_WAIT_S else _NOTHING_ELSE
     return EnginePass(own_s=t_f - t_q, held_s=held, stop=stop)
 
@@ -326,13 +295,9 @@ def generate(
     trace: list[TraceStep] | None = None,
 ) -> Generation:
     """Run one cell: baseline when ``drafter`` is None, else speculative with
-    up to ``req.n_max`` drafted tokens per step.
-
-    A :class:`~lab.api.Rehearsing` drafter on a greedy cell first gets its
-    untimed, silent passes (see :func:`rehearse`); they count in no clock
-    and no event, only in ``engine_report`` (``rehearsals``,
-    ``rehearsal_s``). ``trace``, when given, receives the timed pass's
-    decodes."""
+    up to ``req.n_max`` drafts a step, after a :class:`~lab.api.Rehearsing`
+    drafter's untimed passes (:func:`rehearse`). ``trace`` receives the
+    timed pass's decodes."""
     report: dict[str, Any] = {}
     # a rehearsal makes a transcript agree with the target; set acceptance ignores agreement
     if isinstance(drafter, Rehearsing) and req.temperature <= 0 and req.acceptance is None:
@@ -346,15 +311,10 @@ def rehearse(
     target: Target, prompt_ids: Sequence[int], req: GenerationRequest, cancelled: Callable[[], bool],
     drafter: Rehearsing,
 ) -> dict[str, Any]:
-    """Untimed passes of the loop for a drafter that learns from its output.
-
-    Each pass reaches at least one token further in agreement with the
-    drafter's transcript than the last: a verify row's logits depend only on
-    the tokens before it and the batch's width, and both repeat up to the
-    first token where the pass left the transcript, so replaying the pass's
-    own output keeps everything before that token and lands it. The passes
-    end at a fixed point (output equals transcript) or after
-    ``max_rehearsals``."""
+    """Untimed passes for a drafter that learns from its output, until the
+    output equals its transcript or ``max_rehearsals``. Each pass agrees one
+    token further: a verify row's logits depend only on the tokens before it
+    and the batch's width, which repeat up to where the last pass left."""
     assert isinstance(drafter, Drafter)
     t0 = now()
     passes = 0
@@ -507,11 +467,10 @@ def acceptor(req: GenerationRequest) -> Acceptor:
 
 def accept_set(target: Target, drafted: Sequence[int], chances: Sequence[float],
                rng: np.random.Generator) -> tuple[int, int]:
-    """Set acceptance (:mod:`lab.base.set_acceptance`): keep drafted token i with
-    the chance ``chances[i]`` given the ones before it were kept, whatever
-    the target picks. Every row up to the first rejection is still picked,
-    as a verify that decided by agreement would, so the step costs what a
-    real one does; the token after the last kept draft is the target's."""
+    """Set acceptance (:mod:`lab.base.set_acceptance`): keep draft i with
+    chance ``chances[i]`` given the ones before were kept; every row up to
+    the first rejection is still picked, so the step costs what a real one
+    does, and the token after the last kept draft is the target's."""
     for i in range(len(drafted)):
         y = target.pick(i)
         # a position past the rates given is never kept
@@ -570,13 +529,9 @@ def softmax(logits: np.ndarray, temperature: float, masked: Sequence[int] = ()) 
 
 
 class TargetDrafter(Drafter):
-    """A draft model driven through the :class:`Target` protocol, so one
-    implementation serves every engine: it keeps its own context in step with
-    the lab's (rolling back what the target rejected) and drafts k tokens one
-    at a time, greedily or by sampling with the run's temperature.
-
-    Subclasses load their engine in ``load`` and set ``self.target`` with its
-    sampling temperature set to the run's."""
+    """A draft model on any engine through :class:`Target`: its context kept
+    in step with the lab's, k tokens drafted one at a time at the run's
+    temperature. Subclasses set ``self.target`` in ``load``."""
 
     target: Target | None = None
 
