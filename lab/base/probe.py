@@ -1,12 +1,7 @@
-"""The verify-cost probe's curve and its file: how long one target pass takes to verify w tokens
-of one sequence, relative to one token, T(w) = t(w) / t(1).
-
-Speculative decoding assumes T(w) stays near 1 (weights are read once for
-all rows). The write-ups' proxy is llama-batched-bench's batch-8 over
-batch-1 aggregate throughput, which is 8 / T(8) when T comes from batched
-decoding of 8 sequences (Metal 1.13x, CUDA 3.34x). A backend measures
-seconds per pass (``Probing.measure_verify_cost``, a capability); this module repeats,
-summarizes and saves them as JSON the analysis reads back::
+"""The verify-cost probe's curve and its file: how long one target pass
+over w tokens of one sequence takes relative to one token, T(w) = t(w) / t(1).
+A backend measures seconds per pass (``Probing.measure_verify_cost``); this
+module summarizes them and saves them as JSON::
 
     {"kind": "speclab.probe", "version": 1, "backend": "llamacpp",
      "model": "embedded:smollm2", "method": "decode", "widths": [1, 2, ...],
@@ -14,11 +9,9 @@ summarizes and saves them as JSON the analysis reads back::
      "machine": {...}, "threads": 2, "bandwidth_bytes_s": ..., "model_bytes": ...,
      "depth": 512, "summary": {...derived, for people; ignored when loading}}
 
-``depth`` is the KV depth the passes were timed at: tokens already in the
-cache before each timed pass (``lab probe --depths``). Files written before it
-existed lack it and load with None (the backend's own prefix, which its notes
-may name). Several depths of one stack make a :class:`Surface`, saved as one
-file of kind ``speclab.probe-surface`` that ``lab predict`` reads.
+``depth``: tokens in the KV cache before each timed pass (None: the
+backend's own prefix). Several depths of one stack make a :class:`Surface`
+(kind ``speclab.probe-surface``).
 """
 
 from __future__ import annotations
@@ -32,11 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from lab.base import rundir
 
-# What the target pass before a pass was, where the loop tells it (a step's
-# ``pass_kind``) and as the notes' ``switch_s`` times each kind: a GPU backend
-# that replays a captured graph (llama.cpp on CUDA) runs a pass of another
-# width than the one before without a graph and captures the graph on the
-# next pass of that width; only the passes after it replay it.
+# A pass's kind by the pass before it (a step's ``pass_kind``): a backend that
+# replays captured graphs runs a switching pass without one and captures on the next.
 FIRST_PASS = "first"  # the cell's first pass after its prompt
 SWITCH_PASS = "switch"  # another width than the pass before
 SECOND_PASS = "second"  # the same width as a switching pass right before it
@@ -49,11 +39,8 @@ PROBE_FILE = rundir.PROBE_FILE
 DEFAULT_WIDTHS = tuple(range(1, 17))
 # The write-ups' amortization figure: batch-8 over batch-1 throughput.
 RATIO_WIDTH = 8
-# A probe's ``notes["prices"]`` when its figures at widths above 1 are whole
-# speculative steps, not target passes: a step that drafted w - 1 tokens at
-# full acceptance, the draft's cost and the engine's own loop inside it, as
-# a server measures it (it cannot split them). Its T(w) is then a step's
-# whole cost in baseline tokens; the prediction adds no draft or loop cost.
+# ``notes["prices"]`` of a probe whose figures above width 1 are whole steps
+# (w - 1 drafts at full acceptance, draft and loop inside), as a server measures.
 PRICES_STEPS = "steps"
 
 
@@ -81,9 +68,7 @@ class ProbeInterrupted(KeyboardInterrupt):
         self.probe = probe
 
 
-# The widest width and the shortest and longest pass a probe can hold: past
-# them a probe file is damaged, not measured (and T(w), a ratio of passes,
-# could overflow).
+# Past these a probe file is damaged, not measured.
 MAX_WIDTH = 4096
 MIN_PASS_SECONDS = 1e-9
 MAX_PASS_SECONDS = 1e6
@@ -228,12 +213,9 @@ class Probe:
     bandwidth_bytes_s: float | None = None
     model_bytes: int | None = None
     notes: Mapping[str, Any] = field(default_factory=dict)
-    # How a run came by this probe: {"source": "measured" | "cached" | "file",
-    # "seconds": what measuring cost, "key": the cache key, ...}. Empty for
-    # a probe measured by `lab probe`.
+    # how a run came by it: {"source": "measured" | "cached" | "file", "seconds", "key", ...}
     origin: Mapping[str, Any] = field(default_factory=dict)
-    # Tokens in the KV cache before each timed pass, as asked for; None: the
-    # backend's own prefix (see :attr:`kv_depth`).
+    # tokens in the KV cache before each timed pass; None: the backend's own prefix
     depth: int | None = None
 
     @property
@@ -289,10 +271,8 @@ class Probe:
         return _between({x: statistics.median(self._ratios(x)) for x in self.widths}, w)
 
     def kept_none_ratio(self, w: int) -> float | None:
-        """A whole step at width w that kept none of its w - 1 drafts, in
-        baseline tokens, where a step-priced probe measured one (its notes'
-        ``kept_none_s``, from its last repeat, over that repeat's one-row
-        figure); linear between measured widths; None elsewhere."""
+        """A whole step at width w that kept none of its drafts, in baseline
+        tokens, where a step-priced probe measured one (notes' ``kept_none_s``)."""
         table = self.notes.get("kept_none_s")
         if not self.prices_steps or not isinstance(table, Mapping):
             return None
@@ -305,11 +285,8 @@ class Probe:
                         w)
 
     def step_ratio(self, w: int, kept_share: float) -> float | None:
-        """A step's cost at width w, in baseline tokens, when it keeps
-        ``kept_share`` (0 to 1) of its w - 1 drafts on average: T(w) where
-        the probe priced no step that kept none (a pass-priced probe, or a
-        server probe from before it did), else the line between that step
-        and T(w), one that kept all, read at ``kept_share``."""
+        """A step's cost at width w keeping ``kept_share`` of its drafts: on
+        the line from :meth:`kept_none` to T(w), or T(w) without the former."""
         full = self.t_ratio(w)
         none = self.kept_none_ratio(w)
         if full is None or none is None:
@@ -318,9 +295,8 @@ class Probe:
         return none + (full - none) * share
 
     def _switch_table(self, sizes: tuple[int, ...]) -> tuple[float, dict[int, tuple[float, ...]]] | None:
-        """The notes' ``switch_s`` as (one row back to back, per width above
-        1 its entry), entries of a length in ``sizes`` with every figure
-        positive; None where it is absent, damaged or has no such entry."""
+        """The notes' ``switch_s`` as (one row back to back, entry per width),
+        entries of a length in ``sizes``; None where absent or damaged."""
         table = self.notes.get("switch_s")
         if not isinstance(table, Mapping) or not isinstance(table.get("widths"), Mapping):
             return None
@@ -334,10 +310,8 @@ class Probe:
         return (one, good) if math.isfinite(one) and good else None
 
     def switch_passes(self, w: int) -> dict[str, tuple[float, float]] | None:
-        """Each kind of pass the probe timed at exactly ``w`` rows, in
-        seconds, as (a pass of w rows, a pass of one row): steady (back to
-        back), switch (right after the other width) and, from entries of
-        five, second (the pass after that); None where it timed none at w."""
+        """Seconds of each pass kind timed at exactly ``w`` rows, as (w rows,
+        one row): steady, switch and (entries of five) second."""
         found = self._switch_table((3, 5))
         if found is None or w not in found[1]:
             return None
@@ -353,13 +327,8 @@ class Probe:
         return _between({k: max(0.0, (v[at] - base(v)) / unit) for k, v in good.items()}, w)
 
     def switch_ratio(self, w: int) -> tuple[float, float] | None:
-        """What a pass costs beyond its back-to-back figure when the pass
-        before it had another width, in baseline tokens: (w rows after one
-        row, one row after w rows), where the probe timed such passes (its
-        notes' ``switch_s`` from its last repeat: per width the pass back to
-        back, after one row, and one row after it, beside one row back to
-        back; see :func:`lab.analysis.predict.predict`); never below 0;
-        linear between measured widths; None elsewhere."""
+        """Baseline tokens a pass costs beyond back to back when the pass
+        before had another width: (w rows after one, one after w rows)."""
         found = self._switch_table((3, 5))
         if found is None:
             return None
@@ -368,13 +337,8 @@ class Probe:
         return (into, out) if into is not None and out is not None else None
 
     def second_ratio(self, w: int) -> tuple[float, float] | None:
-        """What the pass right after a switch costs beyond its back-to-back
-        figure when it keeps the new width, in baseline tokens: (w rows
-        after one row and then w rows, one row after w rows and then one
-        row), where the probe timed them (``switch_s`` entries of five:
-        llama.cpp's CUDA backend captures its graph on that pass); never
-        below 0; linear between measured widths; None where the probe timed
-        none (a probe from before it did)."""
+        """Baseline tokens the pass right after a switch costs beyond back to
+        back (where a CUDA graph is captured): (w rows, one row)."""
         found = self._switch_table((5,))
         if found is None:
             return None
@@ -382,8 +346,6 @@ class Probe:
         into, out = self._over(good, w, 3, lambda v: v[0]), self._over(good, w, 4, lambda _v: one)
         return (into, out) if into is not None and out is not None else None
 
-    # The first passes of a width after a change of shape, in a probe's cell
-    # timing: llama.cpp on CUDA runs a new graph as it is, then captures it.
     CELL_START_PASSES = 2
 
     def _cell_table(self) -> dict[int, list[float]] | None:
@@ -404,12 +366,8 @@ class Probe:
         return out or None
 
     def cell_start_ratio(self, w: int) -> float | None:
-        """Baseline tokens a cell pays beyond its steady passes for the first
-        passes of width w, the ones right after its prompt (notes'
-        ``cell_s``: the first two passes less two of the passes after them;
-        never below 0); linear between measured widths; None where the probe
-        timed no cells or not around w. A run pays it once a cell; the
-        back-to-back T(w) leaves it out."""
+        """Baseline tokens a cell pays once for its first passes of width w
+        beyond steady ones (notes' ``cell_s``); None where not timed."""
         table = self._cell_table()
         if table is None:
             return None
@@ -420,11 +378,8 @@ class Probe:
 
     @property
     def drafted_token_s(self) -> float:
-        """Seconds of one token of this model as a draft model decodes it:
-        where the probe picked its verifies on the device (notes'
-        ``gpu_pick``, as the draft-model drafter picks on a GPU) and timed
-        one row back to back so (``switch_s``'s ``one_s``), that; else
-        T(1)'s pass, the baseline's host-picked token."""
+        """Seconds of one token as a draft model decodes it: the device-picked
+        one-row pass where the probe timed one, else T(1)'s pass."""
         table = self.notes.get("switch_s")
         timed = saved_seconds(table.get("one_s")) if isinstance(table, Mapping) and self.notes.get("gpu_pick") is True else None
         return timed if timed is not None else self.pass_seconds(1)
@@ -447,11 +402,8 @@ class Probe:
         return statistics.median(rep[i] for rep in self.seconds)
 
     def alone_ratio(self, w: int) -> float | None:
-        """A w-row pass waited on before anything else runs (a rollback's
-        re-run of the kept tokens), in baseline tokens: T(w), except that at
-        w = 1, where T(1) is a token the baseline pipelines, the one-row pass
-        the notes keep (MLX's ``one_row_pass_s``) over it; None beyond the
-        widest width."""
+        """A w-row pass waited on (a rollback's re-run), in baseline tokens:
+        T(w), at w = 1 the notes' unpipelined ``one_row_pass_s`` where kept."""
         if w != 1:
             return self.t_ratio(w)
         alone = saved_seconds(self.notes.get("one_row_pass_s"))
@@ -554,8 +506,6 @@ def save(probe: Probe, path: str | Path) -> Path:
     return p
 
 
-# A probe is a few kilobytes; the cap keeps a wrong file (a device, a
-# model) from being read whole.
 MAX_PROBE_BYTES = 16 * 1024 * 1024
 
 
@@ -617,11 +567,9 @@ SURFACE_VERSION = 1
 
 @dataclass(frozen=True)
 class Surface:
-    """T(w) at several KV depths of one stack: one probe per depth,
-    shallowest first. At depth the one-row pass itself gets slower (each
-    token attends to more cache), so each depth's T(w) is relative to its
-    own one-row pass, and :meth:`relative` puts every pass in the
-    shallowest depth's one-row pass."""
+    """T(w) at several KV depths of one stack, shallowest first; each depth's
+    T(w) is relative to its own one-row pass, :meth:`relative` to the
+    shallowest's."""
 
     probes: tuple[Probe, ...]
 
@@ -698,8 +646,6 @@ def needed_widths(n_maxes: Sequence[int]) -> tuple[int, ...]:
     """Widths a profile's n_max values need (1 .. max n_max + 1), plus a few
     beyond so the prediction can say whether a larger n_max would pay."""
     top = max([*n_maxes, 1]) + 1
-    # two widths past the top: enough for the curve to say whether a larger
-    # n_max would pay (interpolated between them), few enough to stay cheap
     extra = {top + 2, min(2 * top, top + 16)}
     return tuple(sorted(set(range(1, top + 1)) | extra))
 
