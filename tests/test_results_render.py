@@ -6,6 +6,8 @@ cites can always be re-rendered and checked."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,18 @@ def test_there_are_committed_runs_some_of_them_compressed() -> None:
 def test_no_committed_file_is_over_a_mebibyte() -> None:
     big = [p for p in (ROOT / "results").rglob("*") if p.is_file() and p.stat().st_size > 1 << 20]
     assert big == []
+
+
+def test_the_tracked_tree_stays_small() -> None:
+    """At most 20 MiB tracked, no tracked file over 1 MiB: the tree travels
+    whole to a GPU host (docs/gpu-host.md)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    sizes = {name: (ROOT / name).stat().st_size for name in out.decode().split("\0")
+             if name and (ROOT / name).is_file()}
+    assert sum(sizes.values()) <= 20 << 20
+    assert sorted(n for n, size in sizes.items() if size > 1 << 20) == []
 
 
 @pytest.mark.slow
