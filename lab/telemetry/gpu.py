@@ -1,25 +1,13 @@
 """GPU telemetry: device memory (whole card and per process), utilization
-and power, sampled on a thread; and the energy a generation spends, split
-into its draft and verify phases where a loop reports them.
+and power sampled on a thread from NVML (``pynvml``, imported when a reader
+opens) or ``nvidia-smi``; and a generation's energy, split into its draft
+and verify phases where a loop reports them.
 
-Readings come from NVML (``pynvml``, the ``nvidia-ml-py`` package,
-imported only when a reader opens) or, without it, from ``nvidia-smi``'s CSV
-queries. No engine is imported here.
-
-Energy is the integral of power over time. NVML's energy counter (joules
-since the driver loaded) gives it exactly between two readings; where the
-card has none, power readings are joined into the same form: each interval
-between two samples carries one mean power. A phase's energy is then the
-sum over intervals of that power times the overlap with the phase, so
-draft and verify split a generation's joules without double counting.
-
-Resolution: an H200's driver refreshes the counter and the power reading
-every 100 ms, while a step's draft and verify phases last milliseconds. A
-generation's joules and joules per token are exact to a refresh period; a
-draft/verify split is the time each phase spent inside windows of known
-mean power, so it can show where a long phase (a slow drafter, a server
-round trip) draws, not a power difference between phases that alternate
-faster than the refresh.
+Each interval between two samples carries one mean power (from the energy
+counter where the card has one), and a phase's energy is that power times
+its overlap with the phase. The driver refreshes its readings on a period
+of its own (often 100 ms): joules per token are exact to that period, while
+a draft/verify split only shows where long phases draw.
 """
 
 from __future__ import annotations
@@ -251,9 +239,6 @@ class GpuSampler(PeriodicSampler):
         return max(values, default=None)
 
 
-# -- energy ----------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class PowerSegment:
     """Between two samples: one mean power."""
@@ -265,14 +250,8 @@ class PowerSegment:
 
 def power_segments(samples: Sequence[GpuSample]) -> list[PowerSegment]:
     """Mean power between consecutive samples: from the energy counter where
-    both ends have it (exact), else the mean of the two power readings
-    (trapezoid). Intervals with neither are left out.
-
-    The driver refreshes the counter (and the power reading) on its own
-    period, 100 ms on an H200, so faster sampling reads the same value
-    several times. Those repeats are not zero watts: a reading whose counter
-    did not move since the previous one is skipped, and the segment runs
-    from one refresh to the next."""
+    both ends have it, else the mean of the two power readings; a reading
+    whose counter did not move (the driver had not refreshed) is skipped."""
     ordered = sorted(samples, key=lambda s: s.t)
     ordered = [
         s for i, s in enumerate(ordered)
@@ -370,18 +349,12 @@ def generation_energy(
     )
 
 
-# -- a run's telemetry -----------------------------------------------------------
-
 GPU_FILE = "gpu.json"
 SAMPLES_FILE = "gpu-samples.json.gz"
-# How often the run's GPU sampler reads: an H200's driver refreshes power
-# and the energy counter every 100 ms, so reading faster adds repeats (which
-# power_segments skips) and the sampler's Python time beside the engine's
-# loop; nvidia-smi starts two processes a reading.
+# About the driver's refresh period: faster reads only repeat readings.
 NVML_INTERVAL_S = 0.1
 SMI_INTERVAL_S = 0.5
-# Live readings for the TUI at most this often (the sampler reads faster
-# so that energy windows stay tight).
+# Live readings for the TUI at most this often.
 EMIT_INTERVAL_S = 0.25
 
 
@@ -411,11 +384,9 @@ class _ArmWindow:
 
 
 class RunTelemetry:
-    """GPU telemetry over one run: one sampler for the whole run, a window
-    per arm for its memory peaks, a window per cell for its energy. The
-    runner asks :meth:`cell_keys` for each row's GPU keys and
-    :meth:`write` saves ``gpu.json`` (per arm, per cell) and the raw
-    readings beside the run."""
+    """GPU telemetry over one run: one sampler, a window per arm for memory
+    peaks and per cell for energy; :meth:`cell_keys` gives a row's keys and
+    :meth:`write` saves ``gpu.json`` and the raw readings."""
 
     def __init__(self, reader: GpuReader, interval: float | None = None, emit: Callable[[Any], None] | None = None) -> None:
         if interval is None:
@@ -443,7 +414,6 @@ class RunTelemetry:
         self.sampler.stop()
         self.sampler.reader.close()
 
-    # -- windows ---------------------------------------------------------------
     def begin_arm(self, arm: str, pids: Callable[[], list[int]]) -> None:
         """An arm starts loading; ``pids`` lists its processes (this one and
         any engine server it started) whenever asked."""
@@ -492,17 +462,13 @@ class RunTelemetry:
             s.utilization_pct, s.power_w, s.t,
         ))
 
-    # -- rows --------------------------------------------------------------------
     def cell_keys(
         self, arm: str, prompt: str, round: int, t_end: float | None = None, gen_s: float | None = None,
         n_tokens: int | None = None, steps: Sequence[Any] = (),
     ) -> dict[str, Any]:
-        """A row's GPU keys. The arm's peaks so far always; energy only for
-        a cell that generated: over its generation phase [t_end - gen_s,
-        t_end], per generated token (tok/s's own denominator), split into
-        draft and verify where every step's phases were clocked by the lab
-        as they ran (a server's steps, read from its log afterwards, carry
-        times but not when they happened)."""
+        """A row's GPU keys: the arm's peaks so far, and for a cell that
+        generated its energy over [t_end - gen_s, t_end] per token, split
+        into draft and verify where the lab clocked every step as it ran."""
         self.sampler.sample()  # the cell's last reading, so its window is closed by one
         window = self._update_peaks(arm)
         samples = self.sampler.snapshot()
@@ -526,7 +492,6 @@ class RunTelemetry:
         })
         return keys
 
-    # -- the run directory ----------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         """gpu.json: the card, the sampling, each arm's peaks and energy per
         token (min, median, max over its cells), and every cell."""
