@@ -1,19 +1,12 @@
 """Was the machine busy while a cell ran? The noise guard.
 
-Two runs started at once on one machine each see their cores taken by the
-other: a baseline measured that way is slow, and the speculative arm beside
-it "pays" when it does not. So while an arm runs, a watcher on its own
-thread reads the machine's CPU time and takes out this process tree's
-(the lab, its threads, a server it started): what is left is other
-processes' work, in busy cores. A cell whose others used more cores than
-the arm's engine leaves spare (cores minus the engine's busy cores) by more
-than :data:`BUSY_CORES` is marked contended. Where the system tells, CPU
-thermal throttling during the cell marks it too, and the lowest CPU clock
-and the time this tree's threads spent waiting for a core are noted.
-
-Only deltas of cumulative counters are used, so a cell's figure does not
-depend on how often the watcher reads; reading often keeps the share of
-processes that start or end inside a cell small.
+A baseline measured beside another process is slow, and the arm beside it
+"pays" when it does not. While an arm runs a watcher reads the machine's
+CPU time less this process tree's (the lab, a server it started): other
+processes' busy cores. A cell whose others used more than the engine left
+spare by over :data:`BUSY_CORES`, or that throttled, is contended; the
+lowest CPU clock and this tree's wait for a core are noted. Only deltas of
+cumulative counters are used, so how often the watcher reads does not matter.
 """
 
 from __future__ import annotations
@@ -29,26 +22,20 @@ from typing import Callable
 from lab.base.periodic import PeriodicSampler
 
 # Other processes' busy cores beyond the engine's spare ones that mark a
-# cell contended. A 2-core machine with an idle background measures about
-# 0.0-0.1 here (system daemons); one busy neighbour process is about 1.
+# cell contended (an idle background reads 0.0-0.1, a busy neighbour 1).
 BUSY_CORES = 0.5
 INTERVAL_S = 0.25
 # This tree's threads waiting for a core, in cores, beyond which a thread
-# count is suggested (two burners on two cores beside a one-thread engine:
-# 0.46-0.85 over ten cells).
+# count is suggested.
 STARVED_CORES = 0.5
 # The same wait as a share of this tree's busy cores, beyond which a cell
-# with other processes' work beside it is contended even under BUSY_CORES
-# beyond the spare ones. Measured on 2 cores with the embedded model: 0.03-0.06
-# quiet and beside one neighbour on the spare core, 0.65-1.4 beside two
-# burners (a one-thread engine getting about two thirds of its core).
+# with others' work beside it is contended even under BUSY_CORES (a quiet
+# machine reads a few percent).
 STARVED_SHARE = 0.25
 # Other processes' busy cores of an idle background (system daemons).
 QUIET_CORES = 0.1
-# The kernel counts CPU time in ticks (10 ms): over a few milliseconds a
-# reading is noise. A cell shorter than this is read over the last
-# MIN_WINDOW_S seconds of the arm instead, and a window still shorter than
-# MIN_JUDGED_S (a cell right after the arm started) is not judged.
+# CPU time comes in 10 ms ticks: a shorter cell is read over the arm's last
+# MIN_WINDOW_S seconds, and a window under MIN_JUDGED_S is not judged.
 MIN_WINDOW_S = 1.0
 MIN_JUDGED_S = 0.2
 
@@ -72,27 +59,19 @@ class Contention:
             return self.throttled
         if self.throttled or self.others_cores > self.spare_cores + BUSY_CORES:
             return True
-        # Others short of the limit, but holding cores while this tree's
-        # threads queue for one: an engine squeezed onto fewer cores than it
-        # has threads (or a neighbour on the engine's own cores) is slowed
-        # as surely as one beside a bigger neighbour.
+        # others under the limit while this tree's threads queue for a core slow it as much
         if self.others_cores <= BUSY_CORES or self.waiting_cores is None:
             return False
         limit = STARVED_SHARE * self.own_cores if self.own_cores > 0 else STARVED_CORES
         return self.waiting_cores > limit
 
     def threads_hint(self) -> int | None:
-        """The thread count to try on a cell whose engine kept more cores busy
-        than the other processes left free; None otherwise. Not only on a
-        contended cell: an oversubscribed engine takes cores from its
-        neighbour too, so the neighbour's share can stay under the busy
-        limit while every engine thread waits at its barriers."""
+        """The thread count to try where the engine kept more cores busy than
+        others left free (contended or not: its threads wait at barriers)."""
         if not self.cores or self.seconds < MIN_JUDGED_S:
             return None
         engine = self.cores - self.spare_cores
         pressure = self.others_cores
-        # On a machine full of threads a neighbour's share reads small while
-        # the engine's threads queue for cores: their wait counts as well.
         if self.waiting_cores is not None and self.waiting_cores > STARVED_CORES and self.others_cores > QUIET_CORES:
             pressure = max(pressure, self.waiting_cores)
         fit = fitting_threads(self.cores, pressure)
@@ -118,9 +97,7 @@ START_WINDOW_S = 0.3
 
 def fitting_threads(cores: int, others_cores: float) -> int:
     """Engine threads that fit beside ``others_cores`` of other processes'
-    work: a llama.cpp thread that must wait for a core stalls every other
-    one at each barrier (measured on 2 cores with one neighbour: 0.4 tok/s
-    at 2 threads, 8.9 at 1)."""
+    work: a thread waiting for a core stalls the others at each barrier."""
     import math
 
     return max(1, min(cores, cores - math.ceil(others_cores - FREE_SLACK)))
@@ -218,12 +195,9 @@ class Mark:
 
 
 class ContentionWatcher(PeriodicSampler):
-    """Reads the machine every ``interval`` seconds while an arm runs.
-
-    ``own_pids`` names processes of the arm that are not descendants of this
-    one (an attached local server: a server the lab starts is its child), ``engine_cores``
-    the cores the arm's engine keeps busy. ``mark()`` and ``reading(mark)``
-    bracket a cell."""
+    """Reads the machine every ``interval`` seconds while an arm runs;
+    ``own_pids``: the arm's processes that are not this one's descendants (an
+    attached local server). ``mark()`` and ``reading(mark)`` bracket a cell."""
 
     def __init__(
         self, arm: str, engine_cores: int, own_pids: Callable[[], list[int]] = list,
