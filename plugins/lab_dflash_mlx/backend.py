@@ -1,0 +1,275 @@
+"""dflash-mlx's ``stream_dflash_generate`` as its ``dflash generate`` runs it:
+``load_runtime_bundle`` loads target, draft and the target's ops, the
+offline runtime context carries its settings (verify mode, verify length
+cap, prefill chunk), prefix cache off. Greedy only: the engine has no
+sampler.
+
+Steps are the engine's cycles. With ``cycle_events`` (its diagnostics'
+per-cycle trace) each ``CycleCompleteEvent`` gives a cycle's block, verified
+tokens, acceptance and its own draft / verify / whole-cycle seconds; the
+engine then evaluates each draft before verifying it instead of
+prefetching the next one. Without them the engine runs its default
+pipelined loop; steps come from its ``TokenEvent`` cycle counters and the
+``SummaryEvent``'s acceptance history, seconds from when the tokens reached
+the lab, and only a fixed block (verify mode dflash or off) tells the
+drafted count.
+
+A cycle commits the token the previous cycle's verify picked, then the
+accepted drafts: a step's landed tokens are the ones the engine yielded in
+that cycle."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from lab.api import (
+    Backend,
+    BackendContext,
+    EngineFailure,
+    EngineOOM,
+    Generation,
+    GenerationRequest,
+    MissingEngine,
+    Option,
+)
+from lab.base.events import Emit, Status, StatusChanged, arm_cell, now
+from lab.kit import models
+from lab.kit.engine_loop import EngineCell, end_ids, engine_version, lab_loop
+from lab.kit.prompting import render_prompt
+
+if TYPE_CHECKING:
+    from lab.base.profile import Arm
+
+INSTALL = "pip install dflash-mlx==0.1.8"
+_OOM = ("malloc", "out of memory", "unable to allocate")
+# verify modes whose block is the same every cycle (the drafted count follows from it)
+FIXED_BLOCK = ("dflash", "off")
+
+
+class DFlashMlxBackend(Backend):
+    name = "dflash-mlx"
+    stack = "mlx"
+    description = "dflash-mlx's DFlash engine (dflash generate): tree drafting, adaptive block, its own per-cycle timers"
+    options = (
+        Option("draft", str, None, "the DFlash draft checkpoint directory (dflash's --draft)", required=True, model_ref=True),
+        Option("block_size", int, 0, "tokens per block, the last target token included (0: n_max + 1 if the arm sets "
+               "n_max, else the draft's own); the engine clamps it to the draft's trained block", min=0, max=1025),
+        Option("verify_mode", str, "adaptive", "dflash's --verify-mode: adaptive shortens the block when acceptance is "
+               "low (its default), dflash keeps it fixed, ddtree drafts a tree, off is its debug path",
+               choices=("adaptive", "dflash", "ddtree", "off")),
+        Option("draft_quant", str, "", "dflash's --draft-quant, e.g. w4:gs64 ('' or none: as stored)"),
+        Option("verify_len_cap", int, 0, "dflash's --verify-len-cap: most tokens verified per target pass (0: the block)",
+               min=0),
+        Option("prefill_step_size", int, 2048, "dflash's --prefill-step-size", min=1),
+        Option("cycle_events", bool, True, "the engine's per-cycle trace (draft and verify seconds of its own; it then "
+               "evaluates each draft before verifying); false: its pipelined default, steps timed by the lab"),
+        Option("enable_thinking", bool, True, "passed to the chat template"),
+    )
+
+    @classmethod
+    def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
+        return True
+
+    @classmethod
+    def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
+        return True
+
+    @classmethod
+    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        from lab.kit.checks import import_failure
+
+        why = import_failure("mlx.core", found=("mlx_lm", "dflash_mlx"))
+        return MissingEngine("dflash-mlx", why, INSTALL) if why else None
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> list[str]:
+        problems = []
+        if not options.get("cycle_events", True) and options.get("verify_mode", "adaptive") not in FIXED_BLOCK:
+            problems.append(f"cycle_events = false with verify_mode {options.get('verify_mode', 'adaptive')!r}: the engine "
+                            "then reports no block per cycle, so drafted tokens are not known; use verify_mode dflash or "
+                            "keep cycle_events")
+        return problems
+
+    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
+        super().__init__(arm, ctx)
+        self.bundle: Any = None
+        self.runtime: Any = None
+        self.model_path = ""
+        self.block_size = 0
+        self._bytes: int | None = None
+
+    def load(self, emit: Emit) -> None:
+        import dataclasses
+
+        import mlx.core as mx
+        from dflash_mlx.diagnostics import DiagnosticsConfig, TraceConfig
+        from dflash_mlx.runtime.bundle import load_runtime_bundle
+        from dflash_mlx.runtime.context import build_offline_runtime_context
+
+        if self.arm.model is None:
+            raise ValueError(f"arm {self.arm.name}: the {self.name} backend needs model = ...")
+        cell = arm_cell(self.arm.name)
+        emit(StatusChanged(cell, Status.LOADING, phase="loading target and draft (load_runtime_bundle)", progress=0.2))
+        self.model_path = str(models.resolve(self.arm.model))
+        runtime = build_offline_runtime_context(
+            verify_mode=str(self.opts["verify_mode"]), verify_len_cap=int(self.opts["verify_len_cap"]),
+            prefill_step_size=int(self.opts["prefill_step_size"]),
+        )
+        if self.opts["cycle_events"]:
+            runtime = dataclasses.replace(runtime, diagnostics=DiagnosticsConfig(trace=TraceConfig(cycle_events=True)))
+        self.runtime = runtime
+        mx.reset_peak_memory()
+        self.bundle = load_runtime_bundle(
+            model_ref=self.model_path, draft_ref=str(models.resolve(str(self.opts["draft"]))),
+            draft_quant=str(self.opts["draft_quant"] or "") or None, verify_config=runtime.verify,
+        )
+        asked, n_max = int(self.opts["block_size"] or 0), self.arm.n_max
+        if asked and n_max and asked != n_max + 1:
+            raise ValueError(f"block_size {asked} drafts {asked - 1} tokens, but n_max is {n_max}: give one, or block_size = n_max + 1")
+        trained = int(self.bundle.draft_model.block_size)
+        self.block_size = asked or (n_max + 1 if n_max else trained)
+        if self.block_size > trained:
+            raise ValueError(f"block_size {self.block_size} exceeds the draft's trained block of {trained} "
+                             "(dflash-mlx would clamp it)")
+
+    def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        if request.temperature > 0:
+            raise EngineFailure("dflash-mlx decodes greedily only (it has no sampler): set [run] temperature = 0")
+        try:
+            return self._generate(request, emit, cancelled)
+        except (RuntimeError, MemoryError) as exc:
+            if isinstance(exc, MemoryError) or any(k in str(exc).lower() for k in _OOM):
+                raise EngineOOM(str(exc) or type(exc).__name__) from exc
+            raise
+
+    def _generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+        import mlx.core as mx
+        from dflash_mlx.engine.events import CycleCompleteEvent, SummaryEvent, TokenEvent
+        from dflash_mlx.runtime import get_stop_token_ids, stream_dflash_generate
+
+        b = self.bundle
+        tok = b.tokenizer
+        kwargs = {} if self.opts["enable_thinking"] else {"enable_thinking": False}
+        rendered = render_prompt(self.model_path, request.prompt, request.system, request.chat_template, kwargs)
+        hf = getattr(tok, "_tokenizer", tok)
+        prompt = list(hf.encode(rendered.text, add_special_tokens=rendered.add_special))
+        detok = tok.detokenizer
+        detok.reset()
+        cell = EngineCell(request, emit)
+        traced = bool(self.opts["cycle_events"])
+        # the cycle under way: its tokens so far, when its first arrived, output length at its start
+        group: list[int] = []
+        group_cycle = 0
+        groups: list[tuple[int, float, int]] = []  # untraced: (landed, seconds, output before)
+        summary: Any = None
+        cycles: list[Any] = []
+        t_group = now()
+        stream = stream_dflash_generate(
+            target_model=b.target_model, target_ops=b.target_ops, tokenizer=tok, draft_model=b.draft_model,
+            draft_backend=b.draft_backend, prompt=rendered.text, max_new_tokens=request.max_tokens,
+            block_tokens=self.block_size, stop_token_ids=[] if request.ignore_eos else get_stop_token_ids(tok),
+            prompt_tokens_override=prompt, runtime_context=self.runtime,
+            # ignore_eos masks the end tokens, as the lab's loops do (the engine's own suppression)
+            suppress_token_ids=end_ids(hf) if request.ignore_eos else None,
+        )
+        try:
+            for event in stream:
+                cell.check(cancelled)
+                if isinstance(event, TokenEvent):
+                    if not traced and event.cycles_completed != group_cycle and group_cycle > 0:
+                        groups.append((len(group), now() - t_group, len(cell.ids) - len(group)))
+                        group = []
+                    if not group:
+                        t_group = now()
+                    group_cycle = int(event.cycles_completed)
+                    detok.add_token(int(event.token_id))
+                    if group_cycle == 0:
+                        cell.land([int(event.token_id)], detok.last_segment, False)
+                        continue
+                    group.append(int(event.token_id))
+                    cell.land([int(event.token_id)], detok.last_segment, False)
+                elif isinstance(event, CycleCompleteEvent):
+                    cycles.append(event)
+                    verified = event.verify_token_count if event.verify_token_count is not None else event.block_len
+                    cell.step(max(0, int(verified) - 1), int(event.acceptance_len), len(group),
+                              step_s=event.cycle_total_us / 1e6, draft_s=event.draft_us / 1e6,
+                              verify_s=event.verify_us / 1e6)
+                    group = []
+                elif isinstance(event, SummaryEvent):
+                    summary = event
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        if group and not traced:
+            groups.append((len(group), now() - t_group, len(cell.ids) - len(group)))
+        detok.finalize()
+        if detok.last_segment:  # the detokenizer's tail
+            cell.land([], detok.last_segment, False)
+        if summary is None:
+            raise EngineFailure("dflash-mlx's stream ended without its SummaryEvent")
+        if not traced:
+            self._untraced_steps(cell, groups, summary, request.max_tokens)
+        self._bytes = int(mx.get_active_memory())
+        report: dict[str, Any] = {
+            "engine": f"dflash-mlx {engine_version('dflash-mlx')}", "block_size": self.block_size,
+            "verify_mode": self.runtime.verify.mode, "cycle_events": traced,
+            "engine_generation_tokens": int(summary.generation_tokens),
+            "engine_accepted_from_draft": int(summary.accepted_from_draft),
+            "engine_cycles": int(summary.cycles_completed),
+            "engine_acceptance_history": list(summary.acceptance_history),
+            "engine_phase_us": dict(summary.phase_timings_us), "engine_elapsed_us": float(summary.elapsed_us),
+            "engine_peak_memory_gb": summary.peak_memory_gb,
+            "adaptive_block_reductions": int(summary.adaptive_block_reductions),
+            "copyspec_hits": int(summary.copyspec_hits), "copyspec_tokens": int(summary.copyspec_tokens),
+            "draft_sources": sorted({str(c.draft_source) for c in cycles if c.draft_source}),
+            "mlx_peak_bytes": int(mx.get_peak_memory()), "mlx_active_bytes": self._bytes, **rendered.report(),
+        }
+        report["lab_loop"] = lab_loop("mlx-dflash", draft=str(self.opts["draft"]))
+        report["loop_differences"] = self._differences(summary, cycles)
+        if summary.fallback_ar:
+            report["fallback"] = summary.fallback_reason or "autoregressive"
+        gen = cell.finish(len(prompt), report)
+        gen.engine_bytes = self._bytes
+        return gen
+
+    def _differences(self, summary: Any, cycles: list[Any]) -> list[str]:
+        """How this cell's loop differed from the lab's DFlash loop."""
+        out = ["a cycle commits the token the previous verify picked, then its accepted drafts "
+               "(the first cycle lands only its drafts)"]
+        mode = self.runtime.verify.mode
+        if mode == "adaptive":
+            out.append(f"adaptive block: shortened on {int(summary.adaptive_block_reductions)} occasions, "
+                       f"{int(summary.adaptive_block_cycles)} cycles below the block")
+        elif mode == "ddtree":
+            out.append("tree drafting (ddtree): a cycle verifies a tree of candidates, not one chain")
+        if summary.copyspec_hits:
+            out.append(f"copy drafts (copyspec) on {int(summary.copyspec_hits)} cycles instead of the DFlash draft")
+        if self.opts["cycle_events"]:
+            out.append("per-cycle trace on: each draft is evaluated before its verify (no prefetch of the next draft)")
+        return out
+
+    def _untraced_steps(self, cell: EngineCell, groups: list[tuple[int, float, int]], summary: Any, budget: int) -> None:
+        """Steps of the pipelined loop, once its acceptance history is known:
+        one per cycle, drafted from the fixed block and the tokens left."""
+        history = list(summary.acceptance_history)
+        cap = int(self.opts["verify_len_cap"] or 0)
+        for i, accepted in enumerate(history):
+            landed, seconds, before = groups[i] if i < len(groups) else (0, 0.0, budget)
+            # the engine counts the first cycle's start as 0 generated: it commits the prompt's token then
+            before = 0 if i == 0 else before
+            block = max(1, min(self.block_size, budget - before))
+            verified = min(block, cap) if cap else block
+            cell.step(verified - 1, int(accepted), landed, seconds)
+
+    def engine_bytes(self) -> int | None:
+        return self._bytes
+
+    def close(self) -> None:
+        self.bundle = None
+        try:
+            import mlx.core as mx
+
+            mx.clear_cache()
+        except ImportError:
+            pass

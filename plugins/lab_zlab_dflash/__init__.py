@@ -1,0 +1,31 @@
+"""The ``zlab-dflash`` backend: z-lab's ``dflash`` package (the write-ups'
+own MLX tool, ``dflash mlx --model M --draft D --draft-bits 4 --block-size
+N``) run through its Python API, its loader and its loop.
+
+Registered through the ``lab.backends`` entry-point group; nothing here
+imports mlx or dflash until an arm loads."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from lab.api import Backend
+from lab.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from lab.api import Check
+
+
+@hookimpl
+def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
+    from lab_zlab_dflash.backend import ZlabDFlashBackend
+
+    register(ZlabDFlashBackend)
+
+
+@hookimpl
+def lab_doctor_checks(register: Callable[[Check], None]) -> None:
+    from lab.kit.checks import package_check
+    from lab_zlab_dflash.backend import INSTALL
+
+    register(package_check("dflash", "dflash", INSTALL))
