@@ -179,3 +179,13 @@ def test_lab_check_refuses_an_engine_that_is_not_installed(tmp_path: Path, arm: 
     ok = subprocess.run([sys.executable, "-c", _CHECK, "no_such_module_here", str(path)], capture_output=True, text=True,
                         timeout=300)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_dflash_mlx_without_its_cycle_trace_needs_a_fixed_block(tmp_path: Path) -> None:
+    from lab.profile.load import ProfileError, check_profile
+
+    path = tmp_path / "p.toml"
+    path.write_text(HEAD + '\n[[arms]]\nname = "adaptive"\nbackend = "dflash-mlx"\nmodel = "tiny:qwen3"\nn_max = 3\n'
+                    'options = { draft = "tiny:qwen3-dflash", cycle_events = false }\n')
+    with pytest.raises(ProfileError, match="cycle_events = false with verify_mode 'adaptive'"):
+        check_profile(path, load_registry())
