@@ -101,6 +101,8 @@ def test_rows_are_ok_and_greedy_tokens_match_the_labs_loop(ran: dict[str, Any], 
 def test_engine_arms_draft(ran: dict[str, Any], arm: str) -> None:
     assert ran["rows"][arm]["drafted"] > 0
     assert ran["rows"][arm]["steps"] == len(ran["steps"][arm])
+    # a dflash-mlx cycle that landed nothing has no clock of its own without the trace
+    assert all(s.step_s > 0 for s in ran["steps"][arm] if s.landed or arm != "dflash-mlx-pipelined")
 
 
 def test_mlx_lm_counts_equal_its_from_draft_flags(ran: dict[str, Any]) -> None:
@@ -189,3 +191,11 @@ def test_dflash_mlx_without_its_cycle_trace_needs_a_fixed_block(tmp_path: Path) 
                     'options = { draft = "tiny:qwen3-dflash", cycle_events = false }\n')
     with pytest.raises(ProfileError, match="cycle_events = false with verify_mode 'adaptive'"):
         check_profile(path, load_registry())
+
+
+def test_dflash_mlx_drafted_counts_agree_with_and_without_its_trace(ran: dict[str, Any]) -> None:
+    # the same fixed block and greedy tokens: what the pipelined arm derives from
+    # the block, the trace reports per cycle
+    traced, pipelined = ran["steps"]["dflash-mlx"], ran["steps"]["dflash-mlx-pipelined"]
+    assert [s.accepted for s in traced] == [s.accepted for s in pipelined]
+    assert [(s.drafted, s.landed) for s in traced] == [(s.drafted, s.landed) for s in pipelined]

@@ -32,7 +32,7 @@ from lab.api import (
     MissingEngine,
     Option,
 )
-from lab.base.events import Emit, Status, StatusChanged, arm_cell, now
+from lab.base.events import Emit, Status, StatusChanged, arm_cell
 from lab.kit import models
 from lab.kit.engine_loop import EngineCell, end_ids, engine_version, lab_loop
 from lab.kit.prompting import render_prompt
@@ -157,13 +157,11 @@ class DFlashMlxBackend(Backend):
         detok.reset()
         cell = EngineCell(request, emit)
         traced = bool(self.opts["cycle_events"])
-        # the cycle under way: its tokens so far, when its first arrived, output length at its start
-        group: list[int] = []
-        group_cycle = 0
-        groups: list[tuple[int, float, int]] = []  # untraced: (landed, seconds, output before)
+        group: list[int] = []  # traced: the tokens of the cycle under way
+        # untraced: per cycle, [tokens landed, seconds from the landing before its first]
+        landings: dict[int, list[Any]] = {}
         summary: Any = None
         cycles: list[Any] = []
-        t_group = now()
         stream = stream_dflash_generate(
             target_model=b.target_model, target_ops=b.target_ops, tokenizer=tok, draft_model=b.draft_model,
             draft_backend=b.draft_backend, prompt=rendered.text, max_new_tokens=request.max_tokens,
@@ -176,17 +174,12 @@ class DFlashMlxBackend(Backend):
             for event in stream:
                 cell.check(cancelled)
                 if isinstance(event, TokenEvent):
-                    if not traced and event.cycles_completed != group_cycle and group_cycle > 0:
-                        groups.append((len(group), now() - t_group, len(cell.ids) - len(group)))
-                        group = []
-                    if not group:
-                        t_group = now()
-                    group_cycle = int(event.cycles_completed)
+                    cycle = int(event.cycles_completed)
+                    if cycle > 0:
+                        landing = landings.setdefault(cycle, [0, cell.since_last()])
+                        landing[0] += 1
+                        group.append(int(event.token_id))
                     detok.add_token(int(event.token_id))
-                    if group_cycle == 0:
-                        cell.land([int(event.token_id)], detok.last_segment, False)
-                        continue
-                    group.append(int(event.token_id))
                     cell.land([int(event.token_id)], detok.last_segment, False)
                 elif isinstance(event, CycleCompleteEvent):
                     cycles.append(event)
@@ -201,15 +194,13 @@ class DFlashMlxBackend(Backend):
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
-        if group and not traced:
-            groups.append((len(group), now() - t_group, len(cell.ids) - len(group)))
         detok.finalize()
         if detok.last_segment:  # the detokenizer's tail
             cell.land([], detok.last_segment, False)
         if summary is None:
             raise EngineFailure("dflash-mlx's stream ended without its SummaryEvent")
         if not traced:
-            self._untraced_steps(cell, groups, summary, request.max_tokens)
+            self._untraced_steps(cell, landings, summary, request.max_tokens)
         self._bytes = int(mx.get_active_memory())
         report: dict[str, Any] = {
             "engine": f"dflash-mlx {engine_version('dflash-mlx')}", "block_size": self.block_size,
@@ -249,18 +240,21 @@ class DFlashMlxBackend(Backend):
             out.append("per-cycle trace on: each draft is evaluated before its verify (no prefetch of the next draft)")
         return out
 
-    def _untraced_steps(self, cell: EngineCell, groups: list[tuple[int, float, int]], summary: Any, budget: int) -> None:
+    def _untraced_steps(self, cell: EngineCell, landings: dict[int, list[Any]], summary: Any, budget: int) -> None:
         """Steps of the pipelined loop, once its acceptance history is known:
-        one per cycle, drafted from the fixed block and the tokens left."""
-        history = list(summary.acceptance_history)
+        one per cycle, drafted from the fixed block and the tokens left. A
+        cycle that landed nothing (the first, when it keeps no draft) has no
+        clock of its own: its time is in the next cycle's seconds."""
         cap = int(self.opts["verify_len_cap"] or 0)
-        for i, accepted in enumerate(history):
-            landed, seconds, before = groups[i] if i < len(groups) else (0, 0.0, budget)
-            # the engine counts the first cycle's start as 0 generated: it commits the prompt's token then
-            before = 0 if i == 0 else before
+        # the engine's count of generated tokens at a cycle's start: 0 at the first, whose
+        # commit holds the prompt's token, then that token and every one landed since
+        before = 0
+        for i, accepted in enumerate(summary.acceptance_history):
+            landed, seconds = landings.get(i + 1, (0, 0.0))
             block = max(1, min(self.block_size, budget - before))
             verified = min(block, cap) if cap else block
-            cell.step(verified - 1, int(accepted), landed, seconds)
+            cell.step(verified - 1, int(accepted), int(landed), float(seconds))
+            before = (1 if i == 0 else before) + int(landed)
 
     def engine_bytes(self) -> int | None:
         return self._bytes

@@ -126,12 +126,14 @@ class MlxLmBackend(Backend):
         left_at_step = request.max_tokens
         last: Any = None
         flagged = 0  # tokens the engine marked from_draft
+        step_s = 0.0
         try:
             for resp in stream_generate(self.model, tok, prompt, max_tokens=request.max_tokens,
                                         sampler=make_sampler(temp=request.temperature), **extra):
                 last = resp
                 cell.check(cancelled)
-                step_s = cell.since_last() if self.draft is not None and run == 0 else 0.0
+                if run == 0:  # a step's tokens arrive together: its seconds end at its first
+                    step_s = cell.since_last()
                 cell.land([int(resp.token)], resp.text, bool(resp.from_draft))
                 flagged += bool(resp.from_draft)
                 if self.draft is None:
