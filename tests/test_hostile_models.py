@@ -244,6 +244,7 @@ def _mutated(tmp_path: Path, ref: str, key: str, value: int) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [0, 10 ** 9])
 def test_a_mutated_dflash_draft_costs_one_row(tmp_path: Path, value: int) -> None:
     pytest.importorskip("mlx.core", reason="MLX is not installed here (bash scripts/setup.sh mlx)")

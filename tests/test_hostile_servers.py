@@ -40,7 +40,9 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if self.path == "/health":
+        if self.path in self.server.gets:
+            self.server.gets[self.path](self)
+        elif self.path == "/health":
             self._json({"status": "ok"})
         elif self.path == "/props":
             self._json({"build_info": self.server.build_info, "default_generation_settings": {}, "total_slots": 1})
@@ -103,10 +105,13 @@ def good_stream(n: int = 8) -> Completion:
 class FakeServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, completion: Completion, build_info: str = "b1-fake") -> None:
+    def __init__(self, completion: Completion, build_info: str = "b1-fake",
+                 gets: dict[str, Completion] | None = None) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.completion = completion
         self.build_info = build_info
+        # paths whose GET does something hostile instead
+        self.gets = dict(gets or {})
         self.asked: list[dict[str, Any]] = []
         self.stopping = threading.Event()
 
@@ -343,7 +348,8 @@ def test_more_tokens_than_asked_is_an_error_row(serve: Callable[..., FakeServer]
     row, _, took = run_against(srv, tmp_path)
     assert srv.asked and srv.asked[0]["n_predict"] == 16
     assert row["status"] == "error"
-    assert "n_tokens = 200000 for max_tokens = 16" in row["detail"], row["detail"]
+    # ended at the first chunk past the limit, not read to its end
+    assert "2000 tokens for n_predict = 16" in row["detail"], row["detail"]
     assert took < 10
 
 

@@ -83,6 +83,7 @@ def build_result(
     warm: bool = False,
     max_tokens: int | None = None,
     overshoot: int = 0,
+    ignore_eos: bool = False,
     cold_first: Mapping[str, Any] | None = None,
 ) -> ResultRow:
     """Assemble one row. ``baseline`` is the baseline's row for the same
@@ -103,7 +104,7 @@ def build_result(
     status = Status(status)
     if status == Status.OK:
         wrong = impossible_figure(n_tokens=n_tokens, max_tokens=max_tokens, overshoot=overshoot,
-                                  steps=steps, gen_s=gen_s, prompt_s=prompt_s)
+                                  steps=steps, gen_s=gen_s, prompt_s=prompt_s, ignore_eos=ignore_eos)
         if wrong is not None:
             status = Status.ERROR
             detail = f"impossible figure: {wrong}" + (f"; {detail}" if detail else "")

@@ -15,15 +15,24 @@ from lab.kit.server.client import ServerClient, raise_for_status
 from lab.kit.server.lifecycle import poll_ready
 from lab_llamacpp_server.metrics import parse_metrics
 
+# /health is a few bytes; /metrics a few KB (a few hundred KB with many slots).
+MAX_HEALTH_BYTES = 64 << 10
+MAX_METRICS_BYTES = 4 << 20
+
 
 class LlamaServerClient(ServerClient):
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(base_url, headers)
+        # /metrics counters left out as no finite number (named once each)
+        self.metrics_dropped: list[str] = []
+
     def healthy(self) -> bool:
         """Whether the server serves. /health answers 503 while the model
         loads and some builds answer 200 early: only the body says ready."""
         import httpx
 
         try:
-            r = self._http.get("/health", timeout=2.0)
+            r = self.get("/health", timeout=2.0, max_bytes=MAX_HEALTH_BYTES)
             body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
         except (httpx.HTTPError, ValueError):
             return False
@@ -35,12 +44,14 @@ class LlamaServerClient(ServerClient):
         return poll_ready(self.healthy, alive, timeout, 0.1, "llama-server not healthy", waiting)
 
     def metrics(self) -> dict[str, float]:
-        """The /metrics counters, or {} when the server does not answer."""
+        """The /metrics counters, or {} when the server does not answer (or
+        answers past its bounds). Counters that are no finite number are
+        left out and named in :attr:`metrics_dropped`."""
         import httpx
 
         try:
-            r = self._http.get("/metrics", timeout=5.0)
-            return parse_metrics(r.text) if r.status_code == 200 else {}
+            r = self.get("/metrics", timeout=5.0, max_bytes=MAX_METRICS_BYTES)
+            return parse_metrics(r.text, self.metrics_dropped) if r.status_code == 200 else {}
         except httpx.HTTPError:
             return {}
 

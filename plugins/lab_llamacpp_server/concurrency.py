@@ -28,7 +28,7 @@ from lab.kit.server.concurrency import StreamRecord, stream_figures
 from lab.kit.server.sse import parse_sse_lines
 from lab_llamacpp_server import crosscheck
 from lab_llamacpp_server.client import LlamaServerClient
-from lab_llamacpp_server.metrics import counter_delta, per_position
+from lab_llamacpp_server.metrics import counter_delta, per_position, without_positions
 from lab_llamacpp_server.stream import Chunk, StepTracker, consume, generation
 from lab_llamacpp_server.stream_steps import StreamSteps
 
@@ -57,7 +57,8 @@ def _side_stream(base_url: str, headers: dict[str, str], body: dict[str, Any], r
             record.arrivals.append((chunk.t, chunk.n_tokens))
 
         with client.completion(body, deadline=record.t_sent + timeout_s, stop=stop.is_set) as lines:
-            streamed = consume(parse_sse_lines(lines), record.t_sent, tracker.feed, landed, stop.is_set)
+            streamed = consume(parse_sse_lines(lines), record.t_sent, tracker.feed, landed, stop.is_set,
+                               limit=_asked(body))
         record.final = streamed.final
     except Cancelled:
         record.error = "stopped"
@@ -139,7 +140,8 @@ def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: 
         try:
             # the deadline is checked on every piece the server sends, comments included
             with client.completion(body, deadline=deadline, stop=stop_asked) as lines:
-                streamed = consume(parse_sse_lines(lines), lead.t_sent, live.feed, landed, stop_asked)
+                streamed = consume(parse_sse_lines(lines), lead.t_sent, live.feed, landed, stop_asked,
+                                   limit=request.max_tokens)
         except Cancelled:
             live.abandon()
             if not cancelled():
@@ -181,7 +183,7 @@ def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: 
         report["metrics_note"] = "an attached server's counters also count any other client's requests"
     if n > 1:
         delta = counter_delta(before, after) if before and after else {}
-        report["metrics_delta"] = delta
+        report["metrics_delta"] = without_positions(delta)
         report["metrics_accepted_per_pos"] = per_position(delta)
         checks = dict(report.get("checks") or {})
         if speculative:
@@ -190,3 +192,9 @@ def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: 
         report["counts_match_server"] = all(checks.values()) if checks else None
     report["concurrency"] = stream_figures(records)
     return gen
+
+
+def _asked(body: dict[str, Any]) -> int | None:
+    """The tokens a /completion body asks for (its n_predict)."""
+    n = body.get("n_predict")
+    return n if isinstance(n, int) and n >= 0 else None

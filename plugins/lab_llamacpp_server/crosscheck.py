@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from lab.base.events import Clock, StepEvent
 from lab_llamacpp_server.logparse import ImplStats, RequestSummary
-from lab_llamacpp_server.metrics import counter_delta, per_position
+from lab_llamacpp_server.metrics import counter_delta, per_position, without_positions
 from lab_llamacpp_server.stream import StepTracker
 
 MEASURED = {
@@ -152,7 +152,7 @@ def fill_report(report: dict[str, Any], *, n_tokens: int, gen_s: float, speculat
     report["tok_per_s_client_clock"] = client_tps
     report["client_clock_over_server"] = client_tps / server_tps if client_tps and server_tps else None
     delta = counter_delta(dict(metrics_before), dict(metrics_after)) if metrics_before and metrics_after else {}
-    report["metrics_delta"] = delta
+    report["metrics_delta"] = without_positions(delta)
     report["metrics_accepted_per_pos"] = per_position(delta)
     report["log_accepted_per_pos"] = acc_per_pos
     report["server_draft_ms"] = draft_ms

@@ -212,6 +212,8 @@ class Streamed:
     t_sent: float
     first_t: float | None
     last_t: float | None
+    # when the stop chunk arrived
+    end_t: float | None = None
 
     @property
     def client_gen_s(self) -> float:
@@ -233,9 +235,11 @@ ids the server held back) and whether all of them were accepted drafts."""
 
 
 def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk], bool],
-            landed: Landed, cancelled: Callable[[], bool]) -> Streamed:
+            landed: Landed, cancelled: Callable[[], bool], limit: int | None = None) -> Streamed:
     """Read a /completion stream to its final chunk. ``feed`` groups chunks
-    into steps and says whether a chunk's tokens were all drafted."""
+    into steps and says whether a chunk's tokens were all drafted. A chunk
+    that takes the tokens past ``limit`` (what the request asked for) ends
+    the stream there, with a StreamError naming both."""
     text_parts: list[str] = []
     ids: list[int] = []
     first_t: float | None = None
@@ -252,6 +256,9 @@ def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk
         chunk = chunk_from(obj, prev_predicted, t, prev)
         prev_predicted = chunk.predicted_n
         prev = chunk
+        if limit is not None and chunk.predicted_n > limit:
+            raise StreamError(f"the server sent {chunk.predicted_n} tokens for n_predict = {limit}; "
+                              "the stream was ended there")
         if chunk.n_tokens > 0:
             if first_t is None:
                 first_t = t
@@ -272,7 +279,34 @@ def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk
     if not final:
         # closed early, an empty body: what arrived is not the generation asked for
         raise StreamError(f"the stream ended before its stop chunk, after {len(ids)} tokens (truncated)")
-    return Streamed("".join(text_parts), ids, final, t_sent, first_t, last_t)
+    return Streamed("".join(text_parts), ids, final, t_sent, first_t, last_t, now())
+
+
+# The server's clock against the lab's: its prompt and generation seconds
+# cannot exceed the time the request was open (times CLOCK_TOLERANCE, plus
+# CLOCK_SLACK_S for timer granularity), and tokens the lab saw arrive over
+# a span cannot have been generated in under 1/CLOCK_SPREAD of it.
+CLOCK_TOLERANCE = 1.5
+CLOCK_SLACK_S = 0.1
+CLOCK_SPREAD = 20.0
+CLOCK_MIN_SPAN_S = 1.0
+
+
+def check_clock(streamed: Streamed, phase_s: float, prompt_s: float) -> None:
+    """StreamError naming both figures when the server's timings cannot be
+    true on the lab's own clock."""
+    if not (math.isfinite(phase_s) and math.isfinite(prompt_s)) or phase_s < 0 or prompt_s < 0:
+        raise StreamError(f"the server's timings are no durations: generation {phase_s!r} s, prompt {prompt_s!r} s")
+    end = streamed.end_t if streamed.end_t is not None else now()
+    wall = end - streamed.t_sent
+    if phase_s + prompt_s > wall * CLOCK_TOLERANCE + CLOCK_SLACK_S:
+        raise StreamError(f"the server says {phase_s + prompt_s:.4g} s (prompt {prompt_s:.4g} + generation "
+                          f"{phase_s:.4g}), but the request was open {wall:.3f} s on the lab's clock "
+                          f"(tolerance x{CLOCK_TOLERANCE:g})")
+    span = streamed.client_gen_s
+    if span > CLOCK_MIN_SPAN_S and phase_s * CLOCK_SPREAD < span:
+        raise StreamError(f"the server says its generation took {phase_s:.4g} s, but its tokens arrived over "
+                          f"{span:.3f} s on the lab's clock (tolerance x{CLOCK_SPREAD:g})")
 
 
 def generation(streamed: Streamed) -> Generation:
@@ -290,6 +324,7 @@ def generation(streamed: Streamed) -> Generation:
     phase_s = float(timings["predicted_ms"]) / 1000.0 if "predicted_ms" in timings else streamed.client_gen_s
     gen_s = phase_s * n / (n - 1) if n > 1 else phase_s
     prompt_s = float(timings["prompt_ms"]) / 1000.0 if "prompt_ms" in timings else streamed.client_prompt_s
+    check_clock(streamed, phase_s, prompt_s)
     gen = Generation(
         text=streamed.text, ids=list(streamed.ids),
         prompt_tokens=int(streamed.final.get("tokens_evaluated") or timings.get("prompt_n") or 0),

@@ -18,6 +18,7 @@ from lab.base.events import Emit, Status, StatusChanged, arm_cell
 from lab.kit.server import attach
 from lab.kit.server.client import ServerClient
 from lab.kit.server.process import ServerProcess
+from lab.kit.server.sse import FIRST_EVENT_S, IDLE_S
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm
@@ -55,10 +56,25 @@ class ServerBackend(Backend, Generic[ClientT]):
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
         self.server: ServerProcess | None = None
-        self._client: ClientT | None = None
+        self._held: ClientT | None = None
+        self._client = None
         self.attached: str | None = None
         # the attached server's pid where it listens on this machine (0: not found)
         self._attached_pid: int | None = None
+
+    @property
+    def _client(self) -> ClientT | None:
+        return self._held
+
+    @_client.setter
+    def _client(self, client: ClientT | None) -> None:
+        """Every client the arm holds streams within the arm's idle limits
+        (``first_token_timeout_s``, ``idle_timeout_s``; see lab.kit.server.sse)."""
+        if client is not None:
+            opts = self.arm.options
+            client.first_event_s = float(opts.get("first_token_timeout_s") or FIRST_EVENT_S)
+            client.idle_s = float(opts.get("idle_timeout_s") or IDLE_S)
+        self._held = client
 
     def launch(self, server: ServerProcess, client: ClientT, emit: Emit, *, what: str, port: int,
                ready: Callable[[], bool], timeout: float, interval: float, not_ready: str) -> bool:

@@ -4,7 +4,10 @@ A server the lab attached to may send anything, so the stream is read
 within bounds: :func:`bounded_lines` checks a deadline and a stop request on
 every piece the network delivers (an SSE comment such as ``: ping`` counts,
 though it yields no event), and caps the length of one line and of the
-whole body. Going past a bound raises :class:`StreamLimit`.
+whole body. It also holds the stream to idle limits: the first event
+within ``first_event_s`` of the request (prompt processing), then each
+next one within ``idle_s`` of the last; comments and bytes that complete
+no event are no progress. Going past a bound raises :class:`StreamLimit`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable, Iterator
 
-from lab.api import Cancelled
+from lab.api import Cancelled, Option
 from lab.base.events import now
 
 # One llama-server chunk (text, ids, timings) is well under 2 KB; a vLLM
@@ -22,6 +25,19 @@ MAX_LINE_BYTES = 4 << 20
 MAX_BODY_BYTES = 512 << 20
 # A request's whole stream, when its caller sets no tighter deadline.
 STREAM_DEADLINE_S = 3600.0
+# The first event: a 32k-token prompt processed by a large model on a slow
+# CPU (tens of tokens a second) takes many minutes.
+FIRST_EVENT_S = 1800.0
+# Between events once tokens flow: one verify step of a large model on a
+# slow CPU takes seconds, a minute at the very worst.
+IDLE_S = 300.0
+
+STREAM_OPTIONS: tuple[Option, ...] = (
+    Option("first_token_timeout_s", float, FIRST_EVENT_S, min=0.1, max=86400, help=
+           "seconds a stream may go without its first event (prompt processing) before the cell fails"),
+    Option("idle_timeout_s", float, IDLE_S, min=0.1, max=86400, help=
+           "seconds a stream may go without a new event once tokens flow (pings and partial lines are no progress)"),
+)
 
 
 class StreamLimit(RuntimeError):
@@ -30,20 +46,32 @@ class StreamLimit(RuntimeError):
 
 def bounded_lines(pieces: Iterable[bytes], deadline: float | None = None,
                   stop: Callable[[], bool] | None = None,
-                  max_line: int = MAX_LINE_BYTES, max_body: int = MAX_BODY_BYTES) -> Iterator[str]:
+                  max_line: int = MAX_LINE_BYTES, max_body: int = MAX_BODY_BYTES,
+                  first_event_s: float | None = None, idle_s: float | None = None) -> Iterator[str]:
     """The lines of a byte stream (``\\n`` or ``\\r\\n``), read within bounds.
 
     ``deadline`` is on the :func:`lab.base.events.now` clock; ``stop`` raises
     :class:`lab.api.Cancelled` when it turns true. Both are checked on every
-    piece received, whatever it holds.
+    piece received, whatever it holds, as are the idle limits: an event (a
+    ``data:`` or ``error:`` line) within ``first_event_s`` of the call, then
+    within ``idle_s`` of the one before.
     """
     buf = b""
     total = 0
+    last_event = now()
+    events = 0
     for piece in pieces:
         if stop is not None and stop():
             raise Cancelled()
-        if deadline is not None and now() > deadline:
+        t = now()
+        if deadline is not None and t > deadline:
             raise StreamLimit("the stream went past its deadline (the server kept it open without finishing)")
+        limit = first_event_s if events == 0 else idle_s
+        if limit is not None and t - last_event > limit:
+            what = "its first event" if events == 0 else "a new event"
+            name = "first_token_timeout_s" if events == 0 else "idle_timeout_s"
+            raise StreamLimit(f"the stream went {t - last_event:.1f} s without {what} ({name} = {limit:g}; "
+                              "pings and partial lines are no progress)")
         total += len(piece)
         if total > max_body:
             raise StreamLimit(f"the stream went past {max_body:,} bytes")
@@ -53,6 +81,9 @@ def bounded_lines(pieces: Iterable[bytes], deadline: float | None = None,
             if cut < 0:
                 break
             line, buf = buf[:cut], buf[cut + 1:]
+            if line.startswith((b"data:", b"error:")):
+                events += 1
+                last_event = now()
             yield line.rstrip(b"\r").decode("utf-8", errors="replace")
         if len(buf) > max_line:
             raise StreamLimit(f"a line of the stream went past {max_line:,} bytes without ending")
