@@ -78,6 +78,22 @@ CASES: dict[str, Case] = {
         speculative='backend = "mlx-mtp"\nmodel = "tiny:qwen3"\nn_max = 2\noptions = { mtp = "tiny:qwen3-mtp" }',
         broken='backend = "mlx-mtp"\nmodel = "tiny:qwen3"\noptions = { mtp = "{broken}" }',
     ),
+    # the engines a Mac user runs, each on its own loop (docs/mac-engines.md)
+    "mlx-lm": Case(
+        baseline='backend = "mlx-lm"\nmodel = "tiny:qwen3"',
+        speculative='backend = "mlx-lm"\nmodel = "tiny:qwen3"\nn_max = 3\noptions = { draft_model = "tiny:qwen3-draft" }',
+        broken='backend = "mlx-lm"\nmodel = "{broken}"',
+    ),
+    "zlab-dflash": Case(
+        baseline='backend = "mlx"\nmodel = "tiny:qwen3"',
+        speculative='backend = "zlab-dflash"\nmodel = "tiny:qwen3"\nn_max = 3\noptions = { draft = "tiny:qwen3-dflash" }',
+        broken='backend = "zlab-dflash"\nmodel = "tiny:qwen3"\noptions = { draft = "{broken}" }',
+    ),
+    "dflash-mlx": Case(
+        baseline='backend = "mlx"\nmodel = "tiny:qwen3"',
+        speculative='backend = "dflash-mlx"\nmodel = "tiny:qwen3"\nn_max = 3\noptions = { draft = "tiny:qwen3-dflash" }',
+        broken='backend = "dflash-mlx"\nmodel = "tiny:qwen3"\noptions = { draft = "{broken}" }',
+    ),
     "vllm": Case(
         baseline='backend = "vllm"\nmodel = "embedded:smollm2"',
         speculative='backend = "vllm"\nmodel = "embedded:smollm2"\nn_max = 3\n'
@@ -93,6 +109,10 @@ def _usable(backend: str) -> None:
     is an extra: bash scripts/setup.sh all installs it, CI included)."""
     if backend == "vllm":
         need_vllm()
+    if backend in ("mlx-lm", "zlab-dflash", "dflash-mlx"):
+        missing = load_registry().backend(backend).missing_engine({})
+        if missing is not None:
+            pytest.skip(f"{missing.engine} is not usable here: {missing.why} ({missing.install})")
 
 HEAD = """
 [profile]

@@ -19,7 +19,8 @@ def test_ruff_is_clean() -> None:
 
 
 def test_mypy_is_clean() -> None:
-    packages = ["lab", "lab_llamacpp", "lab_drafters", "lab_llamacpp_server", "lab_mlx"]
+    packages = ["lab", "lab_llamacpp", "lab_drafters", "lab_llamacpp_server", "lab_mlx", "lab_mlx_lm", "lab_zlab_dflash",
+                "lab_dflash_mlx"]
     args = [arg for p in packages for arg in ("-p", p)]
     env = {**os.environ, "MYPYPATH": str(ROOT / "plugins")}
     out = subprocess.run([sys.executable, "-m", "mypy", *args], cwd=ROOT, capture_output=True, text=True, env=env)

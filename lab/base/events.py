@@ -51,6 +51,7 @@ class Clock(str, Enum):
     MEASURED = "measured"  # the lab's clock around the engine call, after it synchronized
     SERVER_LOG = "server-log"  # timestamps of the engine's own per-step log lines
     SERVER_TIMINGS = "server-timings"  # the engine's streamed generation clock
+    ENGINE = "engine"  # the engine's own per-step timers, reported with the step
     CLIENT = "client-clock"  # arrival times of streamed chunks at the lab
     SERVER_TOTAL_PER_CALL = "server-total/calls"  # derived: an engine total / its calls
     STEP_MINUS_DRAFT = "step-draft"  # derived: step seconds less draft seconds

@@ -156,6 +156,9 @@ def dflash_config(version: int, block_size: int = 4) -> dict[str, Any]:
         "max_position_embeddings": 4096,
         "num_target_layers": TARGET_LAYERS,
         "block_size": block_size,
+        # the draft reads the target's embedding and head; z-lab's configs say so
+        # and dflash-mlx's loader requires the key
+        "tie_word_embeddings": False,
         "dflash_config": dcfg,
     }
 

@@ -8,12 +8,11 @@ import re
 from functools import lru_cache
 from typing import Any, Sequence
 
+from lab.kit.engine_loop import END_TEXTS
+
 # Token texts llama.cpp also treats as end-of-generation; the same set keeps
 # "ignore_eos" masking identical across stacks.
-EOG_TEXTS = frozenset({
-    "</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
-    "<end_of_turn>", "<EOT>", "<|end_of_text|>", "<｜end▁of▁sentence｜>",
-})
+EOG_TEXTS = END_TEXTS
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
