@@ -228,3 +228,107 @@ def test_processes_a_plugin_started_end_with_its_arm(tmp_path: Path, trick: str)
     rows = {r["arm"]: r for r in saved["results"]}
     assert rows["bad"]["status"] == "ok" and rows["good"]["status"] == "ok"
 
+
+
+# -- a drafter proposing what is no token -------------------------------------------------------
+
+BAD_DRAFTER_SRC = '''
+from lab.api import Draft, Drafter, Option
+from lab.hookspecs import hookimpl
+
+
+class BadIds(Drafter):
+    name = "bad-ids"
+    description = "proposes ids outside the vocabulary"
+    options = (Option("which", str, "negative", "what to propose"),)
+
+    def draft(self, context, k):
+        which = self.opts["which"]
+        n = self.ctx.vocab_size
+        ids = {"negative": [-1], "past": [n, n + 7], "huge": [2 ** 200], "float": [1.5]}[which]
+        return Draft(tuple(ids[:k]))
+
+
+class Plugin:
+    __name__ = "bad_ids_drafter"
+
+    @hookimpl
+    def lab_register_drafters(self, register):
+        register(BadIds)
+
+
+plugin = Plugin()
+'''
+
+
+@pytest.mark.parametrize("ids,words", [([-1], "-1"), ([100, 5], "100"), ([2 ** 200], "2^200"), ([1.5], "1.5"),
+                                       ([True], "True")])
+def test_a_draft_outside_the_vocabulary_is_the_drafters_error(ids: list[object], words: str) -> None:
+    from lab.kit.speculative import DraftRefused, checked_draft
+
+    class Named:
+        name = "bad-ids"
+
+    with pytest.raises(DraftRefused) as info:
+        checked_draft(Named(), ids, 100)
+    assert "drafter bad-ids" in str(info.value) and words in str(info.value), info.value
+    assert checked_draft(Named(), [0, 99], 100) == (0, 99)
+
+
+def _stack_arm(stack: str) -> str:
+    if stack == "llamacpp":
+        try:
+            import llama_cpp  # noqa: F401
+        except Exception as exc:  # noqa: BLE001 - a wheel without its library raises FileNotFoundError
+            pytest.skip(f"llama-cpp-python is not usable here: {exc}")
+        return 'backend = "llamacpp"\nmodel = "embedded:smollm2"'
+    pytest.importorskip("mlx.core", reason="MLX is not installed here (bash scripts/setup.sh mlx)")
+    return 'backend = "mlx"\nmodel = "tiny:qwen3"'
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("stack", ["llamacpp", "mlx"])
+@pytest.mark.parametrize("which,words", [("negative", "-1"), ("past", "outside the vocabulary"), ("huge", "2^200")])
+def test_out_of_vocabulary_draft_ids_fail_the_same_way_on_every_stack(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack: str, which: str, words: str) -> None:
+    import importlib
+
+    site = tmp_path / "site"
+    site.mkdir()
+    name = f"bad_ids_{time.monotonic_ns()}"
+    (site / f"{name}.py").write_text(BAD_DRAFTER_SRC)
+    monkeypatch.syspath_prepend(str(site))
+    module = importlib.import_module(name)
+    from tests.fakes import fake_plugin
+
+    reg = load_registry(extra_plugins=[fake_plugin, module.plugin])
+    arm = _stack_arm(stack)
+    text = f"""
+[run]
+max_tokens = 8
+rounds = 1
+warmup = 0
+probe = false
+threads = 1
+[[prompts]]
+name = "p"
+text = "Write about tides."
+[[arms]]
+name = "good"
+backend = "fake"
+options = {{ virtual_clock = true }}
+[[arms]]
+name = "bad"
+{arm}
+drafter = "bad-ids"
+n_max = 2
+drafter_options = {{ which = "{which}" }}
+"""
+    profile = parse_profile(text, str(tmp_path / "p.toml"), reg)
+    store = RunStore(profile, tmp_path / "runs")
+    rows = {r.arm: dict(r) for r in Runner(profile, reg, store, [ReportWriter(store)]).run()}
+    assert rows["good"]["status"] == "ok"
+    bad = rows["bad"]
+    assert bad["status"] == "error", bad
+    assert "drafter bad-ids proposed ids outside the vocabulary" in bad["detail"] and words in bad["detail"], bad
+    assert (store.path / "report.md").is_file()

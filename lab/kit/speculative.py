@@ -62,6 +62,33 @@ class Target(Protocol):
         """The bytes a token stands for."""
 
 
+class DraftRefused(ValueError):
+    """A drafter proposed what is no token of the target's vocabulary: the
+    drafter's error, named with the ids, before any engine sees them."""
+
+
+def checked_draft(drafter: Any, tokens: Sequence[Any], n_vocab: int) -> tuple[int, ...]:
+    """``tokens`` as ids of a vocabulary of ``n_vocab``, or DraftRefused
+    naming the drafter and the first few ids that are not (negative, past
+    the vocabulary, or no integer at all: an engine given them fails with a
+    message that names neither, or reads past its tables)."""
+    name = getattr(drafter, "name", type(drafter).__name__)
+    out: list[int] = []
+    bad: list[str] = []
+    for t in tokens:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+            bad.append(repr(t)[:40])
+        elif not 0 <= int(t) < n_vocab:
+            text = str(int(t)) if abs(int(t)) < 1 << 64 else f"{'-' if t < 0 else ''}2^{abs(int(t)).bit_length() - 1}+"
+            bad.append(text)
+        else:
+            out.append(int(t))
+    if bad:
+        raise DraftRefused(f"drafter {name} proposed ids outside the vocabulary (0..{n_vocab - 1}): "
+                           f"{', '.join(bad[:8])}{' ...' if len(bad) > 8 else ''}")
+    return tuple(out)
+
+
 @runtime_checkable
 class Overlapping(Protocol):
     """A target whose decode may run while the loop sends the events of what
@@ -377,7 +404,7 @@ def _run(
         if k > 0:
             assert drafter is not None
             d = drafter.draft(context, k)
-            drafted = tuple(int(t) for t in d.tokens[:k])
+            drafted = checked_draft(drafter, d.tokens[:k], target.n_vocab)
             draft_probs = d.probs
         t_b = now()
         if not drafted:
