@@ -457,3 +457,31 @@ def test_a_key_holding_a_newline_fails_the_arm_at_once(serve: Callable[..., Fake
     assert "abc" not in row["detail"] and (not log.exists() or "abc" not in log.read_text())
     with pytest.raises(attach.AttachError, match="newline"):
         attach.auth_headers("K", {"K": "a\r\nb"})
+
+
+# -- 7. a url no arm could attach to is refused by lab check ----------------------------------
+
+
+@pytest.mark.parametrize("url,words", [
+    ("file:///etc/passwd", "http:// or https://"),
+    ("http://192.0.2.7:8080", "not a loopback address"),
+    ("http://user:pw@127.0.0.1:8080", "credentials"),
+    ("http://127.0.0.1:8080/v1/admin", "without a path"),
+])
+def test_lab_check_refuses_a_url_the_arm_would_refuse(tmp_path: Path, url: str, words: str) -> None:
+    from lab.profile.load import ProfileError, check_profile
+
+    path = tmp_path / "p.toml"
+    path.write_text(_profile(url))
+    with pytest.raises(ProfileError) as err:
+        check_profile(path, _registry())
+    assert "url" in str(err.value) and words in str(err.value), err.value
+    assert "pw" not in str(err.value).replace("password", "")
+
+
+def test_lab_check_takes_a_remote_url_the_arm_allows(tmp_path: Path) -> None:
+    from lab.profile.load import check_profile
+
+    path = tmp_path / "p.toml"
+    path.write_text(_profile("http://192.0.2.7:8080", options=", allow_remote = true"))
+    check_profile(path, _registry())

@@ -55,6 +55,13 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _redacted(url: str, parts: Any) -> str:
+    if not (parts.username or parts.password):
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return parts._replace(netloc=f"***@{host}").geturl()
+
+
 def check_url(url: str, allow_remote: bool = False) -> tuple[str, bool]:
     """The base URL (no trailing slash, no path) and whether it is loopback.
 
@@ -63,6 +70,8 @@ def check_url(url: str, allow_remote: bool = False) -> tuple[str, bool]:
             it, or a host other than loopback without ``allow_remote``.
     """
     parts = urlsplit(url.strip())
+    # a password in the URL is never repeated in a message
+    url = _redacted(url.strip(), parts)
     if parts.scheme not in ("http", "https"):
         raise AttachError(f"url {url!r}: expected http:// or https://")
     if not parts.hostname:
