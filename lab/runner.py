@@ -62,6 +62,7 @@ from lab.base.profile import Arm, Profile, RunSettings
 from lab.base.row import ResultRow
 from lab.probing import driver, isolated
 from lab.registry import Registry
+from lab.rows.bounds import bounded_report
 from lab.rows.build import add_origin, build_result, pick_baseline
 from lab.telemetry.contention import Contention, ContentionWatcher, fitting_threads, others_busy_cores
 from lab.telemetry.gpu import RunTelemetry
@@ -378,6 +379,7 @@ class Runner:
             latency=latency.to_json() if latency is not None else None, contention=contention,
             warm=warm, cold_first=cold_first,
             max_tokens=self._max_tokens(cell), overshoot=self._overshoot(arm),
+            ignore_eos=self.profile.run.ignore_eos,
         )
         with self._rows_lock:
             self._rows.append(row)
@@ -514,7 +516,7 @@ class Runner:
             report: dict[str, Any] = {}
             if backend is not None:
                 try:
-                    report = dict(backend.report())
+                    report = bounded_report(backend.report())
                     self.emit(ArmReported(arm.name, report))
                 except KeyboardInterrupt:
                     raise

@@ -56,9 +56,15 @@ class Hostile(FakeBackend):
                                             start_new_session=trick == "spawn-group")
             with open(os.environ["HOSTILE_PIDS"], "a") as f:
                 f.write(f"{self.spawned.pid}\\n")
-        return super().generate(request, emit, cancelled)
+        gen = super().generate(request, emit, cancelled)
+        if trick == "huge-report":
+            gen.engine_report["blob"] = "x" * 50_000_000
+            gen.engine_report["kept"] = 7
+        return gen
 
     def report(self):
+        if self.opts.get("trick") == "huge-report":
+            return {"arm_blob": ["y" * 1000] * 20_000, "kept": 1}
         if self.opts.get("trick") == "report-raises":
             raise RuntimeError("report failed on purpose")
         return super().report()
@@ -332,3 +338,32 @@ drafter_options = {{ which = "{which}" }}
     assert bad["status"] == "error", bad
     assert "drafter bad-ids proposed ids outside the vocabulary" in bad["detail"] and words in bad["detail"], bad
     assert (store.path / "report.md").is_file()
+
+
+def test_a_plugin_report_past_its_budget_is_cut_and_results_json_stays_small(tmp_path: Path,
+                                                                             hostile_module: Any) -> None:
+    rows, run_dir = run_in_process(tmp_path, hostile_module, "huge-report")
+    assert rows["bad"]["status"] == "ok"
+    assert (run_dir / "results.json").stat().st_size < 8 << 20
+    saved = json.loads((run_dir / "results.json").read_text())
+    row = next(r for r in saved["results"] if r["arm"] == "bad")
+    assert row["engine_report"]["kept"] == 7 and "blob" not in row["engine_report"]
+    assert "blob (50,000,002 bytes)" in row["engine_report"]["report_cut"]
+    assert "arm_blob" in saved["arm_reports"]["bad"]["report_cut"]
+
+
+def test_a_report_that_cannot_be_written_is_an_error_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from lab.cli import main
+    from lab.render import report as report_module
+    from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml
+
+    def refuse(*_a: Any, **_k: Any) -> Any:
+        raise ValueError("results.json is past its cap")
+
+    monkeypatch.setattr(report_module, "write_report", refuse)
+    path = tmp_path / "p.toml"
+    path.write_text(profile_toml(BASE_AND_SPEC) + "\n")
+    rc = main(["run", "--quiet", "--out", str(tmp_path / "runs"), str(path)], registry=fake_registry())
+    assert rc == 1
+    assert "report.md not written" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from lab.base.events import StepEvent
 from lab.base.row import COLD_FIRST_ROUND, GPU_KEYS, ResultRow, RowT
 from lab.base.verdict import verdict
 from lab.rows import serving
+from lab.rows.bounds import bounded_report
 from lab.rows.output_check import degenerate_output
 from lab.rows.plausible import impossible_figure
 
@@ -173,7 +174,7 @@ def build_result(
         measured=steps[0].measured if steps else None,
         text=text,
         text_origin=origin,
-        engine_report=dict(engine_report or {}),
+        engine_report=bounded_report(engine_report),
         plain_tokens=(n_tokens - landed) if counted and n_tokens is not None else None,
         **_gpu_fields(gpu_keys),
         category=category,
