@@ -278,3 +278,28 @@ def test_a_block_count_llama_cpp_aborts_on_costs_one_row(tmp_path: Path, value: 
     model = _mutated(tmp_path, "tiny:llama", "llama.block_count", value)
     arm = f'[[arms]]\nname = "bad"\nbackend = "llamacpp"\nmodel = "{model}"\n'
     _assert_one_row_lost(tmp_path, arm, str(model), "block_count")
+
+
+def test_reading_a_chat_template_refuses_a_lying_header_first(tmp_path: Path) -> None:
+    """The template reader runs in the lab's own process (a llama-server
+    arm's prompt too): a key of 1 TB must not be read as one."""
+    from lab.kit.prompting import PromptError, render_prompt
+
+    path = tmp_path / "key.gguf"
+    path.write_bytes(GGUF_CASES["key-1TB"][0]())
+    t0 = time.monotonic()
+    with pytest.raises(PromptError, match="a key claims"):
+        render_prompt(path, "hi", None, True)
+    assert time.monotonic() - t0 < 2
+
+
+def test_a_fifo_as_a_dflash_draft_costs_one_row(tmp_path: Path) -> None:
+    pytest.importorskip("mlx.core", reason="MLX is not installed here (bash scripts/setup.sh mlx)")
+    from lab.kit import models
+    from lab.registry import load_registry
+
+    load_registry()
+    target = models.resolve("tiny:llama")
+    fifo = tmp_path / "draft.gguf"
+    os.mkfifo(fifo)
+    _assert_one_row_lost(tmp_path, _mlx_arm(target, "mlx-dflash", fifo) + "n_max = 3\n", "not a regular file")

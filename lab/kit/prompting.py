@@ -205,7 +205,11 @@ def directory_template(path: Path) -> ChatTemplate | None:
 
 @lru_cache(maxsize=32)
 def _cached_template(path: str, _mtime: float) -> ChatTemplate | None:
+    from lab.kit.model_files import check_model
+
     p = Path(path)
+    # the header reader below trusts its lengths: a file that lies about them is refused first
+    check_model(p)
     if p.is_dir():
         return directory_template(p)
     return gguf_template(p)
