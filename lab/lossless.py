@@ -1,33 +1,14 @@
-"""Is a drafter lossless at temperature > 0? A sampling check.
+"""Is a drafter lossless at temperature > 0? A sampling check: a drafter
+whose proposal distribution does not match how it drew its tokens yields
+plausible text from a wrong distribution, which no single output shows.
 
-At temperature 0 a speculative loop is lossless when its output is identical
-to the baseline's. Above 0 no single output proves anything: the loop is
-lossless when its rejection sampling leaves the target's distribution exactly
-as it was, and a drafter with a subtle bug (a proposal distribution that does
-not match how it really drew its tokens) yields plausible text from a wrong
-distribution. This module samples both loops many times and tests whether
-their token distributions differ.
-
-Method. For each context (a short raw-text prompt) draw ``samples``
-continuations of ``tokens`` tokens with plain sampling and as many with the
-speculative loop, every continuation with its own seed, so that each side is
-an i.i.d. sample of its loop's distribution. At every position p >= 2 compare
-the two samples' token counts with the chi-square statistic of a 2 x K
-homogeneity table; its p-value comes from a permutation test, because most
-tokens are rare and the asymptotic chi-square law is wrong for sparse tables.
-Under "lossless" the pooled continuations are exchangeable, so the p-value is
-exact up to Monte-Carlo error. Holm's step-down correction over every
-(drafter, context, position) test keeps the chance that any lossless drafter
-of the run is reported NOT lossless at most ``alpha``. The effect size is the
-total-variation distance between the two empirical distributions, printed
-beside the distance that samples of this size show by chance (the mean over
-the permutations): on a sparse table noise alone makes it far from 0.
-
-Position 1 is left out: both loops sample it from the prompt's logits before
-any drafter is asked, so it can only add a test that cannot fail.
-
-The oracle drafter replays a baseline continuation drawn with a seed of its
-own, never one of the compared samples, so the two sides stay independent.
+Per context, ``samples`` continuations with plain sampling and as many with
+the speculative loop, each with its own seed; at every position from 2 on
+(both loops sample position 1 before any drafter is asked), a chi-square
+homogeneity statistic with a permutation p-value (exact for sparse tables),
+Holm's correction over every (drafter, context, position) test (at most
+``alpha`` chance of calling a lossless drafter NOT lossless), and the
+total-variation distance beside the one such samples show by chance.
 """
 
 from __future__ import annotations
@@ -47,10 +28,7 @@ from lab.base.profile import Arm, RunSettings
 from lab.registry import Registry, load_registry
 from lab.runner import attach_drafter
 
-# Short raw-text contexts: prompt processing is repeated for every sample, so
-# each token of context costs samples x arms decodes. One open-ended context
-# (a wide next-token distribution), one repetitive (prompt lookup drafts
-# there, and the target is nearly sure), one in between.
+# Short (every sample repeats the prompt): open-ended, repetitive, in between.
 DEFAULT_CONTEXTS: tuple[tuple[str, str], ...] = (
     ("story", "Once upon a time, in a small village by the sea, there lived"),
     ("days", "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday, Tuesday,"),
@@ -152,9 +130,6 @@ class LosslessReport:
         return asdict(self)
 
 
-# -- statistics -----------------------------------------------------------------
-
-
 def tv_distance(a: np.ndarray, b: np.ndarray) -> float:
     """Total-variation distance between the empirical distributions of two
     samples of category ids."""
@@ -179,12 +154,9 @@ def _chi2(counts_a: np.ndarray, totals: np.ndarray, n_a: int, n_b: int) -> np.nd
 def permutation_test(
     a: np.ndarray, b: np.ndarray, permutations: int, rng: np.random.Generator
 ) -> tuple[float, float, float]:
-    """Chi-square statistic of homogeneity for two samples of category ids,
-    its permutation p-value ``(1 + #{perm >= observed}) / (1 + B)`` (never 0,
-    and exact in level whatever the table's sparsity), and the mean
-    total-variation distance of the permuted samples: the distance two
-    samples of these sizes show by chance, which an observed distance must
-    be read against when most tokens are rare."""
+    """Chi-square of homogeneity for two samples of category ids, its
+    permutation p-value ``(1 + #{perm >= observed}) / (1 + B)``, and the
+    mean total-variation distance of the permuted samples (chance's)."""
     a = np.asarray(a)
     b = np.asarray(b)
     n_a, n_b = len(a), len(b)
@@ -198,8 +170,7 @@ def permutation_test(
     flat = (shuffled + (np.arange(permutations) * k)[:, None]).ravel()
     counts = np.bincount(flat, minlength=permutations * k).reshape(permutations, k).astype(np.float64)
     null = _chi2(counts, totals, n_a, n_b)
-    # A relative tolerance: the same table reached by another permutation
-    # must count as "as extreme", whatever the rounding of its sum.
+    # the same table by another permutation is "as extreme" whatever the rounding
     hits = int((null >= observed * (1 - 1e-9) - 1e-12).sum())
     chance_tv = float((0.5 * np.abs(counts / n_a - (totals - counts) / n_b).sum(axis=1)).mean())
     return observed, (1 + hits) / (1 + permutations), chance_tv
@@ -219,10 +190,9 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def min_detectable_tv(n_a: int, n_b: int, alpha_per_test: float, power: float = POWER) -> float:
-    """About the smallest total-variation distance a test at level
-    ``alpha_per_test`` finds with probability ``power``: the difference of
-    two proportions a two-sided z-test detects, at the worst case of a
-    proportion of one half. A difference spread over many tokens needs more."""
+    """About the smallest total-variation distance a test at
+    ``alpha_per_test`` finds with probability ``power`` (a two-proportion
+    z-test at one half; a difference spread over many tokens needs more)."""
     z = NormalDist().inv_cdf(1 - alpha_per_test / 2) + NormalDist().inv_cdf(power)
     return z * 0.5 * math.sqrt(1 / n_a + 1 / n_b)
 
@@ -232,9 +202,6 @@ def permutations_needed(n_tests: int, alpha: float, requested: int | None) -> in
     is alpha / n_tests, so B must leave room under it."""
     floor = math.ceil(4 * n_tests / alpha)
     return max(requested or 0, floor, 1000)
-
-
-# -- sampling -------------------------------------------------------------------
 
 
 @dataclass
@@ -349,8 +316,7 @@ class _Sampler:
                 instance = attach_drafter(dcls, arm, backend, self.run, self._reference, lambda text: None,
                                           seed=self._seed(arm_index, 99, 0))
             else:
-                # The oracle's replay: a continuation of each context drawn
-                # with a seed no compared sample uses.
+                # the oracle replays a continuation drawn with a seed no compared sample uses
                 for ci, (cname, text) in enumerate(self.contexts):
                     ids, _ = self._generate(backend, arm.name, cname, text, 0, self._seed(arm_index, ci, _SEED_CONTEXT - 1), None)
                     self.reference[cname] = ids
@@ -393,9 +359,6 @@ class _Sampler:
                                "the check needs a backend that honours ignore_eos")
         origin = listen.origin if len(listen.origin) == len(gen.ids) else [False] * len(gen.ids)
         return list(gen.ids), origin
-
-
-# -- the check ------------------------------------------------------------------
 
 
 def run_lossless_check(
@@ -540,9 +503,6 @@ def format_report(report: LosslessReport) -> str:
             lines.append(f"  note: {note}")
         lines.append(f"  {v.drafter}: {v.summary}")
     return "\n".join(lines) + "\n"
-
-
-# -- command line ---------------------------------------------------------------
 
 
 def default_drafters(registry: Registry, backend: str) -> list[DrafterSpec]:
