@@ -391,3 +391,57 @@ def _write_steps(run: Path, steps: list[dict[str, Any]]) -> None:
     for name in ("steps.jsonl", "steps.jsonl.gz"):
         (run / name).unlink(missing_ok=True)
     (run / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+
+
+def test_pass_kinds_are_marked_on_the_step_costs_where_the_loop_told_them() -> None:
+    data = load_for_report(RESULTS / "cross-machine" / "gpu-4" / "run-3" / "run")
+    series = fd.steps_by_arm(data["results"], data["steps"])
+    told = [s for s in series if s.pass_kinds]
+    assert told
+    fig, _ = figures.draw_steps(series, "t")
+    for s in told:
+        assert len(s.pass_kinds) == len(s.landed)
+        for kind in {k for k in s.pass_kinds if k and k != "steady"}:
+            (marks,) = [ln for ln in _lines(fig) if ln.get_label() == f"{kind} pass"
+                        and list(ln.get_xdata()) == [i + 1 for i, k in enumerate(s.pass_kinds) if k == kind]]
+            assert list(marks.get_ydata()) == [c for c, k in zip(s.cost_tokens, s.pass_kinds) if k == kind]
+
+
+def test_gpu_memory_and_power_are_the_reports_gpu_section(loaded: dict[str, dict[str, Any]]) -> None:
+    data = loaded["set-acceptance"]
+    section = render_markdown(data).split("## GPU: memory and energy", 1)[1].split("\n## ", 1)[0]
+    bars = [b for b in fd.memory(data) if b.gpu_peak_mem_bytes is not None]
+    assert bars
+    for bar in bars:
+        line = next(ln for ln in section.splitlines() if ln.startswith(f"| {bar.arm} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert bar.gpu_mean_power_w is not None and cells[3] == f"{bar.gpu_mean_power_w:.0f}"
+        assert cells[5].split(" / ")[0] == f"{bar.gpu_peak_mem_bytes / 2**30:.2f} GiB"
+    fig = figures.draw_memory(fd.memory(data), "Peak memory per arm")
+    assert [ax.get_xlabel() for ax in fig.axes] == ["peak memory MiB (host)", "peak GPU memory GiB",
+                                                   "mean GPU power W"]
+
+
+def test_a_figure_that_fails_to_draw_costs_that_figure_never_report_md(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(IN_PROCESS, run)
+    real = figures._draw
+
+    def broken(p: fd.Planned) -> Any:
+        if p.name == "acceptance":
+            raise AttributeError("a drawing bug")
+        return real(p)
+
+    monkeypatch.setattr(figures, "_draw", broken)
+    report = write_report(run).read_text()
+    assert "Acceptance per draft position: could not be drawn (AttributeError: a drawing bug)" in report
+    assert (run / figures.FIGURE_DIR / "speedup.svg").is_file()
+
+    def hopeless(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("no figures today")
+
+    monkeypatch.setattr(figures, "write", hopeless)
+    report = write_report(run).read_text()
+    assert "No figures: drawing failed (RuntimeError: no figures today)." in report
+    assert "## Detail" in report

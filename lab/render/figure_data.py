@@ -84,6 +84,7 @@ class StepSeries:
     cost_tokens: tuple[float | None, ...]  # each step against its own cell's baseline
     max_yield: int | None
     cells: tuple[tuple[str, int, int], ...] = ()  # (prompt, round, steps) in order
+    pass_kinds: tuple[str | None, ...] = ()  # each step's pass kind where the loop told it (switch, second, steady)
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ def steps_by_arm(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[s
     acc: dict[str, dict[str, Any]] = {}
     for (arm, prompt, rnd), cell in cells.items():
         row = rows.get((arm, prompt, rnd)) or {}
-        a = acc.setdefault(arm, {"landed": [], "step_s": [], "cost": [], "cells": [],
+        a = acc.setdefault(arm, {"landed": [], "step_s": [], "cost": [], "cells": [], "kinds": [],
                                  "max_yield": row.get("max_yield") or metrics.max_yield(row.get("n_max"))})
         base_arm = row.get("baseline_arm")
         base = pick_baseline(results, base_arm, prompt, rnd) if base_arm else None
@@ -243,8 +244,10 @@ def steps_by_arm(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[s
         a["step_s"] += [float(s["step_s"]) for s in ordered]
         a["cost"] += step_costs([float(s["step_s"]) for s in ordered], base_tps)
         a["cells"].append((prompt, rnd, len(ordered)))
+        a["kinds"] += [s.get("pass_kind") if isinstance(s.get("pass_kind"), str) else None for s in ordered]
     return [StepSeries(arm, tuple(a["landed"]), tuple(a["step_s"]), tuple(a["cost"]), a["max_yield"],
-                       tuple(a["cells"])) for arm, a in acc.items() if a["landed"]]
+                       tuple(a["cells"]), tuple(a["kinds"]) if any(a["kinds"]) else ())
+            for arm, a in acc.items() if a["landed"]]
 
 
 def latency(data: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -322,7 +325,7 @@ def plan(data: Mapping[str, Any]) -> list[Planned]:
     for name, title, section, build, empty in FIGURES:
         try:
             series = build(data)
-        except (ArithmeticError, ValueError, TypeError, KeyError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a saved run is user data: one figure lost, not the report
             out.append(Planned(name, title, section, missing=f"its data could not be read ({type(exc).__name__}: "
                                                             f"{str(exc)[:120]})"))
             continue
@@ -343,7 +346,7 @@ def plan_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], name_a: s
     ):
         try:
             series = [(name_a, s) for s in build(data_a)] + [(name_b, s) for s in build(data_b)]
-        except (ArithmeticError, ValueError, TypeError, KeyError) as exc:
+        except Exception as exc:  # noqa: BLE001 - as in plan()
             out.append(Planned(name, title, "", missing=f"its data could not be read ({type(exc).__name__})"))
             continue
         out.append(Planned(name, title, "", data=series) if series else Planned(name, title, "", missing=empty))

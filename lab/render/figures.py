@@ -234,6 +234,10 @@ def _percent() -> Any:
     return PercentFormatter(1.0, decimals=0)
 
 
+# one mark per pass kind (lab.base.probe.PASS_KINDS) in every panel; steady passes are the line itself
+_PASS_MARKS = {"first": ("o", "C5"), "switch": ("+", "C4"), "second": ("x", "C1")}
+
+
 def draw_steps(series: Sequence[fd.StepSeries], title: str) -> tuple[Any, list[str]]:
     """Per speculative arm: each step's cost in baseline tokens in run order
     against the max yield (a cost above it is a structural loss), and how
@@ -252,6 +256,15 @@ def draw_steps(series: Sequence[fd.StepSeries], title: str) -> tuple[Any, list[s
                 left.axhline(s.max_yield, color="C3", linestyle="--")
                 left.text(0.01, s.max_yield, f"{fd.MAX_YIELD_LABEL} {s.max_yield}", color="C3", va="bottom",
                           fontsize=7, transform=left.get_yaxis_transform())
+            kinds = sorted({k for k in s.pass_kinds if k and k != "steady"})
+            for k in kinds:
+                marker, tone = _PASS_MARKS.get(k, ("1", "C7"))
+                # the passes that ran off the captured graph, where the loop told each step's kind
+                marked = [(x, c) for x, c, kind in zip(xs, s.cost_tokens, s.pass_kinds) if kind == k and c is not None]
+                left.plot(*zip(*marked), marker=marker, color=tone, linestyle="none", markersize=5,
+                          label=f"{k} pass")
+            if kinds:
+                left.legend(loc="lower right", fontsize=7)
             left.set_ylim(bottom=0, top=max([s.max_yield or 0, *(c for c in s.cost_tokens if c is not None)]) * 1.1)
         else:
             left.plot(xs, [x * 1000 for x in s.step_s], linewidth=0.8, color="C0")
@@ -328,23 +341,24 @@ def draw_policy(series: Sequence[fd.PolicySeries], title: str) -> tuple[Any, lis
 
 def draw_memory(bars: Sequence[fd.MemoryBar], title: str) -> Any:
     """Peak memory per arm; on a GPU also its peak device memory and mean power."""
-    panels = [("peak_mem_bytes", "peak memory MiB (host)", 2**20),
-              ("gpu_peak_mem_bytes", "peak GPU memory MiB", 2**20),
-              ("gpu_mean_power_w", "mean GPU power W", 1)]
+    # units as the report prints them: Detail in MiB, the GPU section in GiB and W
+    panels = [("peak_mem_bytes", "peak memory MiB (host)", 2**20, ".0f"),
+              ("gpu_peak_mem_bytes", "peak GPU memory GiB", 2**30, ".2f"),
+              ("gpu_mean_power_w", "mean GPU power W", 1, ".0f")]
     panels = [p for p in panels if any(getattr(b, p[0]) for b in bars)]
     fig, axes = _new(1, len(panels), height=max(2.2, 0.32 * len(bars) + 1.2), sharey=True)
     ys = list(range(len(bars)))
-    for ax, (key, label, unit) in zip(axes[0], panels):
+    for ax, (key, label, unit, spec) in zip(axes[0], panels):
         vals = [(getattr(b, key) or 0) / unit for b in bars]
         ax.barh(ys, vals, color="C4")
         for y, v in zip(ys, vals):
             if v:
-                ax.text(v, y, f" {v:.0f}", va="center", fontsize=7)
+                ax.text(v, y, f" {v:{spec}}", va="center", fontsize=7)
         ax.set_xlabel(label)
         ax.set_xlim(0, max(vals) * 1.25 if any(vals) else 1)
     axes[0][0].set_yticks(ys, [b.arm for b in bars])
     axes[0][0].invert_yaxis()
-    fig.suptitle(title)
+    fig.suptitle(title + (" and mean GPU power" if any(b.gpu_mean_power_w for b in bars) else ""))
     return fig
 
 
@@ -382,7 +396,7 @@ def draw(planned: Sequence[fd.Planned], formats: Sequence[str] = FORMATS) -> Out
             try:
                 fig, notes = _draw(p)
                 files = _save(fig, formats)
-            except (ArithmeticError, ValueError, TypeError, KeyError, IndexError) as exc:
+            except Exception as exc:  # noqa: BLE001 - one figure's failure costs that figure, never the others
                 left_out.append(f"{p.title}: could not be drawn ({type(exc).__name__}: {str(exc)[:120]})")
                 continue
             drawn.append(Drawn(p.name, p.title, p.section, files, tuple(p.notes + notes)))
