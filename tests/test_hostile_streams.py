@@ -270,3 +270,11 @@ def test_server_timings_the_lab_clock_refutes_are_an_error_naming_both(serve: Ca
     row, _ = hostile_run(serve(answer), tmp_path)
     assert row["status"] == "error", row
     assert "lab's clock" in row["detail"] and "the request was open" in row["detail"], row["detail"]
+
+
+@pytest.mark.slow
+def test_pinging_streams_at_concurrency_4_end_at_the_idle_limit(serve: Callable[..., FakeServer],
+                                                               tmp_path: Path) -> None:
+    row, got = hostile_run(serve(pings_after_one), tmp_path, more=", concurrency = 4")
+    assert row["status"] == "error" and "idle_timeout_s" in row["detail"], row["detail"]
+    assert got.seconds < 30, got.seconds

@@ -40,12 +40,14 @@ class TrackedRecord(StreamRecord):
     tracker: StepTracker | None = None
 
 
-def _side_stream(base_url: str, headers: dict[str, str], body: dict[str, Any], record: TrackedRecord,
+def _side_stream(lead: ServerClient, body: dict[str, Any], record: TrackedRecord,
                  start: threading.Barrier, stop: threading.Event, timeout_s: float) -> None:
-    """One load stream, read to its end (or until ``stop``)."""
+    """One load stream on a client of its own, within the lead's idle
+    limits, read to its end (or until ``stop``)."""
     import httpx
 
-    client = ServerClient(base_url, headers)
+    client = ServerClient(lead.base_url, lead.headers)
+    client.first_event_s, client.idle_s = lead.first_event_s, lead.idle_s
     tracker = StepTracker(0.0)
     record.tracker = tracker
     try:
@@ -112,7 +114,7 @@ def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: 
     stop = threading.Event()
     side = [TrackedRecord() for _ in range(n - 1)]
     threads = [
-        threading.Thread(target=_side_stream, args=(client.base_url, client.headers, body, rec, start, stop, timeout_s),
+        threading.Thread(target=_side_stream, args=(client, body, rec, start, stop, timeout_s),
                          name=f"load-stream-{i + 1}", daemon=True)
         for i, rec in enumerate(side)
     ]
