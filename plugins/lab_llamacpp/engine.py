@@ -1,26 +1,8 @@
-"""A thin layer over llama-cpp-python's low-level (ctypes) API.
-
-The high-level ``Llama`` generate loop costs ~11x the engine's own speed on a
-small model; here every decode is one ``llama_decode`` on a batch we fill in
-place, greedy picks read the logits buffer, and rolled-back draft rows leave
-the KV cache through the memory API.
-
-Batch invariance. llama.cpp's CPU backend computes a one-row batch with other
-kernels than a batch of two or more: matrix products on F32/F16/BF16/Q8_0/
-Q4_0 weights go through ggml's vec_dot for one row and through tinyBLAS
-(llamafile sgemm) for more, and flash attention splits the KV range across
-threads for a single query row once the KV length reaches 512. Their sums run
-in another order (or precision), so a position's logits differ between a
-one-row decode (the greedy baseline) and a verify batch, and a near tie
-flips: greedy speculation then leaves its baseline for a reason that is no
-drafter's. A context built ``batch_invariant`` never decodes one row alone:
-a lone row gets a second one (the same token one position on, its logits
-asked for so the last layer keeps two rows) that leaves the KV cache right
-after. Repacked weights (``extra_bufts``: Q4_0, Q8_0, K-quants) are not
-covered: they multiply groups of four rows with one kernel and the rest with
-another, so a bit-exact comparison on them needs the model loaded with
-``extra_bufts=False``. benchmarks/lossless_repro.py shows all of it and
-measures what the padding costs.
+"""A thin layer over llama-cpp-python's low-level (ctypes) API: every decode
+is one ``llama_decode`` on a batch filled in place, greedy picks read the
+logits buffer, and rolled-back draft rows leave the KV cache through the
+memory API. A context built ``batch_invariant`` never decodes one row
+alone, so one-row and verify passes share kernels (docs/design-notes.md).
 """
 
 from __future__ import annotations
@@ -45,10 +27,8 @@ _row_address: Any = None
 
 
 def _bind_row_address() -> Any:
-    """``llama_get_logits_ith`` returning the row's address as a plain int.
-    A function object of its own: llama-cpp-python's binding (a float
-    pointer, which costs a ctypes object and an ``addressof`` per call) stays
-    as it is."""
+    """``llama_get_logits_ith`` returning the row's address as a plain int
+    (the binding's float pointer costs a ctypes object per call)."""
     global _row_address
     if _row_address is None:
         fn = ll.llama_cpp._lib["llama_get_logits_ith"]
@@ -58,13 +38,8 @@ def _bind_row_address() -> Any:
     return _row_address
 
 
-# Ctrl-C or SIGTERM (which the lab turns into Ctrl-C) that arrived while
-# llama.cpp ran native code: Python runs the signal's handler at the next
-# Python code, which during a model load is the log callback, and ctypes
-# swallows what a callback raises ("Exception ignored on calling ctypes
-# callback function"): the stop was lost and the run went on. The hook below
-# keeps such an interrupt, and every native call that logs raises it again
-# once it returns (raise_swallowed).
+# A Ctrl-C that lands in the log callback during native code is swallowed by
+# ctypes; the hook keeps it and raise_swallowed raises it after the call.
 _swallowed: list[BaseException] = []
 _previous_hook: Any = None
 
@@ -116,8 +91,6 @@ class Model:
         init_backend(verbose=os.environ.get("LAB_LLAMA_VERBOSE") == "1")
         params = ll.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        # Extra buffer types repack weights for faster CPU kernels, as
-        # llama-bench and llama-server do by default.
         params.use_extra_bufts = extra_bufts
         self.path = path
         _swallowed.clear()  # only what lands during this load counts
@@ -189,10 +162,8 @@ class Model:
 
 
 class Batch:
-    """A reusable llama_batch for one sequence. Every row belongs to
-    sequence 0, set once; a fill writes tokens, positions and the rows that
-    want logits through pointers kept from the start (each read of a
-    pointer field of the ctypes struct makes a new pointer object)."""
+    """A reusable llama_batch for sequence 0, filled through pointers kept
+    from the start (each read of a ctypes pointer field makes an object)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -238,10 +209,8 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int, n_batch: int, threads: int, batch_invariant: bool = False,
                  outputs_per_seq: int = 0) -> None:
-        """``outputs_per_seq``: rows of one sequence a backend sampler may
-        pick in one decode (lab_llamacpp.gpu_pick); llama.cpp's default
-        reserves one, too few for a verify pass. 0 leaves the default, so a
-        context that picks on the host is built exactly as before."""
+        """``outputs_per_seq``: rows a backend sampler may pick in one decode
+        (lab_llamacpp.gpu_pick); 0 keeps llama.cpp's default of one."""
         self.model = model
         self.batch_invariant = batch_invariant
         params = ll.llama_context_default_params()
@@ -267,14 +236,12 @@ class Context:
         self.mem = ll.llama_get_memory(self.ptr)
         self.batch = Batch(max(n_batch, 2))
         self.n_past = 0
-        # Whether the last decode carried a padding row: its logits come
-        # last, after those of the caller's row.
+        # whether the last decode carried a padding row (its logits come last)
         self._padded = False
         self._sampler: Any = None
         self._bias: Any = None
         self._row_type = ctypes.c_float * model.n_vocab
-        # numpy views of logits rows by address: llama.cpp keeps its logits
-        # buffer until a batch needs more output rows than it holds.
+        # numpy views of logits rows by address (the buffer lives until it must grow)
         self._row_views: dict[int, np.ndarray] = {}
         self._row_address = _bind_row_address()
 
@@ -314,11 +281,8 @@ class Context:
 
     def decode(self, tokens: Sequence[int], logits: str = "last", wait: bool = True) -> None:
         """Decode tokens at n_past (in n_batch chunks), then synchronize so the
-        caller's clock is honest. ``wait=False`` returns once the work is
-        queued: on a GPU llama_decode launches the graph and an async copy of
-        the output rows, and the next read of logits or of a sampled token
-        (or :meth:`wait`) waits for them; the CPU backend computes in the
-        call either way. A context that pads lone rows always waits."""
+        caller's clock is honest; ``wait=False`` returns once a GPU has the
+        work queued (the next read of logits waits). A padding context waits."""
         if self.batch_invariant and len(tokens) == 1:
             self._decode_padded(tokens[0])
             return
@@ -339,9 +303,7 @@ class Context:
         ll.llama_synchronize(self.ptr)
 
     def _decode_padded(self, token: int) -> None:
-        # Both rows ask for logits: with one output row llama.cpp would cut
-        # the last layer and the LM head down to that row, back to the
-        # one-row kernels.
+        # both rows ask for logits, or the last layer shrinks back to one-row kernels
         self.batch.fill([token, token], self.n_past, "all")
         self._decode_batch(self.n_past)
         ll.llama_synchronize(self.ptr)
@@ -366,9 +328,7 @@ class Context:
         return int(ll.llama_sampler_sample(self._sampler, self.ptr, self._row(row)))
 
     def _row_view(self, row: int) -> np.ndarray:
-        """A numpy view of batch row ``row``'s logits in the engine's buffer
-        (valid until the next decode), made once per row address: one call
-        into llama.cpp, no ctypes objects."""
+        """A numpy view of batch row ``row``'s logits, valid until the next decode."""
         addr = self._row_address(self.ptr, self._row(row))
         if not addr:
             raise LlamaError(f"no logits for batch row {row}: was it decoded with logits?")
@@ -381,15 +341,9 @@ class Context:
         return view
 
     def argmax(self, row: int, masked: Collection[int] = ()) -> int:
-        """Greedy pick straight from the engine's logits buffer, ``masked``
-        token ids left out. The C-side greedy sampler first copies the whole
-        vocabulary into a candidate array (~0.2 ms a row for a 49k
-        vocabulary), which a speculative step pays once per verified row; an
-        arg-max over a view costs a tenth. The mask is applied only when a
-        masked token wins (it rarely does; a winner that is not masked stays
-        the winner with the masked tokens at -inf, ties included, as the
-        first maximum), so a pick is one call into llama.cpp and one scan of
-        the row."""
+        """Greedy pick straight from the logits buffer, ``masked`` ids left out
+        (applied only when one wins): the C-side sampler copies the whole
+        vocabulary first, ten times an arg-max over a view."""
         view = self._row_view(row)
         best = int(view.argmax())
         if len(masked) and best in masked:
