@@ -1,40 +1,16 @@
-"""The server prices itself: a probe of a llama-server arm measured through
-llama-server, started as the arm starts it.
+"""The server prices itself: a llama-server arm's probe, measured through
+servers started as the arm starts them. Draft, verify and the server's loop
+are one step the lab cannot split from outside, so the probe times steps
+whole (:attr:`lab.base.probe.Probe.prices_steps`):
 
-The in-process probe times one target pass over w tokens. On a server the
-draft's cost, the verify pass and the server's own loop are one step the
-lab cannot split from outside, so this probe measures that step whole:
+- width 1: the arm's baseline server, seconds per generated token;
+- width w > 1: the arm's own server at n_max = w - 1 with set acceptance
+  one half at every position, so each step keeps all its drafts or none:
+  the mean seconds of logged steps that kept all, median of three requests,
+  and of those that kept none (``kept_none_s``).
 
-- width 1: a server started as the arm's baseline would be (the arm's
-  options without its speculative ones), seconds per generated token of one
-  request, as a baseline row counts them (generation seconds over tokens);
-- width w > 1: a server started with the arm's own flags, spec type and
-  draft, n_max = w - 1 and set acceptance of one half at every position
-  (``--spec-synth-rates 0.5,0.5,...``: the first draft is kept with
-  probability one half, and every later one with the one before it), so
-  every step drafts w - 1 tokens and verifies w, and keeps either all of
-  them or none. The figure is the mean seconds of the server's logged
-  steps that kept all w - 1 (a speculative row's ``step_s``), the median
-  of three requests to the same server; the steps that kept none give a
-  second figure, ``kept_none_s`` in the notes.
-
-An arm with ``concurrency = N`` is priced at N streams at once, each width
-on a server with N slots: the server's log interleaves the streams' steps,
-so every step keeps all its drafts (``--spec-synth-rates 1,1,...``) and the
-figure is the lead stream's seconds over its steps (the streams' drafted
-tokens, as the server counted them, over N and w - 1); width 1 is one
-stream's seconds per token beside N - 1 others. Such a probe prices steps
-that kept all only.
-
-So T(w) of this probe is a whole step's cost in baseline tokens, the
-draft's w - 1 tokens and the server's loop included; the prediction adds
-nothing to it (:attr:`lab.base.probe.Probe.prices_steps`), and prices a
-step that keeps some of its drafts between the two figures
-(:meth:`lab.base.probe.Probe.step_ratio`): a server does work per token it
-keeps (sampling, detokenizing, streaming), so a step that keeps none costs
-less than one that keeps all, more so where a step lasts milliseconds.
-The two kinds of step come in random order, as a row's steps do. Every server it
-starts is stopped before the next starts, on every way out.
+An arm with ``concurrency = N`` is priced at N streams on N slots, every
+step keeping all. Every server is stopped before the next starts.
 """
 
 from __future__ import annotations
@@ -57,14 +33,9 @@ if TYPE_CHECKING:
 METHOD = "server-steps"
 # The options that make an arm speculate; its baseline server runs without them.
 SPECULATIVE_OPTIONS = ("spec_type", "draft_model", "mtp_model", "draft_n_min", "draft_p_min", "draft_ngl")
-# Spec types whose every step drafts n_max tokens when nothing stops it; the
-# n-gram types draft only where their n-grams match, so no request can make
-# them draft w - 1 tokens a step.
+# Spec types whose every step drafts n_max (n-gram types draft only on a match).
 BLOCK_SPEC_TYPES = frozenset(t for t, flag in DRAFT_N_MAX_FLAG.items() if flag == "--spec-draft-n-max")
-# Steps per timed request each of a width's two figures must rest on, on
-# average; a request generates enough tokens for STEPS_PER_REQUEST steps,
-# about half of them keeping all their drafts (the draws are seeded: every
-# probe of a width draws the same ones).
+# Steps a timed request must give each of a width's two figures, on average.
 MIN_STEPS = 6
 STEPS_PER_REQUEST = 32
 # The set acceptance of every draft position: a step keeps all or none.
@@ -108,14 +79,9 @@ def _tokens(width: int) -> int:
 
 
 def request_lengths(ctx: BackendContext, width: int) -> tuple[int, int]:
-    """Tokens of a timed request and of the warmup one at ``width``. A
-    run's probe sends requests as long as the run's cells, warmed up as
-    they are (``ctx.probe_requests``), never shorter than the steps the
-    width's figures need: a server's first steps of a request and of a
-    freshly loaded engine can cost more than its later ones (on an H100,
-    a 1B draft's first dozen steps 17 ms against 14 ms), so a probe of short
-    requests prices a step above the run's. ``lab probe`` alone keeps its
-    own lengths."""
+    """Tokens of a timed request and of the warmup one at ``width``: a run's
+    probe sends requests as long as its cells (a server's first steps cost
+    more than later ones), never shorter than the figures need."""
     own = _tokens(width)
     if ctx.probe_requests is None:
         return own, WARMUP_TOKENS
@@ -228,8 +194,6 @@ def _one_width(cls: type[Backend], arm: Arm, ctx: BackendContext, width: int) ->
             figures = [g.engine_report.get("concurrency") or {} for g in gens]
             drafted = [int(f.get("drafted_total") or 0) for f in figures]
             accepted = [int(f.get("accepted_total") or 0) for f in figures]
-            # (the last step of a stream keeps what the token budget leaves, and the server
-            # keeps no drafted end-of-generation token, whatever the rates say)
             if not all(drafted) or sum(accepted) < FULL_SHARE * sum(drafted):
                 raise ProbeError(f"llama-server at n_max {width - 1} with {streams} streams kept {sum(accepted)} of "
                                  f"{sum(drafted)} drafted tokens where the probe set every one kept")
