@@ -1,12 +1,7 @@
-"""The result row and its schema: one row per arm x prompt x round.
-
-Every key a saved run holds is a field of :class:`ResultRow`, so the keys of
-results.json (``ROW_KEYS``), the contract's keys (``RESULT_KEYS``, the CLI
-contract other tools read), the CSV columns, the GPU and serving groups and
-the types the damaged-save checks hold a row to (:mod:`lab.rows.shape`) are
-all read off the fields here. Not applicable -> None. Building a row from a
-cell's measurements is :mod:`lab.rows.build`.
-"""
+"""The result row, one per arm x prompt x round, and its schema: the keys of
+results.json, the CLI contract's keys, the CSV columns and the types
+:mod:`lab.rows.shape` checks are all read off :class:`ResultRow`'s fields.
+Not applicable -> None. :mod:`lab.rows.build` builds rows."""
 
 from __future__ import annotations
 
@@ -36,12 +31,8 @@ RESULT_KEYS = (
 
 @dataclass(frozen=True)
 class ResultRow(Mapping[str, Any]):
-    """One arm x prompt x round cell as measured.
-
-    It also reads as its saved form (``row["status"] == "ok"``, every key of
-    ``to_json``), so the analysis, which works on rows read from disk, takes
-    a live row unchanged.
-    """
+    """One arm x prompt x round cell as measured; it reads as its saved form
+    (``row["status"]``), so the analysis takes a live row unchanged."""
 
     arm: str
     backend: str
@@ -84,11 +75,8 @@ class ResultRow(Mapping[str, Any]):
     text_origin: tuple[tuple[int, int], ...] | None = None
     engine_report: Mapping[str, Any] = field(default_factory=dict)
     plain_tokens: int | None = None
-    # GPU telemetry (lab.telemetry.gpu.RunTelemetry): the card; peak device memory of
-    # the arm's processes (this one and its server) and of the whole card
-    # since the arm began loading; the generation phase's joules, per
-    # generated token, its mean power, and the joules spent while steps
-    # drafted and verified. None without a GPU.
+    # GPU telemetry (lab.telemetry.gpu): peaks since the arm began loading, the
+    # generation's energy and its draft/verify split. None without a GPU.
     gpu_name: str | None = field(default=None, metadata=GPU)
     gpu_peak_mem_bytes: int | None = field(default=None, metadata=GPU)
     gpu_card_peak_bytes: int | None = field(default=None, metadata=GPU)
@@ -99,37 +87,26 @@ class ResultRow(Mapping[str, Any]):
     verify_energy_j: float | None = field(default=None, metadata=GPU)
     # the prompt's suite category; None for a prompt written out in the profile
     category: str | None = None
-    # the shape of latency (lab.telemetry.latency): seconds to the first
-    # token, and percentiles of the gaps between tokens, a token inside a
-    # burst of accepted drafts counting as a gap of 0
+    # latency (lab.telemetry.latency): time to first token, gaps between tokens
     ttft_s: float | None = None
     itl_p50_s: float | None = None
     itl_p95_s: float | None = None
     itl_p99_s: float | None = None
-    # why a greedy speculative output left its baseline: what the backend's
-    # check established (engine_report["divergence"]) or "not established";
-    # None when it did not leave it
+    # why a greedy speculative output left its baseline (engine_report["divergence"])
     divergence_cause: str | None = None
-    # what identical_to_baseline and first_divergence_char compared the
-    # output with: "baseline" (the baseline arm's same prompt and round) or,
-    # for round 2 on of a warm arm, "cold first round" (the arm's own round
-    # 1 of the prompt, the one round that met a fresh engine); None when the
-    # output was not compared
+    # what the output was compared with: "baseline", or for a warm arm's later
+    # rounds "cold first round"; None when not compared
     identity_reference: str | None = None
     # sha256 of the exact prompt text sent (lab.kit.prompting) and which template made it
     prompt_sha256: str | None = None
     prompt_template: str | None = None
-    # taken on a busy machine (this cell or its baseline's; lab.telemetry.contention),
-    # other processes' mean busy cores during this cell, and what was seen
+    # the noise guard (lab.telemetry.contention)
     contended: bool | None = None
     contention: float | None = None
     contention_note: str = ""
-    # on a busy cell whose engine wanted more cores than others left: the
-    # thread count that fits ([run] threads), beside the busy mark
+    # the thread count that fits, where the engine wanted more cores than were free
     threads_hint: int | None = None
-    # rounds that shared engine state ([run] warm_rounds): a later round
-    # met what the earlier ones left (caches, n-gram tables), so rounds are
-    # a trend, not repeats
+    # rounds that shared engine state ([run] warm_rounds): a trend, not repeats
     warm: bool = False
     concurrency: int | None = field(default=None, metadata=SERVING)
     aggregate_tok_per_s: float | None = field(default=None, metadata=SERVING)
@@ -143,25 +120,15 @@ class ResultRow(Mapping[str, Any]):
     concurrent_itl_p99_s: float | None = field(default=None, metadata=SERVING)
     aggregate_acceptance_rate: float | None = field(default=None, metadata=SERVING)
     server_url: str | None = field(default=None, metadata=SERVING)
-    # an arm whose drafted tokens were kept at set rates (lab.base.set_acceptance):
-    # the setting as given ("kind", "value") and the rates it made per
-    # position ("rates"); empty when the target decided
+    # set acceptance (lab.base.set_acceptance): "kind", "value", "rates"; empty: the target decided
     set_acceptance: Mapping[str, Any] = field(default_factory=dict)
-    # why the output text is one a drafter predicts trivially (a loop, a run
-    # of template markers; lab.rows.output_check), None when it is not: the
-    # row's acceptance is then not representative
+    # why the output is trivially predictable (lab.rows.output_check): acceptance not representative
     degenerate_output: str | None = None
-    # the arm's engine and drafter options as one canonical string: arms that
-    # differ only in n_max or acceptance (a sweep) share it, an arm with
-    # another draft model does not (lab.analysis.holdout borrows acceptance
-    # and costs only between arms that share it)
+    # the engine and drafter options, canonical: arms of one sweep share it (lab.analysis.holdout)
     draft_config: str | None = None
-    # how many tokens each step asked the drafter for (lab.base.draft_policy):
-    # "fixed" (n_max every step) or an adaptive policy; None for a row that
-    # did not run the lab's own loop with a drafter
+    # the draft-length policy (lab.base.draft_policy); None outside the lab's own loop
     draft_policy: str | None = None
-    # keys a saved row has beyond these (a later version's), kept so that
-    # reading and saving a row again loses nothing
+    # a later version's keys, kept so that a read and save loses nothing
     unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -172,7 +139,6 @@ class ResultRow(Mapping[str, Any]):
     def ok(self) -> bool:
         return self.status == Status.OK
 
-    # -- the saved form --------------------------------------------------------
     def _saved(self, key: str) -> Any:
         value = getattr(self, key)
         if key == "status":
@@ -208,7 +174,6 @@ class ResultRow(Mapping[str, Any]):
         unknown = {k: v for k, v in data.items() if k not in ROW_KEYS}
         return cls(**known, unknown=unknown)
 
-    # -- Mapping: the saved form, key by key -----------------------------------------
     def __getitem__(self, key: str) -> Any:
         if key in _ROW_KEY_SET:
             return self._saved(key)
@@ -229,9 +194,6 @@ EXTRA_KEYS = ROW_KEYS[len(RESULT_KEYS):]
 GPU_KEYS = tuple(f.name for f in fields(ResultRow) if f.metadata == GPU)
 SERVING_KEYS = tuple(f.name for f in fields(ResultRow) if f.metadata == SERVING)
 LATENCY_KEYS = ("ttft_s", "itl_p50_s", "itl_p95_s", "itl_p99_s")
-# Columns of the CSV export: the contract's keys, the figures a spreadsheet
-# needs beside them, the ones the report computes (DERIVED_CSV_KEYS), latency
-# and GPU figures.
 DERIVED_CSV_KEYS = ("break_even_len", "needed_acceptance", "verdict_kind")
 CSV_KEYS = RESULT_KEYS + (
     "prompt_tokens", "prompt_s", "gen_s", "engine_bytes", "plain_tokens", "n_max", "stack", "detail",
