@@ -95,6 +95,8 @@ def test_rows_are_ok_and_greedy_tokens_match_the_labs_loop(ran: dict[str, Any], 
     assert rows[arm]["status"] == "ok", rows[arm].get("detail")
     assert rows[arm]["n_tokens"] == 24
     assert _report(rows[arm])["output_ids"] == _report(rows["lab-base"])["output_ids"]
+    # the same tokens through the same detokenizer (mlx-lm's): the same text, its held-back tail included
+    assert rows[arm]["text"] == rows["mlx-lm"]["text"]
 
 
 @pytest.mark.parametrize("arm", ["mlx-lm-self", "zlab", "dflash-mlx", "dflash-mlx-pipelined"])

@@ -195,8 +195,9 @@ class DFlashMlxBackend(Backend):
             if close is not None:
                 close()
         detok.finalize()
-        if detok.last_segment:  # the detokenizer's tail
-            cell.land([], detok.last_segment, False)
+        tail = detok.last_segment  # what the detokenizer held back (reading it consumes it)
+        if tail:
+            cell.land([], tail, False)
         if summary is None:
             raise EngineFailure("dflash-mlx's stream ended without its SummaryEvent")
         if not traced:
