@@ -1,37 +1,15 @@
-"""Predictions made apart from the row they predict.
+"""Predictions made apart from the row they predict: the in-sample one
+checks the arithmetic, this one takes nothing from the arm it predicts.
 
-The in-sample prediction (:func:`lab.analysis.predict.predict` on the row's
-own inputs) takes the row's acceptance per position, its draft seconds and
-its loop seconds, and only T(w) from the probe: a check of the arithmetic,
-not a forecast. The held-out one here takes nothing from the arm it
-predicts:
-
-- acceptance per position: the set rates when the arm's acceptance was set
-  (known before it ran), else the pooled steps of another arm of the same
-  drafter on the same model and prompt (the one drafting most per step, as
-  a sweep's largest n_max);
-- draft seconds, loop seconds per step and the share of plain iterations:
-  the other arms of that drafter (every round, this prompt). A step's draft
-  seconds are a + b x drafted tokens, not b alone: the draft first reads
-  what the target kept (one pass, whatever the step drafted), then drafts
-  token by token. With two or more other arms drafting different lengths
-  the line is fitted and read at this arm's n_max; with one, its seconds
-  per drafted token are taken as they are. A step after one that kept all
-  its drafts drafts dearer (the draft reads two tokens; ``predict``'s
-  catch-up): that part is measured in the other arms' steps, taken out of
-  their seconds before the line is fitted and priced at this arm's chance
-  of keeping all, which its acceptance gives (another arm's at a lower
-  acceptance would carry too few such steps);
-- T(w): the probe; the baseline's seconds per token: the baseline's rows.
-
-On a target with recurrent layers (a hybrid) the loop's seconds hold a
-rollback's re-run: a step that rejected a draft restores the state from
-before its verify and runs the k kept tokens and the pending one again, one
-pass of k + 1 rows that is waited on. That pass grows with what a step keeps,
-so the other arms' loop seconds carry their own: where their rows say the
-target rolled back by re-running (``rollback_forwards``), each of their steps'
-re-run is priced by the probe (:meth:`lab.base.probe.Probe.alone_ratio`) and
-taken out, and this arm's expected one, from its acceptance, put in.
+- acceptance per position: the set rates where they were set, else the
+  pooled steps of the kin arm drafting most per step (same drafter, model
+  and prompt);
+- draft seconds (a line a + b x drafted tokens fitted over the kin arms,
+  their catch-up taken out and priced back at this arm's acceptance), loop
+  seconds and the plain share: the kin arms; T(w): the probe;
+- on a recurrent target, the kin arms' re-runs after a rejection are priced
+  by the probe and taken out of their loop seconds, and this arm's expected
+  ones put in.
 
 Each input says where it came from, so the report can show it.
 """
@@ -63,10 +41,8 @@ class HeldOut:
 
 
 def kin(rows: Sequence[Mapping[str, Any]], arm: str) -> str | None:
-    """What makes arms the same drafter for this purpose: backend, model,
-    drafter and the options that say what drafts (its draft model among them), so a
-    sweep's arms are kin and an arm with another draft model is not. Rows
-    saved before they carried their options match on the rest."""
+    """What makes arms kin: backend, model, drafter and the options that say
+    what drafts, so a sweep's arms are kin and another draft model is not."""
     first = next((r for r in rows if r["arm"] == arm), None)
     if first is None:
         return None
@@ -143,11 +119,8 @@ def held_out(
 def replay_tokens(rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probe: Any,
                   positions: PositionAcceptance, n_max: int) -> tuple[float, float] | None:
     """Baseline tokens a step spends re-running kept tokens after a rejection
-    on a recurrent target: the mean over ``rows``' steps (a step that kept k
-    of its drafts and refused the next re-runs k + 1 rows), and the expected one of a step
-    drafting ``n_max`` at ``positions``. None where those rows never re-ran
-    (a target whose cache trims), the steps are not saved, or the probe does
-    not reach a re-run's width."""
+    (k kept: k + 1 rows): the mean over ``rows``' steps and the expected one
+    at ``positions``; None where nothing re-ran or the probe is too narrow."""
     reran = sum(predict.saved_count((r.get("engine_report") or {}).get("rollback_forwards")) or 0
                 for r in rows if isinstance(r.get("engine_report"), Mapping))
     if not reran:
