@@ -1,17 +1,11 @@
 """Verify cost on llama.cpp, two ways.
 
-``decode``: in this process, with the lab's own engine: after a fixed
-prefix, time one ``llama_decode`` of w rows of one sequence with logits for
-every row (exactly what a speculative step's verification does), rolled
-back after each pass. Each width's passes run back to back, as a sweep arm's
-equal-width verifies do: llama.cpp's CUDA backend replays a captured graph
-while consecutive decodes keep one shape and rebuilds it when the shape
-changes, so passes that alternate widths measured a one-row pass at 3.90 ms
-on an H200 against 2.93 ms back to back (and the loop's 3.06 ms a token),
-which deflated every T(w) and put 20 of 22 oracle predictions outside 10 %.
-``batched-bench``: llama.cpp's own llama-batched-bench,
-the write-ups' tool, decoding w parallel sequences; a pass of w rows takes
-w / S_TG(w) seconds, and S_TG(8) / S_TG(1) is their batch-8/batch-1 ratio.
+``decode``: in this process, after a fixed prefix, one ``llama_decode`` of
+w rows of one sequence with logits for every row (a verify), rolled back
+after each pass; each width's passes run back to back, as a sweep arm's
+verifies do (alternating widths would rebuild a CUDA graph every pass).
+``batched-bench``: llama-batched-bench decoding w parallel sequences; a pass
+of w rows takes w / S_TG(w) seconds.
 """
 
 from __future__ import annotations
@@ -109,18 +103,10 @@ def decode_pass_seconds(
 
 def switch_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES,
                         depth: int = PREFIX_TOKENS) -> dict[str, Any]:
-    """Passes that change width, as a loop whose drafter drafts only some
-    steps (n-grams) runs them: plain one-row decodes, then steps of w rows,
-    then plain decodes again, two of each in a row. Median seconds of one
-    row back to back (``one_s``) and, per width above 1 (``widths``), of w
-    rows back to back, of w rows right after one row, of one row right
-    after w rows, and of the second pass of each in a row (w rows after one
-    row and w rows, one row after w rows and one row). On the CPU all agree;
-    llama.cpp's CUDA backend runs a pass of a new shape without its captured
-    graph and captures one on the next pass of that shape (on an H100,
-    SmolLM2-135M's five-row verify took 4.6 ms after a plain decode against
-    1.75 ms after another verify, and a run's plain decodes after a plain
-    decode that followed a step about 1.9 ms against 1.1)."""
+    """Passes that change width, as a loop that drafts only some steps runs
+    them: median seconds of one row back to back (``one_s``) and, per width
+    above 1, of w rows back to back, w rows after one row, one row after w
+    rows, and the second pass of each (where CUDA captures its graph)."""
     one_pass = _timed_passes(ctx, widths, depth)
     for _ in range(WARM_PASSES):
         one_pass(1)
@@ -144,22 +130,15 @@ def switch_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_
     return {"one_s": one, "widths": got}
 
 
-# Passes of one width a cell's timing keeps in a row: the first ones after a
-# change of shape (llama.cpp on CUDA runs a new graph, then captures it) and
-# enough after them for a steady figure.
+# Passes of one width a cell's timing keeps in a row: its first ones and a steady tail.
 CELL_PASSES = 8
 
 
 def cell_pass_seconds(ctx: Context, widths: Sequence[int], passes: int = CELL_PASSES,
                       depth: int = PREFIX_TOKENS) -> dict[str, list[float]]:
-    """Passes as a cell of a run decodes them: right after a pass of another
-    shape (the prompt, or the width before), ``passes`` passes of w rows one
-    after the other, each keeping its rows, so the cache grows as it does
-    when every draft lands; per width, the seconds of each pass in order.
-    The back-to-back figures drop the first passes of a width and roll each
-    pass back; a run pays the first ones in every cell, and its passes
-    advance through the cache. Widths whose passes the context cannot hold
-    (fewer than four) are left out."""
+    """Passes as a run's cell decodes them: after a pass of another shape,
+    ``passes`` passes of w rows each keeping its rows; per width, each
+    pass's seconds in order (widths the context cannot hold left out)."""
     rows, base = _at_depth(ctx, widths, depth)
     got: dict[str, list[float]] = {}
     for w in widths:
