@@ -1,28 +1,14 @@
-"""The prompt the lab's stacks send, rendered once by the lab.
+"""The prompt the lab's stacks send, rendered once by the lab: engines
+disagree about chat templates, so the lab reads the template from the model
+file (a GGUF's ``tokenizer.chat_template``, a directory's
+``chat_template.jinja`` or ``tokenizer_config.json``), renders it with
+Jinja, and the llama.cpp and MLX backends send exactly that text.
 
-Engines disagree about chat templates: llama.cpp's C API knows a fixed set
-of built-in formats, llama-server renders the model's Jinja template or
-silently falls back to ChatML, a Hugging Face tokenizer renders Jinja with
-its own defaults and refuses a model without a template. Left to them, two
-stacks of one comparison would be measured on different prompts. So the lab
-reads the template from the model file itself (a GGUF's
-``tokenizer.chat_template``, or a model directory's ``tokenizer_config.json``
-/ ``chat_template.jinja``), renders it here with Jinja, and the llama.cpp
-and MLX backends tokenize and send exactly that text (the vLLM backend lets
-its server render the messages instead; see below).
-
-A model without a chat template gets ONE documented fallback on those stacks:
-ChatML (:data:`FALLBACK_TEMPLATE`), the form llama-server itself falls back
-to. Its markers are plain text to a model that lacks them as tokens, but the
-prompt is the same everywhere, and the row says which template was used
-(``prompt_template``). ``chat_template = false`` sends the prompt text as
-written, with the model's own beginning-of-sequence rule.
-
-``prompt_sha256`` identifies the exact rendered text, so a report can tell
-rows measured on different prompts apart. A stack that lets its server
-render the prompt (vLLM's /tokenize with messages) has no text of the lab's
-to hash: it hashes the token ids the server made (:func:`ids_report`), which
-tells its own arms' prompts apart, and says so in ``prompt_template``.
+A model without a template gets ChatML (:data:`FALLBACK_TEMPLATE`, as
+llama-server falls back); ``chat_template = false`` sends the text as
+written. ``prompt_sha256`` identifies the rendered text; a stack whose
+server renders the prompt (vLLM) hashes the server's ids (:func:`ids_report`).
+The row's ``prompt_template`` says which.
 """
 
 from __future__ import annotations
@@ -103,16 +89,11 @@ def ids_sha256(ids: Sequence[int]) -> str:
 
 
 def ids_report(ids: Sequence[int], template: str) -> dict[str, str]:
-    """The row keys of a prompt known only as the ids a server made of it:
-    ``template`` names who rendered it and says the hash is of ids (such a
-    hash never equals a text's, so rows of other stacks read as other
-    prompts, which they may well be)."""
+    """The row keys of a prompt known only as a server's ids (a hash that
+    never equals a text's)."""
     return {"prompt_sha256": ids_sha256(ids), "prompt_template": template}
 
 
-# -- reading templates from model files -------------------------------------------
-
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _GGUF_STRING = 8
 _GGUF_ARRAY = 9
 _WANTED = ("tokenizer.chat_template", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id")
@@ -221,9 +202,6 @@ def model_template(path: str | Path) -> ChatTemplate | None:
     return _cached_template(str(p), p.stat().st_mtime)
 
 
-# -- rendering ---------------------------------------------------------------------
-
-def _raise(message: str) -> None:
     raise PromptError(message)
 
 
