@@ -94,6 +94,7 @@ def ids_report(ids: Sequence[int], template: str) -> dict[str, str]:
     return {"prompt_sha256": ids_sha256(ids), "prompt_template": template}
 
 
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _GGUF_STRING = 8
 _GGUF_ARRAY = 9
 _WANTED = ("tokenizer.chat_template", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id")
@@ -202,6 +203,7 @@ def model_template(path: str | Path) -> ChatTemplate | None:
     return _cached_template(str(p), p.stat().st_mtime)
 
 
+def _raise(message: str) -> None:
     raise PromptError(message)
 
 
