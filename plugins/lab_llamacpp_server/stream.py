@@ -1,13 +1,8 @@
 """Token stream of one /completion request: its tokens, the generation it
-adds up to, and what it says about steps.
-
-With ``timings_per_token`` every streamed chunk carries the slot's running
-counters: ``predicted_n`` (tokens generated so far), ``draft_n`` (tokens
-drafted so far) and ``draft_n_accepted``. The server raises ``draft_n`` when
-it drafts and ``draft_n_accepted`` right after verifying, before it sends the
-step's tokens, so the first chunk of a step shows both jumps. That is enough
-to group tokens into steps live and to mark the accepted ones as drafted,
-with no race against the log.
+adds up to, and its steps. With ``timings_per_token`` every chunk carries
+the slot's running counters (``predicted_n``, ``draft_n``,
+``draft_n_accepted``), raised before the step's tokens are sent, so steps
+are grouped live with no race against the log.
 """
 
 from __future__ import annotations
@@ -115,9 +110,7 @@ class StepTracker:
         return n > 0 and drafted_here == n
 
 
-# The most tokens one chunk may stand for: a speculative step lands at most
-# n_max + 1 (n_max is at most 1024); a server holding back an incomplete
-# UTF-8 character adds a few. A counter that jumps further is not a count.
+# The most tokens one chunk may stand for: a step's n_max + 1, and a few held-back ones.
 MAX_CHUNK_TOKENS = 2048
 # A running counter beyond this is no count of one request's tokens.
 MAX_COUNT = 1 << 31
@@ -147,13 +140,9 @@ def _token_id(value: Any) -> int:
 
 
 def chunk_from(obj: dict[str, Any], prev_predicted: int, t: float, prev: Chunk | None = None) -> Chunk:
-    """One chunk, its counters held to what a stream can say: whole numbers
-    that never go down, at most MAX_CHUNK_TOKENS new tokens in one chunk, no
-    more accepted than drafted, a finite non-negative generation clock.
-
-    Raises:
-        StreamError: naming the figure, with the server's value.
-    """
+    """One chunk, its counters held to what a stream can say (whole numbers
+    that never go down, at most MAX_CHUNK_TOKENS a chunk, no more accepted
+    than drafted); a StreamError names the figure otherwise."""
     timings = obj.get("timings") or {}
     if not isinstance(timings, dict):
         raise StreamError(f"the server sent timings = {clipped(timings, 40)}, not an object")
@@ -282,10 +271,8 @@ def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk
     return Streamed("".join(text_parts), ids, final, t_sent, first_t, last_t, now())
 
 
-# The server's clock against the lab's: its prompt and generation seconds
-# cannot exceed the time the request was open (times CLOCK_TOLERANCE, plus
-# CLOCK_SLACK_S for timer granularity), and tokens the lab saw arrive over
-# a span cannot have been generated in under 1/CLOCK_SPREAD of it.
+# The server's seconds cannot exceed the request's open time (with tolerance
+# and slack), nor the tokens' arrival span shrink below 1/CLOCK_SPREAD of it.
 CLOCK_TOLERANCE = 1.5
 CLOCK_SLACK_S = 0.1
 CLOCK_SPREAD = 20.0
@@ -310,15 +297,9 @@ def check_clock(streamed: Streamed, phase_s: float, prompt_s: float) -> None:
 
 
 def generation(streamed: Streamed) -> Generation:
-    """The cell's generation, timed on the server's clock.
-
-    The generation phase is the server's, as streamed with every token: the
-    lab's arrival clock also holds whatever delayed the lab itself (a busy
-    machine delivers chunks in bursts); it stays in the report as a
-    cross-check. The server times the n-1 tokens after the first (the first
-    ends prompt processing); scaled to n tokens, n / gen_s is its per-token
-    rate, the write-ups' predicted_per_second.
-    """
+    """The cell's generation on the server's clock (the lab's arrival clock
+    holds the lab's own delays and stays a cross-check), its n - 1 timed
+    tokens scaled to n: n / gen_s is predicted_per_second."""
     timings = streamed.timings
     n = len(streamed.ids)
     phase_s = float(timings["predicted_ms"]) / 1000.0 if "predicted_ms" in timings else streamed.client_gen_s
