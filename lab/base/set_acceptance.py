@@ -1,26 +1,11 @@
-"""Set acceptance: a speculative arm whose drafted tokens are kept at chosen
-rates instead of by agreement with the target.
-
-It prices a drafter at an acceptance the user picks: the draft model runs
-and the target verifies every drafted row as usual (so every second of the
-step is real), but whether a drafted token is kept is a draw. The meaning is
-one, on every stack, and is llama.cpp's: a list of **unconditional rates per
-draft position**, ``r[i]`` = the chance that a step keeps at least ``i + 1``
-drafted tokens when it drafted them, non-increasing. Each position is then
-kept with the conditional chance ``r[i] / r[i - 1]`` given the ones before
-it were. A profile says it one of three ways, all resolved to that list for
-the arm's n_max:
-
-- ``acceptance = 0.7``: every drafted token is kept with chance 0.7 given
-  the one before it was (rates 0.7, 0.49, 0.343, ...);
-- ``acceptance = { rates = [0.9, 0.8, 0.6] }``: the rates themselves (one
-  per position up to n_max at least; positions past n_max are dropped);
-- ``acceptance = { mean_length = 3.5 }``: tokens a step lands on average,
-  the target's own token included (1 + the sum of the rates), made by one
-  per-token chance as llama.cpp's ``--spec-synth-len`` does.
-
-Output from such an arm is not the target's: it is never compared for
-greedy identity, and every row and report says its acceptance was set.
+"""Set acceptance: drafted tokens kept at chosen rates instead of by
+agreement, so a drafter is priced at an acceptance the user picks while every
+second of the step stays real. On every stack it means llama.cpp's
+**unconditional rates per draft position** (``r[i]``: the chance a step
+keeps at least i + 1 drafts, non-increasing), from a profile's
+``acceptance = 0.7`` (one per-token chance), ``{ rates = [...] }`` or
+``{ mean_length = 3.5 }`` (tokens landed per step, as ``--spec-synth-len``).
+Such output is not the target's and is never held to greedy identity.
 """
 
 from __future__ import annotations
@@ -91,10 +76,8 @@ class SetAcceptance:
 
 
 def draw_seed(seed: int, prompt: str, round: int) -> int:
-    """The seed of one cell's set-acceptance draws: the run's seed, the
-    prompt and the round, so that no two cells draw the same sequence (with
-    one seed for all, every cell of an arm would keep and refuse at the same
-    steps, and pooling them would count one sample many times)."""
+    """The seed of one cell's draws from the run's seed, prompt and round:
+    cells that drew alike would count one sample many times when pooled."""
     key = f"{int(seed)}\x00{prompt}\x00{int(round)}".encode()
     return zlib.crc32(key) & 0x7FFFFFFF
 

@@ -50,9 +50,8 @@ def first_divergence(a: Sequence[object], b: Sequence[object]) -> int | None:
 
 
 def _split_mean(per_step: Sequence[float], engine_report: Mapping[str, Any] | None, key: str) -> float | None:
-    """Mean draft or verify seconds per step: from the steps where they carry
-    it, else from the engine's per-request figure (a server tells its draft
-    time only after the request, so its live steps carry none)."""
+    """Mean draft or verify seconds per step, from the steps, else from the
+    engine's per-request figure (a server's live steps carry none)."""
     if per_step:
         return metrics.mean(per_step)
     value = (engine_report or {}).get(key)
@@ -87,21 +86,10 @@ def build_result(
     ignore_eos: bool = False,
     cold_first: Mapping[str, Any] | None = None,
 ) -> ResultRow:
-    """Assemble one row. ``baseline`` is the baseline's row for the same
-    prompt and round (or the nearest round), used for speedup, step cost and
-    greedy equivalence.
-
-    A later round of a warm arm (``warm`` and ``round > 1``) met an engine
-    its earlier rounds changed: its greedy output is held to the arm's own
-    cold first round of the prompt (``cold_first``, the arm's round-1 row),
-    not to the baseline; without an ok first round it is not compared.
-    ``identity_reference`` says which of the two it was held to.
-
-    An ``ok`` row is held to what is possible first
-    (:func:`lab.rows.plausible.impossible_figure`, against the request's
-    ``max_tokens`` and the engine's documented ``overshoot``): an impossible
-    figure makes it an error row naming the figure, the backend's detail kept.
-    """
+    """Assemble one row against ``baseline`` (same prompt and round, or the
+    nearest); a warm arm's later round is held to its own ``cold_first``
+    round instead. An impossible figure
+    (:func:`lab.rows.plausible.impossible_figure`) makes an error row."""
     status = Status(status)
     if status == Status.OK:
         wrong = impossible_figure(n_tokens=n_tokens, max_tokens=max_tokens, overshoot=overshoot,

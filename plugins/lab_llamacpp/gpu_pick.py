@@ -1,35 +1,12 @@
-"""Greedy picks made on the GPU by llama.cpp's backend sampling.
+"""Greedy picks made on the GPU by llama.cpp's backend sampling: the
+arg-max runs in the decode's own graph (``llama_set_sampler``) and one id per
+row comes back, instead of every verified row's logits being copied to the
+host and scanned. Temperature sampling stays on the host.
 
-The lab's greedy pick reads a row of logits on the host and arg-maxes it in
-numpy. On a GPU that costs twice per verified row: llama.cpp first copies
-every requested row (n_vocab floats: 0.5 MB at a 128k vocabulary) from the
-device, then numpy scans it (tens of microseconds at 128k). A speculative
-step verifies up to n_max + 1 rows, so at n_max 8 that is 4.6 MB copied and
-nine scans per step, on a step that lasts a few milliseconds.
-
-llama.cpp can append the sampler chain to the model's graph instead
-(``llama_set_sampler``): the arg-max runs on the GPU inside the same
-``llama_decode``, only one token id per row comes back, and when every output
-row belongs to a sampled sequence the raw logits are not copied at all.
-:class:`GpuPickTarget` is a ``LlamaTarget`` whose greedy ``pick`` reads those
-ids. Sampling at a temperature still needs the host's probabilities and stays
-on the host path.
-
-The chain is the arg-max alone. Masking EOG tokens in the graph (llama.cpp's
-logit-bias stage) costs three more kernels, two of them over the whole
-vocabulary, and two blocking uploads of its inputs every decode, for a
-token that almost never wins; instead a pick
-that lands on a masked token redoes that pass on the host (the rows dropped
-from the cache, the chain detached, the same ids decoded with logits, the
-masked arg-max there) and the target picks on the host until its next
-``reset``: a model that keeps wanting to stop costs one extra pass per cell,
-not one per token.
-
-A context samples at most ``n_outputs_max_per_seq`` rows of one sequence on
-the backend, and llama.cpp's default is 1: a context for verification is
-created with ``engine.Context(..., outputs_per_seq=OUTPUTS_PER_SEQ)``, which
-the llamacpp backend does for an arm whose ``gpu_pick`` is on (by default,
-for greedy arms with layers offloaded to a GPU).
+The chain is the arg-max alone (masking EOG tokens in the graph costs more
+kernels and uploads every decode): a pick that lands on a masked token redoes
+its pass on the host, and the target picks on the host until its next
+``reset``. A verify context needs ``outputs_per_seq=OUTPUTS_PER_SEQ``.
 """
 
 from __future__ import annotations
@@ -64,9 +41,8 @@ def _bind_set_sampler() -> Any:
 
 
 class BackendGreedy:
-    """A greedy chain run inside the graph of sequence 0 of one context.
-    ``masked`` puts llama.cpp's logit-bias stage before the arg-max (what
-    the lab's loop no longer does: benchmarks/step_costs.py prices both)."""
+    """A greedy chain run inside the graph of sequence 0 of one context;
+    ``masked`` puts llama.cpp's logit-bias stage before the arg-max."""
 
     def __init__(self, ctx: Context, masked: Sequence[int] = ()) -> None:
         self.ctx = ctx
@@ -127,9 +103,8 @@ def host_greedy(ctx: Context) -> None:
 
 
 class GpuPickTarget(LlamaTarget):
-    """``LlamaTarget`` with greedy picks from the backend sampler; a masked
-    token that wins sends the pass, and the cell's picks after it, to the
-    host (see the module's notes). ``host_redos`` counts those passes."""
+    """``LlamaTarget`` with greedy picks from the backend sampler;
+    ``host_redos`` counts passes a masked winner sent to the host."""
 
     def __init__(self, ctx: Context, temperature: float, ignore_eos: bool) -> None:
         super().__init__(ctx, temperature, ignore_eos)
