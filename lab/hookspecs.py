@@ -21,49 +21,25 @@ hookimpl = pluggy.HookimplMarker("lab")
 
 @hookspec
 def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
-    """Register Backend subclasses by calling ``register(cls)`` once per class.
-
-    The class's ``name`` is what profiles put in ``backend = "..."``; it must
-    be unique across plugins. Registering must not import an engine: import it
-    inside ``load``. A class registered twice under one name is a load error,
-    and so is ``accepts_drafters`` on a class that is not a ``Drafting``
-    backend (or the reverse).
-    """
+    """Call ``register(cls)`` once per Backend subclass. Its ``name`` (what
+    profiles put in ``backend = "..."``) is unique across plugins; the engine
+    is imported in ``load``, never here."""
 
 
 @hookspec
 def lab_register_drafters(register: Callable[[type[Drafter]], None]) -> None:
-    """Register Drafter subclasses by calling ``register(cls)`` once per class.
-
-    The class's ``name`` is what profiles put in ``drafter = "..."``. The same
-    rules as for backends apply: unique names, no engine import at
-    registration time.
-    """
+    """Call ``register(cls)`` once per Drafter subclass, as for backends."""
 
 
 @hookspec
 def lab_register_models(register: RegisterModel) -> None:
-    """Register model builders by calling ``register(ref, builder, filename,
-    version)`` once per model.
-
-    ``ref`` is what profiles put in ``model = "..."``: ``tiny:<name>`` for a
-    model the plugin writes itself, ``embedded:<name>`` for one derived from
-    the embedded model. ``builder(path)`` writes the model to ``path`` (a
-    file or a directory) when a profile first needs it; the result is cached
-    under ``filename``, keyed by ``ref`` and ``version`` (bump it when the
-    builder writes something else). A builder imports its engine only when it
-    runs. A ref registered by two plugins is a load error.
-    """
+    """Call ``register(ref, builder, filename, version)`` once per model:
+    ``builder(path)`` writes ``ref`` (``tiny:<name>``, ...) when a profile
+    first needs it, cached under ``filename`` and keyed by ``version``; it
+    imports its engine only when it runs."""
 
 
 @hookspec
 def lab_doctor_checks(register: Callable[[Check], None]) -> None:
-    """Report what this plugin's engines need by calling ``register(check)``
-    once per :class:`lab.api.Check` (an engine package, a binary and its
-    version, a tool).
-
-    Called only by ``lab doctor``, so a check may run a binary (with a
-    timeout). A check the machine fails carries the install line that fixes
-    it in ``fix``. A hook that raises becomes a failed check named after the
-    plugin.
-    """
+    """Call ``register(check)`` once per :class:`lab.api.Check` the plugin's
+    engines need; only ``lab doctor`` calls it, so a check may run a binary."""

@@ -1,21 +1,8 @@
-"""What a run's target passes cost by kind, beside what the probe timed for
-the same kinds.
-
-A GPU backend that replays a captured graph (llama.cpp on CUDA) runs a pass
-of another width than the one before without a graph (a switch), captures
-the graph on the next pass of that width (the second) and replays it from
-the pass after (steady). The loop tells each step's kind in its record
-(``pass_kind``) and keeps the engine's seconds of plain decodes by kind in
-the row's ``engine_report``; the probe's notes' ``switch_s`` time each kind
-apart (:meth:`lab.base.probe.Probe.switch_passes`). The prediction prices
-the kinds at the probe's figures, so where it misses, the kind that ran
-dearer than the probe said is where to look.
-
-Per speculative arm x prompt whose passes switched: the median verify
-seconds of its steps of each kind, at the width its steps mostly had, and
-the mean seconds of its plain decodes of each kind, each beside the probe's
-figure for that kind at that width. Records from before the loop told the
-kinds, and damaged figures, are left out, never guessed.
+"""What a run's target passes cost by kind (switch, second, steady: see
+:data:`lab.base.probe.SWITCH_PASS`) beside the probe's figures for the same
+kinds, per speculative arm x prompt whose passes switched: where a
+prediction misses, the kind that ran dearer than the probe said is where to
+look. Damaged or missing figures are left out, never guessed.
 """
 
 from __future__ import annotations
@@ -71,10 +58,8 @@ class PassKinds:
 
 def pass_kinds(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
                probes: Sequence[Probe] | Probe | None) -> list[PassKinds]:
-    """Every speculative arm x prompt of a run (its ok rounds) with at least
-    one switching pass or one right after it among what the loop told,
-    in the order the rows ran; each priced by its own stack's probe where
-    the run has one."""
+    """Every speculative arm x prompt whose passes switched, in run order,
+    priced by its own stack's probe."""
     pool = [probes] if isinstance(probes, Probe) else [p for p in probes or () if p is not None]
     out = []
     for (arm, prompt), rows in _speculative_groups(results).items():
@@ -133,10 +118,7 @@ def _step_seconds(steps: Sequence[Mapping[str, Any]], width: int | None) -> dict
 
 
 def _plain_seconds(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, float]]:
-    """Plain decodes by kind over the rows, (count, engine seconds), from
-    each row's engine_report where it kept them (a loop from before, or one
-    that does not tell kinds, kept none); a damaged count or figure leaves
-    that row's kind out."""
+    """Plain decodes by kind over the rows' engine_report, (count, seconds)."""
     out: dict[str, tuple[int, float]] = {}
     for r in rows:
         report = r.get("engine_report")

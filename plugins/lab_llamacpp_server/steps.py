@@ -1,17 +1,8 @@
-"""Speculative steps of one request, rebuilt while it streams.
-
-Two sources describe a step. The server's trace log has one ``accepted N/ M
-draft tokens`` line per step: the truth for drafted and accepted, equal to
-its counters, with the step's end on the server's log clock. The token
-stream says how many tokens the step landed and when its first one left the
-server. A step is emitted as soon as both halves are in, from whichever
-thread completes it (the log reader or the stream reader), so a server lane
-moves step by step like an in-process one.
-
-The server's draft time is only logged once the request is over (its
-cumulative draft milliseconds and draft calls), so a live step carries no
-draft or verify seconds: its clocks say so, and the request's derived split
-goes to the engine report instead (see :mod:`lab_llamacpp_server.crosscheck`).
+"""Speculative steps of one request, rebuilt while it streams: the log's
+``accepted N/ M`` line gives drafted, accepted and the step's end, the
+stream its landed tokens and arrival; a step is emitted once both halves are
+in. Draft time is logged only after the request, so live steps carry none
+(:mod:`lab_llamacpp_server.crosscheck` splits the request's).
 """
 
 from __future__ import annotations
@@ -40,10 +31,8 @@ class LoggedStep:
 
 
 class LoggedSteps:
-    """``accepted`` lines folded into steps. When the target's context cannot
-    drop rejected tokens, the server logs a restore-checkpoint line, rolls
-    back and verifies the accepted part again, logging a second line: the two
-    are one step, the first holds its counts and the second ends it."""
+    """``accepted`` lines folded into steps: a checkpoint restore logs a
+    second line for the re-verify, and the two are one step."""
 
     def __init__(self) -> None:
         self.steps: list[LoggedStep] = []
@@ -67,13 +56,8 @@ class LoggedSteps:
 
 
 def step_seconds(stream: StreamStep | None, end_us: int | None, prev_end_us: int | None) -> tuple[float, Clock]:
-    """A step's seconds and the clock they come from, best first.
-
-    Between two steps the log clock spans exactly one step (verify line to
-    verify line). The first step of a request, and a step after plain tokens,
-    has no start mark in the log; the server's generation clock in the stream
-    spans it instead, and the lab's arrival clock when the stream had none.
-    """
+    """A step's seconds and their clock: the log's between two steps, else
+    the stream's server clock, else the lab's arrival clock."""
     if stream is not None and stream.after_step and prev_end_us is not None and end_us is not None:
         return (end_us - prev_end_us) / 1e6, Clock.SERVER_LOG
     if stream is not None and stream.first_server_ms is not None and stream.prev_server_ms is not None:
@@ -84,10 +68,8 @@ def step_seconds(stream: StreamStep | None, end_us: int | None, prev_end_us: int
 
 
 class LiveSteps:
-    """Joins the log's steps and the stream's steps of one request, in order,
-    and emits each StepEvent (``index`` from 0 in the cell) once both halves
-    are complete. Thread-safe: the log reader and the stream reader both feed
-    it; events are emitted under its lock, so in order and once."""
+    """Joins the log's and the stream's steps of one request and emits each
+    StepEvent once, in order, under its lock (both reader threads feed it)."""
 
     def __init__(self, cell: Cell, emit: Emit, tracker: StepTracker) -> None:
         self.cell = cell
@@ -100,7 +82,6 @@ class LiveSteps:
         self._stream_over = False
         self._open = True
 
-    # -- the log reader thread --------------------------------------------------
     def on_accepted(self, line: AcceptedLine) -> None:
         with self._lock:
             if not self._open:
@@ -109,7 +90,6 @@ class LiveSteps:
             self.logged.add(line)
             self._emit_ready()
 
-    # -- the stream reader thread -------------------------------------------------
     def feed(self, chunk: Chunk) -> bool:
         """Account for a streamed chunk; True when all its tokens were drafted.
         Call :meth:`poll` after the chunk's tokens were emitted."""
@@ -135,7 +115,6 @@ class LiveSteps:
         with self._lock:
             self._open = False
 
-    # -- under the lock ------------------------------------------------------------
     def _emit_ready(self) -> None:
         while self._open and len(self.emitted) < len(self.logged.steps):
             k = len(self.emitted)
