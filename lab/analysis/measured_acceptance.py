@@ -1,16 +1,8 @@
-"""Acceptance per draft position, from the steps a run saved.
-
-A step that drafted d tokens and had a accepted tried positions 1..min(a+1, d):
-positions 1..a were accepted and, when a < d, position a+1 was rejected (and
-nothing after it was looked at). So position i's conditional acceptance is
-accepted-at-i over reached-i, and the expected tokens a step lands with n
-drafted is 1 + sum over k <= n of the product of the first k conditionals.
-
-The unconditional figure is what llama.cpp and vLLM print as "per-position
-acceptance": accepted-at-i over every step that drafted, the chance that a
-step keeps at least i drafts. It falls with i by construction even when every
-position is as easy as the first, which is why it is shown beside the
-conditional one and never alone.
+"""Acceptance per draft position, from the steps a run saved: a step that
+drafted d and kept a reached positions 1..min(a+1, d), so position i's
+conditional acceptance is accepted-at-i over reached-i. The unconditional
+figure llama.cpp and vLLM print falls with i by construction, so it is
+shown beside the conditional one, never alone.
 """
 
 from __future__ import annotations
@@ -64,9 +56,7 @@ class PositionAcceptance:
         return survive
 
     def kept_exactly(self, n: int) -> tuple[float, ...]:
-        """The chance a step drafting n keeps exactly k of them, for k = 0
-        to n, from the conditional rates carried over past the measured
-        positions as :meth:`kept_all` carries them."""
+        """The chance a step drafting n keeps exactly k, for k = 0 to n."""
         rates = self.rates
         last: float = 0.0
         survive = 1.0

@@ -16,34 +16,22 @@ class RunSettings:
     seed: int = 0
     rounds: int = 2
     warmup: int = 1
-    # Tokens a warmup cell generates (0: max_tokens). A warmup only pages in
-    # weights, builds kernels and graphs and fills allocators; its tokens
-    # are thrown away, so it need not be as long as a measured cell.
+    # tokens a warmup cell generates (0: max_tokens); its tokens are thrown away
     warmup_tokens: int = 64
-    # Rounds that share engine state: no reset between cells, so an engine
-    # that learns from earlier requests (llama-server's ngram-mod, vLLM's
-    # suffix decoding, a drafter that keeps state) drafts more in later
-    # rounds. Off: every round meets the engine as the first did.
+    # rounds that share engine state (no reset between cells): a trend, not repeats
     warm_rounds: bool = False
     chat_template: bool = True
     ignore_eos: bool = True
     n_ctx: int = 4096
     threads: int = 0
     memory_interval_s: float = 0.1
-    # The verify-cost probe the analysis predicts from: None or true measures
-    # (or finds cached) one before the arms, false turns that off, a string
-    # names a saved probe (lab probe --out FILE).
+    # the probe: None/true measures (or finds cached) one, false: none, a string: a saved one
     probe: str | bool | None = None
-    # Tokens in the KV cache before the probe's timed passes, on stacks whose
-    # probe can place them (lab probe --depths): a run of long prompts
-    # prices its steps at their depth. None: the backend's own prefix.
+    # KV depth of the probe's timed passes (lab probe --depths); None: the backend's prefix
     probe_depth: int | None = None
-    # Time every baseline arm's plain decoding with the engine's own tool
-    # too (lab.api.Referencing: llama-bench tg, a bare server request),
-    # after the arm's cells; the report compares the baseline with it.
+    # time baselines with the engine's own tool too (lab.api.Referencing)
     reference: bool = False
-    # Files the profile reads may lie outside its own directory tree (absolute
-    # paths, ``..``); off so that a shared profile cannot read what it likes.
+    # files the profile reads may lie outside its own directory tree
     allow_outside_paths: bool = False
 
     def request_lengths(self) -> tuple[int, int]:
@@ -60,8 +48,7 @@ class Prompt:
     # Set for prompts a suite line expanded (lab.profile.suites); None for a
     # prompt written out in the profile.
     category: str | None = None
-    # Turns the suite gives; only the first is sent (backends take one user
-    # message), so a conversation is measured on its opening turn.
+    # the suite's turns; only the first is sent
     turns: int = 1
 
 

