@@ -52,6 +52,8 @@ ARMS = {
     "zlab": 'backend = "zlab-dflash"\nmodel = "tiny:qwen3"\nn_max = 3\noptions = { draft = "tiny:qwen3-dflash" }',
     "dflash-mlx": 'backend = "dflash-mlx"\nmodel = "tiny:qwen3"\nn_max = 3\n'
                   'options = { draft = "tiny:qwen3-dflash", verify_mode = "dflash" }',
+    "dflash-mlx-tree": 'backend = "dflash-mlx"\nmodel = "tiny:qwen3"\nn_max = 3\n'
+                       'options = { draft = "tiny:qwen3-dflash", verify_mode = "ddtree" }',
     "dflash-mlx-pipelined": 'backend = "dflash-mlx"\nmodel = "tiny:qwen3"\nn_max = 3\n'
                             'options = { draft = "tiny:qwen3-dflash", verify_mode = "dflash", cycle_events = false }',
 }
@@ -89,7 +91,7 @@ def _report(row: Mapping[str, Any]) -> Mapping[str, Any]:
     return row["engine_report"]
 
 
-@pytest.mark.parametrize("arm", ["mlx-lm", "mlx-lm-self", "zlab", "dflash-mlx", "dflash-mlx-pipelined"])
+@pytest.mark.parametrize("arm", ["mlx-lm", "mlx-lm-self", "zlab", "dflash-mlx", "dflash-mlx-tree", "dflash-mlx-pipelined"])
 def test_rows_are_ok_and_greedy_tokens_match_the_labs_loop(ran: dict[str, Any], arm: str) -> None:
     rows = ran["rows"]
     assert rows[arm]["status"] == "ok", rows[arm].get("detail")
@@ -99,7 +101,7 @@ def test_rows_are_ok_and_greedy_tokens_match_the_labs_loop(ran: dict[str, Any], 
     assert rows[arm]["text"] == rows["mlx-lm"]["text"]
 
 
-@pytest.mark.parametrize("arm", ["mlx-lm-self", "zlab", "dflash-mlx", "dflash-mlx-pipelined"])
+@pytest.mark.parametrize("arm", ["mlx-lm-self", "zlab", "dflash-mlx", "dflash-mlx-tree", "dflash-mlx-pipelined"])
 def test_engine_arms_draft(ran: dict[str, Any], arm: str) -> None:
     assert ran["rows"][arm]["drafted"] > 0
     assert ran["rows"][arm]["steps"] == len(ran["steps"][arm])
@@ -124,7 +126,7 @@ def test_zlab_counts_equal_its_per_step_yields(ran: dict[str, Any]) -> None:
     assert sum(yields) == row["n_tokens"]
 
 
-@pytest.mark.parametrize("arm", ["dflash-mlx", "dflash-mlx-pipelined"])
+@pytest.mark.parametrize("arm", ["dflash-mlx", "dflash-mlx-tree", "dflash-mlx-pipelined"])
 def test_dflash_mlx_counts_equal_its_summary(ran: dict[str, Any], arm: str) -> None:
     row, steps = ran["rows"][arm], ran["steps"][arm]
     report = _report(row)
@@ -155,7 +157,8 @@ def test_the_report_sets_each_engine_beside_the_labs_loop(ran: dict[str, Any]) -
     data = {"profile": summary, "results": results, "steps": [s.record() for arm in ran["steps"].values() for s in arm]}
     found = {(p.engine_arm, p.lab_arm) for p in engines.pairs(summary, results)}
     assert found == {("mlx-lm", "lab-base"), ("mlx-lm-self", "lab-self"), ("zlab", "lab-dflash"),
-                     ("dflash-mlx", "lab-dflash"), ("dflash-mlx-pipelined", "lab-dflash")}
+                     ("dflash-mlx", "lab-dflash"), ("dflash-mlx-tree", "lab-dflash"), ("dflash-mlx-pipelined", "lab-dflash")}
+    assert "tree drafting (ddtree)" in "\n".join(engines.markdown_lines(data))
     text = "\n".join(engines.markdown_lines(data))
     assert "| zlab (zlab-dflash) | lab-dflash | p | 1 | identical (24)" in text
     assert "lab-self over mlx-lm-self: min" in text
