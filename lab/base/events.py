@@ -1,14 +1,7 @@
 """The one event model that flows engine -> runner -> (store, TUI, CLI).
-
-Every event names the cell it belongs to (arm, prompt, round) so that a
-consumer can route it without any other state. Events are frozen: a consumer
-may keep them, share them between threads and replay them later.
-
-Engines emit :data:`Event` (tokens, steps, memory, status); the runner adds
-what only it knows (:data:`RunEvent`: the arms' engine reports, log text,
-the probe phase). A run is one stream of RunEvents that every consumer
-subscribes to (:data:`Listener`): the store that saves it, the CLI's
-progress lines, the TUI's bridge. The runner knows none of them.
+Frozen events that each name their cell: engines emit :data:`Event`
+(tokens, steps, memory, status), the runner adds :data:`RunEvent`s, and
+every consumer is a :data:`Listener` the runner knows nothing of.
 """
 
 from __future__ import annotations
@@ -31,12 +24,7 @@ from lab.base.row import ResultRow
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """Tokens that landed in the output.
-
-    ``from_draft`` is true when these tokens were drafted and accepted by the
-    target; false for tokens the target produced itself (baseline tokens and the
-    correction/bonus token of every speculative step).
-    """
+    """Tokens that landed in the output; ``from_draft``: accepted drafts."""
 
     cell: Cell
     text: str
@@ -69,9 +57,8 @@ class StepClocks:
     step: Clock = Clock.MEASURED
 
     def label(self) -> str:
-        """The form saved in steps.jsonl and results (``measured``):
-        "draft,verify,step" when the lab clocked all three, else
-        "step=...;draft=...;verify=..."."""
+        """The saved form: "draft,verify,step" when the lab clocked all three,
+        else "step=...;draft=...;verify=..."."""
         if self == ALL_MEASURED:
             return "draft,verify,step"
         if self == STEP_ONLY:
@@ -86,16 +73,10 @@ STEP_ONLY = StepClocks(draft=Clock.NONE, verify=Clock.NONE, step=Clock.MEASURED)
 
 @dataclass(frozen=True)
 class StepEvent:
-    """One speculative step: draft a block, verify it in one target pass.
-
-    ``index`` counts the cell's steps from 0 on every backend. ``landed`` is
-    the number of tokens the step added to the output (accepted + 1, less
-    when the token budget ran out). Seconds are measured after the engine
-    synchronized; ``clocks`` says which of draft_s/verify_s/step_s are clocks
-    and which the backend derived. ``pass_kind`` is one of
-    :data:`PASS_KINDS` where the loop tells what its verify pass followed,
-    else None.
-    """
+    """One speculative step (``index`` from 0 in its cell): ``landed``
+    tokens (accepted + 1, less at the token budget), seconds after the engine
+    synchronized, ``clocks`` saying which are clocks, ``pass_kind`` where
+    the loop tells it."""
 
     cell: Cell
     index: int
@@ -115,9 +96,7 @@ class StepEvent:
         return self.clocks.label()
 
     def record(self) -> dict[str, Any]:
-        """The step as steps.jsonl saves it: its cell, ``STEP_COUNT_KEYS``,
-        ``STEP_SECONDS_KEYS``, ``measured`` and, where the loop told it,
-        ``pass_kind`` (a backend that does not saves what it always did)."""
+        """The step as steps.jsonl saves it."""
         record = {
             "arm": self.cell.arm, "prompt": self.cell.prompt, "round": self.cell.round,
             **{k: getattr(self, k) for k in STEP_COUNT_KEYS + STEP_SECONDS_KEYS}, "measured": self.measured,
@@ -134,8 +113,7 @@ STEP_SECONDS_KEYS = ("draft_s", "verify_s", "step_s")
 
 @dataclass(frozen=True)
 class MemorySample:
-    """A live memory reading. ``engine_bytes`` is what the engine reports of its
-    own buffers (weights, KV, compute) where it tells; ``device_bytes`` is
+    """A live memory reading: the engine's own buffers where it tells, and
     accelerator memory where it can be read."""
 
     arm: str
@@ -147,10 +125,8 @@ class MemorySample:
 
 @dataclass(frozen=True)
 class StatusChanged:
-    """An arm (cell.prompt == "" and cell.round == -1 for the whole arm) or a
-    cell changed status. ``phase`` names what is happening while loading
-    ("loading target", "preparing draft model", ...); ``detail`` carries the
-    error text or the engine's log excerpt for failures."""
+    """An arm (prompt "" and round -1) or a cell changed status; ``phase``
+    names what loading does, ``detail`` a failure's text."""
 
     cell: Cell
     status: Status
@@ -171,10 +147,8 @@ class Finished:
 
 @dataclass(frozen=True)
 class Held:
-    """The run is paused and the runner holds ``cell``: ``seconds`` is None
-    when the hold begins and the time held when it ends. ``in_cell``: the
-    hold is between two steps of a generating cell (its time is taken out of
-    the cell's generation time), else before the cell starts."""
+    """The runner holds ``cell`` paused: ``seconds`` None as the hold begins,
+    the time held as it ends; ``in_cell``: between two steps of the cell."""
 
     cell: Cell
     seconds: float | None = None
@@ -184,9 +158,8 @@ class Held:
 
 @dataclass(frozen=True)
 class RunStarted:
-    """``runs_before``: the runs this process started before this one. An
-    earlier run can leave a GPU slower for the next one's decodes (the
-    report's conditions say so); a ``lab run`` is a process of its own."""
+    """``runs_before``: the runs this process started before this one (an
+    earlier run can leave a GPU slower)."""
 
     profile: str
     run_dir: str
@@ -194,9 +167,7 @@ class RunStarted:
     prompts: tuple[str, ...]
     rounds: int
     runs_before: int = 0
-    # ``[run] threads = 0`` resolved against the machine as the run started
-    # (lab.telemetry.contention.fitting_threads): asked, cores, others_cores,
-    # used; None when the profile named a count
+    # ``[run] threads = 0`` as resolved (lab.telemetry.contention.fitting_threads)
     threads: Mapping[str, Any] | None = None
     t: float = field(default_factory=now)
 
@@ -226,9 +197,7 @@ class ArmReported:
 
 @dataclass(frozen=True)
 class ReferenceMeasured:
-    """A baseline arm's reference (``[run] reference = true``): its plain
-    decoding timed by the engine's own tool after the arm's cells
-    (``lab.api.Referencing``), or why it could not be (``error``)."""
+    """A baseline arm's reference timing (``lab.api.Referencing``), or its ``error``."""
 
     arm: str
     record: Mapping[str, Any]
@@ -252,8 +221,7 @@ Listener = Callable[[RunEvent], None]
 
 
 def finished_row(event: Finished) -> ResultRow:
-    """The row a Finished event carries. The runner sends a ResultRow; a
-    plain saved-form mapping (a replayed or hand-made event) is read as one."""
+    """The row a Finished event carries (a saved-form mapping is read as one)."""
     result: object = event.result
     if isinstance(result, ResultRow):
         return result
