@@ -3,36 +3,8 @@
 the MLX :class:`lab_mlx.dflash_model.DFlashDraft`, so one pair of files runs
 on llama-server and on MLX.
 
-What the vendored llama.cpp does with the file (``src/models/dflash.cpp``,
-``common/speculative.cpp``, the converter in ``conversion/qwen.py``), and
-how the draft here follows it:
-
-- Target features: ``dflash.target_layers`` names the target layers whose
-  *input* is extracted (the converter writes z-lab's ids + 1), so id ``i``
-  is the output of target layer ``i - 1``; the rows are concatenated in the
-  listed order. The target counts its trunk only (a qwen35's nextn block is
-  not a layer here), delta-net and attention layers alike.
-- Context: ``fc.weight`` projects the features, RMS-normed with
-  ``enc.output_norm`` (the draft's ``hidden_norm``); every draft layer's K
-  is ``attn_k_norm(attn_k x)`` roped at the token's position and V is
-  ``attn_v x``; no ``attn_norm`` on context rows.
-- Block: ``[last token, mask, ...]`` at the positions after the context,
-  embedded with the target's ``token_embd`` times ``dflash.embedding_scale``
-  when set (never the target's own scale); per layer ``attn_norm``, Q/K/V,
-  ``attn_q_norm`` / ``attn_k_norm`` per head, NeoX rope on
-  ``rope.dimension_count`` dimensions (degenerate M-RoPE sections are the
-  same for text), attention over context and block, non-causal unless
-  ``dflash.attention.causal``, ``attn_output``, residual; ``ffn_norm``,
-  SwiGLU (``ffn_gate`` / ``ffn_up`` / ``ffn_down``), residual; then
-  ``output_norm`` and the target's output matrix.
-- ``tokenizer.ggml.mask_token_id`` fills the block; ``dflash.block_size``
-  (16 when absent) bounds it.
-
-Weights come through ``mx.load`` as the target's do (lab_mlx.gguf_qwen35):
-Q4_0 blocks as MLX 4-bit groups of 32, K-quants dequantized to float16. The
-llama.cpp features this draft does not have (DFlash 2's selector and block
-convolutions, DSpark heads, a draft's own embeddings or head, post norms,
-sinks, sliding windows, value scales, GELU) are refused by name."""
+docs/design-notes.md lists how the draft follows llama.cpp's, and
+what it refuses by name."""
 
 from __future__ import annotations
 

@@ -2,31 +2,7 @@
 delta-net layers with full attention every ``full_attention_interval``-th
 layer, plus appended MTP ``nextn`` blocks) as mlx-lm's ``qwen3_5`` model.
 
-What the GGUF holds against what mlx-lm's model wants, as the vendored
-llama.cpp's converter (``conversion/qwen.py``: Qwen3NextModel and
-_LinearAttentionVReorderBase) writes it and ``src/models/qwen35.cpp`` reads
-it:
-
-- ``ssm_a`` is ``-exp(A_log)``: ``A_log = log(-ssm_a)``. ``ssm_dt.bias`` is
-  ``dt_bias`` as is (both stacks compute softplus(alpha + dt_bias)).
-- RMS norm weights already carry Qwen3.5's ``+1`` (the converter adds it,
-  mlx-lm's sanitize adds it too): taken as they are; the delta-net's gated
-  norm (``ssm_norm``) has no offset in either.
-- ``ssm_conv1d`` is (channels, taps), the HF kernel squeezed; MLX's
-  depthwise Conv1d wants (channels, taps, 1).
-- Value heads: the HF checkpoint groups them by key head (v heads of key
-  head 0, then of key head 1, ...) and mlx-lm repeats each key head over
-  its group (``mx.repeat``); the converter reorders them to tiled order
-  (one v head of every key head, then the next) because ggml broadcasts
-  key heads by tiling (``iv % n_k``). Every value-head axis is put back in
-  grouped order here: the V rows of ``attn_qkv`` and V channels of
-  ``ssm_conv1d``, the rows of ``attn_gate``, ``ssm_alpha``, ``ssm_beta``,
-  ``ssm_a``, ``ssm_dt`` and the input columns of ``ssm_out``.
-- The full-attention Q projection holds each head's query and output gate
-  side by side (``[q_h, gate_h]`` per head) in both stacks: no change.
-- Rotary: llama.cpp's interleaved M-RoPE on the first ``rope.dimension_count``
-  dimensions; for text all position streams are the token position, which
-  is NeoX rope on those dimensions (mlx-lm's ``partial_rotary_factor``).
+docs/design-notes.md lists how each tensor differs and what is done to it.
 """
 
 from __future__ import annotations
@@ -193,11 +169,9 @@ def layer_path(part: str, kind: str, recurrent: bool) -> str:
 
 
 def map_weights(raw: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """mlx-lm ``qwen3_5`` parameters (paths under ``language_model``) from
-    GGUF tensors as mx.load gives them, values transformed as the module
-    docstring says. The nextn blocks' tensors are left out (see
-    :func:`nextn_weights`); any other tensor without a counterpart is an
-    error."""
+    """mlx-lm ``qwen3_5`` parameters (under ``language_model``) from GGUF
+    tensors as mx.load gives them; the nextn blocks' are left out
+    (:func:`nextn_weights`), any other without a counterpart is an error."""
     import mlx.core as mx
 
     n_layer, interval = cfg["num_hidden_layers"], cfg["full_attention_interval"]
