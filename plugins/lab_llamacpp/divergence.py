@@ -1,21 +1,10 @@
-"""Why a greedy speculative cell left its baseline, checked on the engine.
-
-The verify loop and the baseline decode the same tokens up to the first
-differing one; what differs is how: the baseline decodes every position as a
-one-row batch, the loop verifies ``[pending] + draft`` as one batch of w
-rows. llama.cpp's CPU kernels depend on that width (see engine.py), so the
-check replays the cell's own batches (:class:`lab.kit.speculative.TraceStep`) up
-to the step that produced the first differing token and computes that
-position twice on the very same KV cache: as row r of the step's w-row
-batch, and as one row alone. Different picks there prove the engine's batch
-variance is the cause, not the drafter (greedy acceptance lands only what
-the target picks). When both picks agree, the difference came in earlier
-through the KV cache the verify batches wrote: the check then decodes the
-common prefix one row at a time, as the baseline did, and shows that this
-prefix leads to the baseline's token where the loop's KV led to another.
-
-The check runs after the cell's clocks stopped, on the arm's own context,
-and costs about one more pass over the prefix.
+"""Why a greedy speculative cell left its baseline, checked on the engine
+after the cell's clocks stopped: the cell's own batches
+(:class:`lab.kit.speculative.TraceStep`) are replayed up to the first
+differing token, which is computed on the same KV cache as a row of its
+verify batch and as one row alone. Different picks prove batch variance;
+equal ones mean the verify batches' KV led elsewhere, which decoding the
+prefix one row at a time shows.
 """
 
 from __future__ import annotations

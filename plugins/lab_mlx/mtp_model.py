@@ -1,22 +1,10 @@
-"""The MTP (nextn) head as an MLX drafter: the block a GGUF appends after
-its last layer (tensor names as llama.cpp loads them: ``nextn.eh_proj``,
-``nextn.enorm``, ``nextn.hnorm``, ``nextn.shared_head_norm``, and the
-block's own attention and MLP tensors).
-
-One draft step: enorm(embed(token)) and hnorm(h), concatenated (embedding
-half first), through eh_proj, one transformer block, shared_head_norm and
-the target's LM head. ``h`` is the target's last hidden state before its
-final norm for the first drafted token, the block's own output (before
-shared_head_norm) for the next ones.
-
-This module holds the head: a llama-type block, or for a ``qwen35``
-target the block llama.cpp's qwen35 MTP graph runs (a full-attention
-Qwen3.5 layer: gated query, Q/K norms, partial rotary; its norms
-``attn_norm`` and ``post_attention_norm``). The qwen35 head follows that
-graph in what it feeds on: the target's hidden state after its final norm,
-and for chained drafts its own output after ``shared_head_norm``. Its
-tensors may be quantized (Q4_0 / Q4_1 / Q8_0 as mx.load gives them).
-lab_mlx.mtp_backend mounts either on a target."""
+"""The MTP (nextn) head a GGUF appends after its last layer, as an MLX
+drafter: enorm(embed(token)) and hnorm(h) concatenated, through eh_proj,
+one transformer block (llama-type, or qwen35's full-attention layer),
+shared_head_norm and the target's LM head. ``h`` is the target's hidden
+state for the first draft and the block's own output for the next, before
+or after the final norms as llama.cpp's graph for that target feeds them.
+:mod:`lab_mlx.mtp_backend` mounts it on a target."""
 
 from __future__ import annotations
 

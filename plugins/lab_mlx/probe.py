@@ -1,23 +1,9 @@
 """Verify cost on MLX (``lab probe``): seconds of one target pass over w
-tokens of one sequence after a mid-generation prefix, the same measurement
-the llama.cpp backend's "decode" method makes, on the MLX target.
-
-Each width's passes run back to back, as a sweep arm's equal-width verifies
-do (the llama.cpp probe's order, for the same reason): MLX's CUDA backend
-replays captured graphs from a cache of bounded size
-(``MLX_CUDA_GRAPH_CACHE_SIZE``), and passes that cycle through every width
-make it capture again. On an H100 the cycling probe priced the 27B twin's
-one-row pass at 43.8 ms against the run's 35.8 ms baseline token, and T(8)
-below T(4). On Metal and the CPU the order changes nothing but which drift
-each width sees.
-
-T(1), the unit every width is priced in, is the greedy baseline's token as
-it decodes (:func:`pipelined_token_seconds`): the baseline queues each
-token's pass before it reads the last one back (:mod:`lab_mlx.baseline`),
-so building a graph overlaps the engine, while a verify pass cannot start
-before the host has its drafts. On the same H100, back to back, the
-synchronous one-row pass took 42.5 ms against that baseline's 35.8, and
-every prediction priced in it came out 13-17 % high."""
+tokens after a mid-generation prefix, as the llama.cpp "decode" method
+measures it. Each width's passes run back to back (cycling widths makes
+MLX's CUDA backend capture graphs again), and T(1) is the baseline's
+pipelined token (:func:`pipelined_token_seconds`), not a synchronous
+one-row pass, which a verify cannot overlap."""
 
 from __future__ import annotations
 
