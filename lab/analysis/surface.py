@@ -1,20 +1,9 @@
-"""Where drafting stops paying as the context grows: an acceptance profile
-priced at every KV depth of a probe surface (:class:`lab.base.probe.Surface`).
-
-At depth d a baseline token is that depth's one-row pass T_d(1), and a step
-drafting n tokens costs T_d(n + 1) / T_d(1) of them plus the draft's and the
-loop's seconds over T_d(1). Those seconds are taken once, as the shallowest
-depth prices them (:func:`lab.analysis.acceptance_file.inputs_for`). The
-loop's and a lookup drafter's (n-gram, no model) are held in seconds across
-depths: they do not attend to the target's cache, so as the baseline token
-slows with depth they cost fewer baseline tokens. A draft model reads a
-context as deep as the target's, so its seconds scale with the target's
-one-row pass (a probe surface of the draft model would measure them; one
-draft probe has one depth). Acceptance does not
-depend on the machine, so every depth lands what the acceptance file says;
-the speedup at a depth is the one a generation has while its context is
-about that deep, against a baseline decoding at the same depth.
-"""
+"""Where drafting stops paying as the context grows: an acceptance file
+priced at every KV depth of a probe surface (:class:`lab.base.probe.Surface`),
+each depth against a baseline decoding at that depth. The draft's and loop's
+seconds are priced once, at the shallowest depth; a lookup drafter's and the
+loop's stay constant in seconds, a draft model's scale with the target's
+one-row pass (its context is as deep). Acceptance does not change with depth."""
 
 from __future__ import annotations
 

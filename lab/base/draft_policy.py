@@ -1,19 +1,8 @@
-"""Draft-length policies: how many tokens a speculative step asks its
-drafter for, up to the arm's n_max.
-
-One rule, shared by the lab's own loop (:mod:`lab.kit.speculative`, live)
-and the offline replay (:mod:`lab.analysis.policy`), so that what the
-replay predicts is what the live arm runs.
-
-- ``fixed``: every step asks for n_max (the lab's behaviour before policies).
-- ``grow-shrink``: start at n_max; +1 after a step that kept every token it
-  drafted, -1 after one that rejected one; bounded to 1..n_max.
-- ``grow-halve``: the same, but a rejection halves the length.
-
-A step whose drafter returned fewer tokens than asked and had all of them
-kept counts as keeping all its drafts (it grows): the drafter ran out, the
-target did not refuse anything.
-"""
+"""Draft-length policies, one rule for the live loop and the offline replay:
+``fixed`` asks for n_max every step; ``grow-shrink`` starts at n_max, +1
+after a step that kept all its drafts, -1 after a rejection, within
+1..n_max; ``grow-halve`` halves on a rejection. A drafter that ran out and
+had all it offered kept counts as keeping all."""
 
 from __future__ import annotations
 

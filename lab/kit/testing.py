@@ -1,22 +1,12 @@
 """A fake target for a drafter plugin's unit tests: drive ``draft()``
 without a model.
 
-:class:`FakeTarget` is a tiny deterministic "model": its greedy next token
-is a function of the context's last token, cycling through ``pattern``, so
-a drafter that learns from the context (lookup, n-grams) can reach full
-acceptance and one that proposes nonsense gets none. :func:`run_drafter`
-runs the lab's contract against it the way the verify loop does: ``begin``
-with the prompt ids, then one ``draft(context, k)`` per step with
-``context`` the prompt ids plus every token landed so far, ``k`` at most
-``n_max`` and less near ``max_tokens``; the longest agreeing prefix of a
-draft is accepted and the target adds one token of its own. It checks what
-the loop holds a drafter to (a :class:`~lab.api.Draft`, at most ``k`` ids,
-each inside the vocabulary, ``probs`` one distribution per token) and
-raises :class:`ContractBroken` naming the step otherwise.
-
-Speed is not measured here: a fake target has no verify cost. Run the
-plugin's profile (``lab run NAME.toml``) for that.
-"""
+:class:`FakeTarget`'s greedy next token cycles through ``pattern`` by the
+context's last token, so a drafter that learns from context can reach full
+acceptance. :func:`run_drafter` drives a drafter as the verify loop does
+and raises :class:`ContractBroken` naming the step where a draft breaks the
+contract (a :class:`~lab.api.Draft` of at most ``k`` in-vocabulary ids,
+one distribution per token). Speed is ``lab run``'s to measure."""
 
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
-"""A run's probe measured in a process of its own.
+"""A run's probe measured in a child process of its own (measuring in the
+run's process can leave a GPU slower for the whole run): the child loads the
+backend, measures and caches the curve as :func:`lab.probing.driver.obtain`
+does, writes it to a file and exits; it is stopped and waited for on every
+way out. ``LAB_PROBE_PROCESS=shared`` measures in the run's process.
 
-On a GPU, the arms of a run that measured its probe in the run's own
-process decoded about 4 % slower than llama-bench, for the whole run; the
-same arms after a probe in another process did not (the device state that
-slows them follows the process). So a run measures its probe here: a child
-process loads the backend, measures T(w) and the machine's bandwidth,
-caches the curve as :func:`lab.probing.driver.obtain` does, writes it to a
-file and exits; the run's process reads the file. What the child prints
-goes to the run's log.
-
-The child is the run's own: it is stopped (terminated, then killed) and
-waited for on every way out of :func:`obtain_isolated`, a cancel and Ctrl-C
-included. ``LAB_PROBE_PROCESS=shared`` measures in the run's process, as
-before (the A/B that shows what the probe's process costs the arms).
-
-    python -m lab.probing.isolated REQUEST.json   (the child; not a command for users)
-"""
+    python -m lab.probing.isolated REQUEST.json   (the child; not a command for users)"""
 
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
-"""Is a cell's output text what a drafter is normally asked to predict?
-
-A greedy model that falls into a loop, or a generation forced past its
-end-of-text (``ignore_eos``) that writes template markers over and over, is
-trivially predictable: an n-gram drafter lands a whole block every step,
-and the speedup says more about the loop than about the drafter. Such a row
-is still measured, but it is flagged (``degenerate_output``) and its
-verdict says that its acceptance is not representative.
-
-Two checks, on the text alone (every backend reports it):
-
-- repetition: a suffix of the text that repeats one pattern exactly, at
-  least :data:`MIN_REPEATS` times, over at least :data:`MIN_SHARE` of the
-  text;
-- markers: special-token texts (``<|im_end|>``, ``<s>``, ``[INST]`` and the
-  like) that come :data:`MIN_MARKER_RUN` or more in a row, or cover
-  :data:`MIN_SHARE` of the text.
-"""
+"""Is a cell's output text what a drafter is normally asked to predict? A
+greedy loop or template markers written past end-of-text are trivially
+predictable, so such a row is flagged (``degenerate_output``) and its
+acceptance called unrepresentative: a suffix repeating one pattern
+:data:`MIN_REPEATS` times over :data:`MIN_SHARE` of the text, or
+special-token texts in runs of :data:`MIN_MARKER_RUN` or covering
+:data:`MIN_SHARE` of it."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
-"""The shape of latency: what a chat user sees of a cell.
-
-Tok/s averages a cell away. A user sees the wait for the first token (time
-to first token, prompt processing included) and then the gaps between
-tokens. Speculation makes tokens arrive in bursts: a step that lands four
-tokens shows them at once, so one token waits a whole step and the next
-three wait nothing. Every token here is its own arrival, a token landing in
-a burst with a gap of zero, so the inter-token percentiles show that: a
-speculative arm can have a lower median gap than its baseline and a higher
-p99.
-
-Arrivals are (time, tokens) pairs from the cell's token events; times are
-the events' clock (:func:`lab.base.events.now`), with any pause already taken
-out by the runner.
-"""
+"""The shape of latency a chat user sees: time to first token, then the
+gaps between tokens, each token its own arrival (a burst of accepted drafts
+arrives with gaps of zero), so a speculative arm can have a lower median gap
+than its baseline and a higher p99. Arrivals are (time, tokens) pairs on the
+events' clock, pauses already taken out."""
 
 from __future__ import annotations
 

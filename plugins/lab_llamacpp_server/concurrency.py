@@ -1,19 +1,9 @@
-"""Requests read from the stream alone, one or several at a time.
-
-``concurrency = N`` on a server arm sends N streams of the cell's prompt at
-once (the server gets ``--parallel`` of at least N). The first stream is the
-cell: its tokens and steps go out as events and its text is the cell's
-output, compared with the baseline as always. The others are load: each is
-read to its end and timed on arrival, so the row can say what N users get
-(per-stream and aggregate tok/s, time to first token, inter-token latency)
-and what the server drafted and accepted for all of them, checked against
-its counters.
-
-The load is bounded: N streams (at most
-:data:`lab.kit.server.concurrency.MAX_CONCURRENCY`) of
-``max_tokens`` each, a deadline for all of them (``concurrency_timeout_s``),
-and only the arm's own server as target (the base URL the arm loaded).
-"""
+"""Requests read from the stream alone, one or several at a time:
+``concurrency = N`` sends N streams of the cell's prompt at once, the first
+being the cell and the others load, each read to its end and timed, so the
+row says what N users get and what the server drafted for all of them. The
+load is bounded: at most :data:`lab.kit.server.concurrency.MAX_CONCURRENCY`
+streams, a deadline (``concurrency_timeout_s``), the arm's own server only."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
-"""DFlash and DFlash 2 block-diffusion drafts on MLX, loading z-lab's
-checkpoint format: a directory with ``config.json`` (model sizes plus a
-``dflash_config`` table: block_size, target_layer_ids, mask_token_id, and for
-DFlash 2 the conv and candidate-selector sizes) and ``*.safetensors``; or a
-DFlash draft as llama.cpp's GGUF (see lab_mlx.gguf_dflash).
-
-The draft has no embedding or output head of its own: it borrows the
-target's. Per step it reads a block ``[last token, mask, mask, ...]`` and
-attends, non-causally, over the block and over its own KV cache of projected
-target hidden states (the context); every masked position is predicted at
-once. DFlash 2 adds a causal grouped convolution around each sublayer and a
-candidate selector that picks each position among the top-k tokens with a
-low-rank score tied to the token chosen before it.
-
-Written from the published architecture; z-lab's ``dflash`` package is the
-reference the tests compare tokens against."""
+"""DFlash and DFlash 2 block-diffusion drafts on MLX, from z-lab's checkpoint
+format (``config.json`` with a ``dflash_config`` table, and safetensors) or
+llama.cpp's GGUF (:mod:`lab_mlx.gguf_dflash`). The draft borrows the
+target's embeddings and head, and predicts every masked position of
+``[last token, mask, ...]`` at once, attending over the block and its cache
+of projected target hidden states; DFlash 2 adds grouped convolutions and a
+candidate selector. Written from the published architecture; the tests
+compare tokens with z-lab's ``dflash`` package."""
 
 from __future__ import annotations
 
