@@ -136,8 +136,8 @@ def contained_run(profile_text: str, tmp: Path, timeout: float = 120) -> Contain
 
 def _wait4(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str, str, int]:
     """Run ``cmd`` in its own session; exit status, stdout, stderr and the
-    child's peak RSS in bytes (wait4's ru_maxrss, KiB on Linux), killed
-    with its group past ``timeout``."""
+    child's peak RSS in bytes (its VmHWM, polled every 20 ms), killed with
+    its group past ``timeout``."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(cwd), start_new_session=True)
     got: dict[str, bytes] = {}
 
@@ -149,7 +149,9 @@ def _wait4(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str, str, in
     for t in readers:
         t.start()
     end = time.monotonic() + timeout
+    peak = 0
     while True:
+        peak = max(peak, _hwm(proc.pid))
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
@@ -165,5 +167,25 @@ def _wait4(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str, str, in
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
+    figures = os.environ.get("LAB_HOSTILE_FIGURES")
+    if figures:  # a JSONL file that collects each child's time and peak RSS, for a summary table
+        with open(figures, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "rc": proc.returncode,
+                                "seconds": round(time.monotonic() - (end - timeout), 2),
+                                "rss_bytes": peak}) + "\n")
     return (proc.returncode, got.get("out", b"").decode(errors="replace"), got.get("err", b"").decode(errors="replace"),
-            usage.ru_maxrss * 1024)
+            peak)
+
+
+def _hwm(pid: int) -> int:
+    """The process's peak RSS so far (VmHWM, bytes), 0 once it is gone.
+    Read from /proc while it runs: wait4's ru_maxrss would also count the
+    test process's own RSS, which a forked child inherits across exec."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0

@@ -293,6 +293,7 @@ def _stack_arm(stack: str) -> str:
 
 
 @pytest.mark.engine
+@pytest.mark.slow
 @pytest.mark.parametrize("stack", ["llamacpp", "mlx"])
 @pytest.mark.parametrize("which,words", [("negative", "-1"), ("past", "outside the vocabulary"), ("huge", "2^200")])
 def test_out_of_vocabulary_draft_ids_fail_the_same_way_on_every_stack(
