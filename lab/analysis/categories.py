@@ -1,16 +1,9 @@
-"""Figures per prompt category: acceptance depends on the kind of text far
-more than on anything else (prompt lookup pays where the answer repeats its
-input), so a run over a suite is read category by category.
-
-Per speculative arm and category: acceptance pooled over the category's ok
-rows (accepted / drafted summed, so a long answer weighs by its drafts),
-mean accepted length pooled the same way (tokens landed by steps / steps),
-and the speedup as the geometric mean of the paired ratios (each prompt and
-round against its baseline's same prompt and round) with the bootstrap
-interval of :mod:`lab.analysis.stats`. An ``all`` row per arm pools every
-category. Rows without a category (prompts written out in the profile) are
-grouped as ``uncategorized`` when a run mixes them with suite prompts.
-"""
+"""Figures per prompt category (acceptance depends on the kind of text more
+than on anything else): per speculative arm and category, acceptance and
+mean accepted length pooled over ok rows, and the speedup as the geometric
+mean of paired ratios with :mod:`lab.analysis.stats`'s bootstrap interval;
+an ``all`` row pools every category, prompts without one are
+``uncategorized``."""
 
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
-"""A cross-machine prediction set against the run it predicted, with its
-error split into the acceptance's part and the costs' part.
-
-``lab predict FILE --probe P --against RUN_DIR``: the acceptance file came
-from one machine, the probe and the run from another. Where the prediction
-misses, two things can be wrong: the costs (the probe's T(w), the draft's and
-the loop's seconds) or the acceptance itself. Acceptance is a property of
-target, drafter and text, and greedy text need not be the same text on
-another machine (its kernels round differently, and the output parts from
-the first machine's after a few tokens), so a lookup drafter can keep other
-drafts there. The check prices the entry a second time with the run's own
-acceptance per position and its text's shares of plain and switching passes,
-every cost left as the first prediction took it: the error that remains is
-the costs'; the difference is the acceptance's.
-"""
+"""A cross-machine prediction set against the run it predicted (``lab
+predict ... --against RUN_DIR``), its error split in two: the entry is
+priced again with the run's own acceptance and pass shares, costs as
+before, so what remains is the costs' error and the difference the
+acceptance's (greedy text can part between machines, and lookup drafters
+keep other drafts on other text)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
-"""The one-line verdict of a result row.
-
-A speculative step pays when the tokens it lands (mean accepted length L)
-exceed what it costs in baseline-token equivalents (C = step seconds /
-baseline seconds per token). It can never pay when C >= the most a step can
-land (max yield = n_max + 1): the write-ups' "structural dead end". The
-arithmetic lives in :mod:`lab.base.economics`; verdict lines start with
-one of: pays, break-even, loses, structural loss, failed, baseline, uncertain.
-
-"uncertain" replaces pays, break-even, loses and structural loss on a row
-taken on a busy machine (``contended``, see :mod:`lab.telemetry.contention`): its own
-cell or its baseline's ran while other processes held the cores, so the
-speedup is the neighbours' as much as the drafter's. A summary over rounds
-is uncertain only when every ok round was busy.
-"""
+"""The one-line verdict of a result row: pays, break-even, loses, structural
+loss (cost C at or above the most a step can land, n_max + 1), failed,
+baseline, or uncertain for a row whose cell or baseline ran on a busy
+machine (a summary only when every ok round was busy). The arithmetic is
+:mod:`lab.base.economics`."""
 
 from __future__ import annotations
 

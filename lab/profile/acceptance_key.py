@@ -1,5 +1,4 @@
-"""The arm key ``acceptance``: drafted tokens kept at set rates
-(:mod:`lab.base.set_acceptance` says what each form means).
+"""The arm key ``acceptance`` (:mod:`lab.base.set_acceptance`):
 
     acceptance = 0.7                          # one per-token chance
     acceptance = { rates = [0.9, 0.8, 0.6] }  # unconditional, per position
@@ -7,12 +6,8 @@
     acceptance = [0.5, 0.7, 0.9]              # a sweep: one arm per value
     acceptance = { prose = 0.6, code = { mean_length = 3.5 } }  # per prompt
 
-A list is always a sweep (rates per position go in a table), so a sweep of
-tables is a list of tables. A table keyed by prompt names gives each prompt
-its own setting, every prompt of the profile named: the entry makes one arm
-per prompt, each running its own prompt only (llama-server takes its rates
-when it starts, so one setting per prompt is one server per prompt).
-"""
+A per-prompt table names every prompt and makes one arm per prompt (a
+server takes its rates when it starts)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
-"""Files a profile reads: prompt ``file``, ``[run] probe`` and model paths.
-
-One rule for every path a profile names, models included (an arm's
-``model`` and any option a plugin marks ``model_ref``, such as
-``draft_model``): it is read relative to the profile's own directory, never
-the working directory. A registry reference (``embedded:smollm2``,
-``tiny:llama``, ``synthetic:llama-8b``: a namespace, a colon, a name) is no
-path and is passed on unchanged.
-
-They are resolved relative to the profile's directory and must stay inside
-its tree, so that a profile someone hands you cannot read (and echo into a
-run directory) whatever it likes. ``[run] allow_outside_paths = true`` in the
-profile, or ``LAB_ALLOW_OUTSIDE_PATHS=1`` in the environment, lets them be
-absolute, start with ``~`` or climb out with ``..``.
-"""
+"""Files a profile reads (prompt ``file``, ``[run] probe``, models and any
+option marked ``model_ref``): relative to the profile's directory and inside
+its tree, so a profile someone hands you cannot read whatever it likes;
+``[run] allow_outside_paths`` or ``LAB_ALLOW_OUTSIDE_PATHS=1`` lifts that.
+A registry reference (``tiny:llama``) is no path and passes unchanged."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""Plugin options checked against what the plugin declares.
-
-Besides an Option's ``type``, ``choices`` and ``required``, a plugin may
-declare on it (read with getattr, so older plugins keep working):
-
-- ``min`` / ``max``: inclusive range of an int or float option; an int
-  option without one is still held to 32 bits, as C engines take it;
-- ``item_type``: the element type of a list option (else any scalar);
-- ``requires``: value -> names of options that value needs, e.g. a
-  ``spec_type`` of ``draft-simple`` needs ``draft_model``; a mapping or
-  pairs.
-"""
+"""Plugin options checked against what the plugin declares: ``type``,
+``choices``, ``required``, an inclusive ``min``/``max`` (an int without them
+held to 32 bits), a list's ``item_type``, and ``requires`` (value -> the
+options it needs)."""
 
 from __future__ import annotations
 

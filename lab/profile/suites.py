@@ -1,18 +1,7 @@
-"""A ``[[prompts]]`` line that names a suite instead of one prompt:
-
-```toml
-[[prompts]]
-suite = "speclab"                      # a built-in suite, or a path
-categories = ["summarization", "code"]  # optional: only these
-per_category = 2                       # optional: the first 2 of each
-```
-
-The line expands, here, into one :class:`Prompt` per suite prompt, each with
-its category, so the rest of the lab sees ordinary prompts. A path is held to
-the same rule as a prompt ``file`` (inside the profile's directory unless
-allowed). A conversation contributes its first turn: backends take one user
-message, so later turns are counted (``Prompt.turns``) and not sent.
-"""
+"""A ``[[prompts]]`` line that names a suite (``suite = "speclab"`` or a path,
+optional ``categories`` and ``per_category``) expands here into one
+:class:`Prompt` per suite prompt with its category. A path is held to the
+rule of a prompt ``file``; a conversation sends its first turn only."""
 
 from __future__ import annotations
 

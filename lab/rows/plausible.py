@@ -1,15 +1,7 @@
-"""Whether a cell's figures are possible, before its row may say ``ok``.
-
-A backend reports what its engine said; an engine (or a server the lab
-attached to) can say anything: more tokens than were asked for, more
-accepted than drafted, a generation of 1e-300 s. Saved as ``ok``, such a
-figure becomes a speedup in every report. So every row of every backend,
-in-process ones included, is held here to what a generation can be; the
-first impossible figure turns the row into an error that names it.
-
-The bounds are loose on purpose: they catch what no engine can do, never a
-fast machine.
-"""
+"""Whether a cell's figures are possible before its row may say ``ok``: an
+engine can report more tokens than asked, more accepted than drafted, a
+generation of 1e-300 s. The first impossible figure turns any backend's row
+into an error naming it; the bounds are loose, so a fast machine passes."""
 
 from __future__ import annotations
 

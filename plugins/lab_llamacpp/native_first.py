@@ -1,16 +1,8 @@
 """The lab's command line with llama.cpp's libraries loaded before numpy:
 ``python -m lab_llamacpp.native_first run PROFILE`` is ``lab run PROFILE``,
-and ``python -m lab_llamacpp.native_first SCRIPT.py ARGS`` runs a script
-(a benchmark) the same way.
-
-On the GPU image the lab was measured on, numpy's BLAS brings its own
-OpenMP runtime, and a ggml CPU backend loaded after it crashed at model
-load; a process that loaded llama.cpp first loaded the same model. The lab's
-core imports numpy (its figures) before any plugin loads, so the plugin
-cannot put itself first from its registration hook for ``lab run``: a
-process that needs the order starts here. Elsewhere (this CPU, Apple
-Silicon) the order makes no difference and plain ``lab`` is the same.
-"""
+and ``... SCRIPT.py ARGS`` runs a script the same way. Where numpy's BLAS
+brings an OpenMP runtime that a later ggml CPU backend crashes on, this
+order is the fix; elsewhere plain ``lab`` is the same."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""Seconds for each of vLLM's verify steps, from the chunks' arrival times.
-
-The server's per-step record (drafted, accepted) says what each step did but
-not when; the stream says when tokens arrived but not which step sent them.
-One engine iteration sends one chunk, but two things break a one-to-one
-match: iterations that drafted nothing (ngram finds no match, so the server
-records no step, and the chunk carries one plain token) and chunks that carry
-several iterations (the server merges outputs a slow reader has not taken
-yet). Steps are laid onto chunks in order by the tokens they landed
-(accepted + 1, all in the chunk of their iteration); a chunk's arrival gap
-is shared evenly by the iterations it carried, its steps and its plain
-tokens (one iteration each). A 1-token chunk may be a step that accepted
-nothing or a plain iteration; in order, the step takes it.
-"""
+"""Seconds for each of vLLM's verify steps: the server's step records say
+what each step did, the stream's chunks when tokens arrived. Steps are laid
+onto chunks in order by the tokens they landed, and a chunk's arrival gap is
+shared evenly by the iterations it carried (merged chunks, plain iterations
+that drafted nothing); a 1-token chunk goes to a step before a plain token."""
 
 from __future__ import annotations
 
