@@ -1,14 +1,8 @@
-"""The arithmetic of one speculative step, done for every arm.
-
-A step drafts up to n_max tokens and verifies them in one target pass; it
-lands the accepted tokens plus the target's own token, so at most
-max yield = n_max + 1. Priced in baseline tokens (step seconds over the
-baseline's seconds per token) a step costs C. The step pays when it lands
-more than C tokens: C is the break-even mean accepted length. When C is at
-least the max yield no acceptance rate can pay (the write-ups' "structural
-dead end"). With d tokens drafted per step, landing L = 1 + acceptance * d,
-so the acceptance that breaks even is (C - 1) / d.
-"""
+"""The arithmetic of one speculative step: priced in baseline tokens it
+costs C and lands at most n_max + 1 (the max yield). C is the break-even
+mean accepted length, a C at or above the max yield can never pay (a
+structural loss), and with d drafts a step the acceptance that breaks even
+is (C - 1) / d."""
 
 from __future__ import annotations
 

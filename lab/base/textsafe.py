@@ -1,13 +1,7 @@
-"""Text from profiles and saved runs, made safe for a terminal.
-
-Names, error details and values a profile or a results.json carries end up
-on the user's screen. A terminal acts on what it is sent: ``ESC[2J`` clears
-it, an OSC 52 sequence writes the clipboard, a bidi override reorders what
-is shown. So every such text passes :func:`printable` before the CLI (or
-the TUI) shows it: each character a terminal could act on, or that renders
-invisibly, is written as its Python escape (``\\x1b``, ``\\u202e``), which
-keeps it visible to the reader instead of dropping it.
-"""
+"""Text from profiles and saved runs, made safe for a terminal: every
+character a terminal could act on (escape sequences, bidi overrides) or
+that renders invisibly is written as its Python escape by :func:`printable`,
+visible to the reader instead of dropped."""
 
 from __future__ import annotations
 

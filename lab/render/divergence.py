@@ -1,14 +1,7 @@
-"""Why a greedy speculative output left its baseline, as the report says it.
-
-Greedy acceptance lands only tokens the target picks, so a drafter cannot
-make a greedy output leave its baseline; the target computing a position
-differently in a verify batch than alone can. A backend that checks it
-(:class:`lab.api.DivergenceExplaining`) saves the evidence in the row's
-``engine_report["divergence"]``; this module turns it into the report's
-lines: the cause, the two picks and their logit gaps, the reproduction
-outside the lab and the way to a bit-exact comparison. Rows without
-evidence read "cause not established".
-"""
+"""Why a greedy speculative output left its baseline, as the report says
+it: the cause, the two picks and their logit gaps, the reproduction and the
+way to a bit-exact comparison, from a row's ``engine_report["divergence"]``
+(:class:`lab.api.DivergenceExplaining`); "cause not established" without it."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Figures of server arms beyond one stream: concurrency sweeps and servers
-the lab attached to.
-
-A backend that sends several streams per cell puts what they add up to in
-its engine report under ``concurrency`` (see the llama-server plugin's
-``concurrency`` module); :func:`row_fields` lifts that into the row's own
-keys and sets the aggregate speedup against the baseline at the same
-concurrency; :mod:`lab.render.serving` writes the report's sections from
-them. No engine is imported here.
-"""
+"""Figures of server arms beyond one stream: :func:`row_fields` lifts a
+backend's ``engine_report["concurrency"]`` into the row's keys with the
+aggregate speedup against the baseline at the same concurrency, and the
+attached servers' figures beside them."""
 
 from __future__ import annotations
 

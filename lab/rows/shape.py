@@ -1,14 +1,7 @@
-"""The shape a saved run must have before anything renders it.
-
-A run directory is a file people keep, copy, edit and sometimes break (a
-disk that filled, a hand edit, a run of an older or newer lab). Reports, the
-TUI and comparisons read it through :func:`lab.store.load_run`, which passes
-it here: what has the expected shape is kept, what does not is left out or
-set to null, and each thing left out becomes one line of ``problems`` that
-the reader shows. Rendering then works on data of one known shape, so a
-damaged file gives a partial report that says what it could not use, never
-a traceback.
-"""
+"""The shape a saved run must have before anything renders it: what
+:func:`lab.store.load_run` reads is kept where it has the expected shape and
+left out or nulled where not, each omission one line of ``problems``, so a
+damaged file gives a partial report that says what it could not use."""
 
 from __future__ import annotations
 

@@ -59,18 +59,10 @@ class LlamaTarget:
 
 
 def wants_gpu_pick(setting: str, n_gpu_layers: int, temperature: float, verifies: bool = True) -> bool:
-    """Whether an arm picks greedy tokens with llama.cpp's backend sampler.
-    "auto": where the logits live on a GPU (layers offloaded, a build that
-    offloads), the run is greedy and the context verifies drafts
-    (``verifies``); at a temperature the host's probabilities are needed
-    anyway. A context that decodes one row at a time (a baseline) picks on
-    the host under "auto": in lab runs on the H200 a baseline picking on the
-    device was behind the host's picks in 15 of 20 paired repeats
-    (benchmarks/decode_overhead.py --gpu-pick auto,on), although one decode
-    and pick alone favoured the device (benchmarks/step_costs.py); a
-    verify's rows pay for it in both. "on" also
-    works on the CPU backend, which runs the same sampler graph (how the
-    tests check it)."""
+    """Whether an arm picks greedy tokens with llama.cpp's backend sampler:
+    "auto" where the logits live on a GPU, the run is greedy and the context
+    verifies drafts (a one-row baseline picks on the host, which measured
+    faster); "on" also runs on the CPU backend, as the tests use it."""
     if setting == "on":
         return True
     if setting != "auto" or temperature > 0 or n_gpu_layers == 0 or not verifies:

@@ -1,13 +1,7 @@
-"""Reading llama-server's log: per-step acceptance lines, per-request
-statistics, buffer sizes and failure lines.
-
-Started with ``--log-prefix --log-timestamps --log-colors off``, every line
-looks like ``M.SS.mmm.uuu L message``: minutes, seconds, milliseconds and
-microseconds since the server's log started, then a level letter. With
-``LLAMA_TRACE=1`` the server logs one ``accepted  N/ M draft tokens`` line per
-speculative step; with ``-lv 4`` it logs, at the end of each request, its
-speculative implementations' cumulative counters and draft durations.
-"""
+"""Reading llama-server's log (``--log-prefix --log-timestamps``: lines of
+``M.SS.mmm.uuu L message``): per-step ``accepted N/ M`` lines (with
+``LLAMA_TRACE=1``), end-of-request counters (``-lv 4``), buffer sizes and
+failure lines."""
 
 from __future__ import annotations
 

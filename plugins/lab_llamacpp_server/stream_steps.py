@@ -1,14 +1,7 @@
-"""Speculative steps from the token stream alone.
-
-A launched server's steps come from its trace log (:mod:`.steps`). Two
-cases have no log to read: a server the lab attached to (it runs elsewhere,
-its log is not ours), and a server with several requests in flight (its log
-interleaves the slots' steps). The stream's running counters
-(``timings_per_token``: ``draft_n``, ``draft_n_accepted``) still say, chunk
-by chunk, when this request drafted and how much it accepted, so a step is
-emitted as soon as its tokens have landed, timed on the server's generation
-clock carried in the same chunks.
-"""
+"""Speculative steps from the token stream alone, where there is no log of
+ours to read (an attached server, or several requests in flight): the
+stream's running ``draft_n`` / ``draft_n_accepted`` counters mark each step,
+timed on the server's generation clock in the same chunks."""
 
 from __future__ import annotations
 

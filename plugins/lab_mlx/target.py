@@ -1,13 +1,8 @@
 """An MLX language model adapted to :class:`lab.kit.speculative.Target`.
-
-Rollback after a rejected draft trims the KV caches. Targets with recurrent
-layers (Qwen3.5-style GatedDeltaNet, whose state cannot be trimmed) keep the
-recurrent state from before the last multi-token decode; rolling back restores
-it and re-runs the accepted tokens, so the state is exact at the cost of one
-short extra forward pass, which is counted in verify time.
-
-Optionally captures the outputs of chosen layers (the target hidden states a
-DFlash draft conditions on)."""
+Rollback trims the KV caches; a recurrent layer's state cannot be trimmed,
+so it is kept from before the last multi-token decode and restored, and the
+accepted tokens run again (counted in verify time). Optionally captures
+chosen layers' outputs, the hidden states a DFlash draft conditions on."""
 
 from __future__ import annotations
 
@@ -42,17 +37,10 @@ def _layers(model: Any) -> list[Any]:
 
 def install_capture(model: Any, layer_ids: Sequence[int], inputs: bool = False) -> _Sink:
     """Wrap the chosen decoder layers so each forward pass records target
-    hidden states, one slot per id in the order given.
-
-    ``inputs`` False: id ``i`` is the output of layer ``i`` (the residual
-    stream after it: z-lab's ``target_layer_ids``, HF ``hidden_states[i + 1]``).
-    ``inputs`` True: id ``i`` is the input of layer ``i``, as llama.cpp
-    extracts a draft-dflash target's features (a DFlash GGUF's
-    ``target_layers``, z-lab's id + 1): 0 is the token embeddings and
-    ``len(layers)`` the last layer's output before the final norm. Either
-    way layers are counted as llama.cpp counts a qwen35 hybrid: the trunk
-    only (its nextn / MTP blocks come after it and are never read), delta-net
-    and full-attention layers in one sequence, which is mlx-lm's list."""
+    hidden states, one slot per id in the order given: id ``i`` is layer
+    ``i``'s output, or with ``inputs`` its input (llama.cpp's draft-dflash
+    features: 0 is the embeddings). Layers count the trunk only, as llama.cpp
+    counts a qwen35 hybrid."""
     import mlx.nn as nn
 
     class Capture(nn.Module):

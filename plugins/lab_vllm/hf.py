@@ -1,13 +1,7 @@
-"""A Hugging Face directory made from a GGUF file, for engines that read
-only that format (vLLM).
-
-transformers reads GGUF (dequantizing it) but refuses to save a model that
-still carries the GGUF quantizer: dropping the quantizer and its
-``quantization_config`` first leaves a plain float model, saved with its
-tokenizer. It runs as its own process (``python -m lab_vllm.hf SRC DST``)
-so the lab never imports torch and the memory the conversion takes is given
-back when it ends.
-"""
+"""A Hugging Face directory made from a GGUF file, for vLLM: transformers
+dequantizes the GGUF, and with its quantizer dropped saves a plain float
+model and its tokenizer. Runs as its own process (``python -m lab_vllm.hf
+SRC DST``), so the lab never imports torch."""
 
 from __future__ import annotations
 
