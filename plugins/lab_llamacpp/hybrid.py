@@ -1,84 +1,23 @@
-"""Synthetic hybrid targets (llama.cpp's ``qwen35`` / ``qwen35moe``) with
-their MTP block, and DFlash drafts for them, at the write-ups' shapes.
+"""Synthetic hybrid targets (llama.cpp's ``qwen35`` / ``qwen35moe``: gated
+delta-net layers with a recurrent state, every fourth layer full attention,
+and an MTP ``nextn`` block) and DFlash drafts for them, written by
+:mod:`lab_llamacpp.synthetic`'s method, so that their step costs, the
+recurrent state's checkpoint replay included, are the real shapes' costs.
 
-The write-ups' target is a Qwen3.x-27B: a hybrid in which three of every
-four layers are gated delta-net (linear attention with a recurrent state
-and a short convolution) and the fourth is full attention with a gated
-output, plus one trained multi-token-prediction (``nextn``) block that
-llama.cpp's ``--spec-type draft-mtp`` runs as the draft. Because most
-layers carry a recurrent state, a rejected draft cannot be undone by
-trimming a KV cache: the server replays the state from a checkpoint, and
-that cost is part of every step that rejects. These models are written by
-the same method as :mod:`lab_llamacpp.synthetic` (random Q4_0 blocks from
-a pool, no quantize pass, the family's next-token permutation in the
-output matrix so that greedy picks stand far from ties), so their step
-costs, recurrent replay included, are the real shapes' costs.
-
-``synthetic:`` models written here:
-
-- ``qwen35-27b``: dense hybrid, the vendored llama.cpp's ``qwen35`` as a
-  Qwen3.5/3.6-27B checkpoint fills it: n_embd 5120, 64 layers (48 delta-net,
-  16 full attention: ``full_attention_interval`` 4), FFN 17408; full
-  attention 24 query heads of 256 (query and gate projected together), 4 KV
-  heads, rotary on 64 of 256 dimensions (M-RoPE sections 11/11/10), base
-  1e7; delta-net 16 key heads and 48 value heads of 128, convolution kernel
-  4; vocabulary 248320, output matrix untied; one MTP block (a full-attention
-  layer behind ``nextn.eh_proj``) appended as layer 64. About 27.3 B
-  parameters, 15.4 GB at Q4_0 (the write-ups' UD-Q4_K_S file is 15.36 GB).
-- ``qwen35-a3b``: MoE hybrid of the Qwen3.5-35B-A3B kind (``qwen35moe``):
-  n_embd 2048, 40 layers (30 delta-net, 10 full attention), 16 query heads
-  of 256, 2 KV heads, 256 experts (8 routed per token) of FFN 512 plus a
-  gated shared expert of 512; delta-net 16 key / 32 value heads of 128; the
-  MTP block is an MoE layer too. About 35.5 B parameters, 3 B active.
-- ``qwen35-27b-dflash``: a DFlash draft for ``qwen35-27b`` at the shape
-  z-lab publishes for that target (about 2 B parameters; their Q4_K_M file
-  is 1.14 GB): n_embd 5120 (the target's: the draft reads its hidden
-  states and shares its embeddings and LM head), 5 layers of 32 query heads
-  of 128 with Q/K norms, 8 KV heads, FFN 17408, block size 16 (up to 15
-  drafted tokens: n-max 3, 7 and 12 fit), reading the target's layers 1,
-  16, 31, 46 and 61 (evenly spaced from layer 1 to n_layer - 3, the DFlash
-  training recipe's rule). 1.73 B parameters, 0.97 GB at Q4_0. The DFlash 2
-  extras (the candidate-path selector and the block convolutions, tensors
-  ``selector_*`` and ``blk.*.*_conv_*``) are not written: llama.cpp's
-  ``draft-dflash`` runs the draft without them, and at set acceptance the
-  path selection only changes which tokens are proposed, not the cost of
-  the forward pass, which is what the twin measures.
-- ``qwen35-a3b-dflash``: the same for ``qwen35-a3b``: n_embd 2048, 5
-  layers of 32 x 128 heads (4 KV), FFN 6144, target layers 1, 10, 19, 28,
-  37. No published config was at hand; the layer count and width follow
-  the dense draft's recipe.
-- ``qwen35-tiny``, ``qwen35-tiny-a3b``, ``qwen35-tiny-dflash``,
-  ``qwen35-tiny-a3b-dflash``: the same layouts at a few MB, for CPU tests
-  and the tiny twins (4 trunk layers, 3 delta-net and 1 full attention,
-  plus the MTP block).
-
-- ``qwen35-27b-q4k``, ``qwen35-27b-dflash-q4k``, ``qwen35-tiny-q4k``: the
-  same weights' layout as Q4_K blocks (every 27B row is whole 256-weight
-  blocks; a tiny tensor whose rows are not falls back to Q4_0), written as
-  fast: the write-ups trace part of Metal's loss to K-quant kernels on
-  small batches, and a Q4_K twin puts those kernels in the step.
-
-The 27B writes in about a minute on a 2-core CPU (15.5 GB at 0.28 GB/s) and
-loads and runs on llama-server there with draft-mtp and with its DFlash
-draft (``extract_layers`` 5 of them, block 16).
-
-Weights that llama.cpp keeps in float (norms, the convolution kernel,
-``ssm_a``, ``ssm_dt``, the delta-net's alpha/beta projections, the routers)
-stay F32. The MTP block's and the DFlash draft's own predictions are random:
-their acceptance is the server's set acceptance (``--spec-synth-rates``),
-which is how the twins reach the write-ups' figures.
+``SHAPES`` lists the models; docs/design-notes.md says where each shape
+comes from. Weights llama.cpp keeps in float stay F32. The MTP block's and
+the drafts' predictions are random: their acceptance is set acceptance.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from lab.kit.tiny_gguf import finish
 from lab_llamacpp import synthetic as syn
 
 PREFIX = syn.PREFIX
@@ -87,18 +26,11 @@ QWEN35_VOCAB = 248320
 
 
 @dataclass(frozen=True)
-class HybridShape:
-    """A ``qwen35`` / ``qwen35moe`` target with ``n_nextn`` MTP blocks."""
+class HybridShape(syn.Sizes):
+    """A ``qwen35`` / ``qwen35moe`` target with ``n_nextn`` MTP blocks after
+    its ``n_layer`` trunk layers (``n_ff``: the dense FFN)."""
 
     arch: str  # qwen35, qwen35moe
-    family: str
-    n_vocab: int
-    n_embd: int
-    n_layer: int  # trunk layers; the MTP blocks come after them
-    n_ff: int  # dense FFN (qwen35)
-    n_head: int
-    n_head_kv: int
-    head_dim: int
     n_rot: int
     rope_sections: tuple[int, int, int, int]
     ssm_n_group: int  # delta-net key heads
@@ -133,17 +65,9 @@ class HybridShape:
 
 
 @dataclass(frozen=True)
-class DFlashShape:
+class DFlashShape(syn.Sizes):
     """A DFlash draft for a target of the same ``family`` and n_embd."""
 
-    family: str
-    n_vocab: int
-    n_embd: int
-    n_layer: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
     target_layers: tuple[int, ...]
     block_size: int = 16
     rope_base: float = 10_000_000.0
@@ -168,7 +92,7 @@ def target_layer_ids(n_target_layers: int, n_draft_layers: int) -> tuple[int, ..
 
 SHAPES: dict[str, Shape] = {
     "qwen35-27b": HybridShape(
-        "qwen35", "qwen35", QWEN35_VOCAB, 5120, 64, 17408, 24, 4, 256, 64, (11, 11, 10, 0),
+        "qwen35", QWEN35_VOCAB, 5120, 64, 17408, 24, 4, 256, arch="qwen35", n_rot=64, rope_sections=(11, 11, 10, 0),
         ssm_n_group=16, ssm_dt_rank=48, ssm_d_state=128, seed=35,
         description="Qwen3.x-27B hybrid shape: 5120 x 64 layers (48 delta-net, 16 attention), ff 17408, MTP block",
     ),
@@ -177,7 +101,7 @@ SHAPES: dict[str, Shape] = {
         description="DFlash draft for synthetic:qwen35-27b at z-lab's shape: 5120 x 5 layers, block 16, ~1.7 B",
     ),
     "qwen35-a3b": HybridShape(
-        "qwen35moe", "qwen35", QWEN35_VOCAB, 2048, 40, 512, 16, 2, 256, 64, (11, 11, 10, 0),
+        "qwen35", QWEN35_VOCAB, 2048, 40, 512, 16, 2, 256, arch="qwen35moe", n_rot=64, rope_sections=(11, 11, 10, 0),
         ssm_n_group=16, ssm_dt_rank=32, ssm_d_state=128,
         n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, seed=37,
         description="Qwen3.5-35B-A3B hybrid MoE shape: 2048 x 40 layers, 256 experts (8 used) of 512, MTP block",
@@ -188,7 +112,7 @@ SHAPES: dict[str, Shape] = {
     ),
     # CPU-sized, same layouts: tests and the tiny twins.
     "qwen35-tiny": HybridShape(
-        "qwen35", "qwen35-tiny", 640, 256, 4, 512, 4, 2, 64, 16, (3, 3, 2, 0),
+        "qwen35-tiny", 640, 256, 4, 512, 4, 2, 64, arch="qwen35", n_rot=16, rope_sections=(3, 3, 2, 0),
         ssm_n_group=2, ssm_dt_rank=4, ssm_d_state=32, seed=135,
         description="a tiny qwen35 hybrid (256 x 4 layers: 3 delta-net, 1 attention) with an MTP block",
     ),
@@ -197,7 +121,7 @@ SHAPES: dict[str, Shape] = {
         description="a tiny DFlash draft for synthetic:qwen35-tiny (1 layer, reads layers 1 and 2, block 16)",
     ),
     "qwen35-tiny-a3b": HybridShape(
-        "qwen35moe", "qwen35-tiny", 640, 256, 4, 128, 4, 2, 64, 16, (3, 3, 2, 0),
+        "qwen35-tiny", 640, 256, 4, 128, 4, 2, 64, arch="qwen35moe", n_rot=16, rope_sections=(3, 3, 2, 0),
         ssm_n_group=2, ssm_dt_rank=4, ssm_d_state=32,
         n_expert=8, n_expert_used=2, n_ff_exp=64, n_ff_shexp=64, seed=137,
         description="a tiny qwen35moe hybrid (256 x 4 layers, 8 experts of 64) with an MoE MTP block",
@@ -214,8 +138,6 @@ SHAPES["qwen35-27b-dflash-q4k"] = replace(
     SHAPES["qwen35-27b-dflash"], quant="q4_k", description="synthetic:qwen35-27b-dflash as Q4_K")
 SHAPES["qwen35-tiny-q4k"] = replace(SHAPES["qwen35-tiny"], quant="q4_k", description="synthetic:qwen35-tiny as Q4_K")
 
-
-# -- K-quant blocks ---------------------------------------------------------------------
 
 Q4_K_BLOCK = 256
 Q4_K_BYTES = 144  # f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles
@@ -260,8 +182,6 @@ def _k_rows(shape: tuple[int, ...], quant: str) -> bool:
     (others fall back to Q4_0, as llama.cpp's quantize falls back)."""
     return quant == "q4_k" and shape[-1] % Q4_K_BLOCK == 0
 
-
-# -- the tensors ------------------------------------------------------------------------
 
 # One tensor: name, numpy shape (rows = out, cols = in: ggml's ne reversed),
 # and how it is filled: ("q4", std) a Q4_0 tensor from the pool of that
@@ -389,9 +309,6 @@ def file_bytes(s: Shape) -> int:
     return q4_0_bytes(s) + f32
 
 
-# -- writer -----------------------------------------------------------------------------
-
-
 def _header(w: Any, s: Shape, voc: syn.Vocab) -> None:
     import gguf
 
@@ -414,12 +331,10 @@ def _header(w: Any, s: Shape, voc: syn.Vocab) -> None:
         w.add_uint32(f"{a}.feed_forward_length", s.n_ff)
         w.add_uint32(f"{a}.rope.dimension_count", s.n_rot)
         w.add_array(f"{a}.rope.dimension_sections", list(s.rope_sections))
-        w.add_uint32(f"{a}.full_attention_interval", s.full_attention_interval)
-        w.add_uint32(f"{a}.ssm.conv_kernel", s.ssm_d_conv)
-        w.add_uint32(f"{a}.ssm.inner_size", s.value_dim)
-        w.add_uint32(f"{a}.ssm.state_size", s.ssm_d_state)
-        w.add_uint32(f"{a}.ssm.time_step_rank", s.ssm_dt_rank)
-        w.add_uint32(f"{a}.ssm.group_count", s.ssm_n_group)
+        for key, value in (("full_attention_interval", s.full_attention_interval), ("ssm.conv_kernel", s.ssm_d_conv),
+                           ("ssm.inner_size", s.value_dim), ("ssm.state_size", s.ssm_d_state),
+                           ("ssm.time_step_rank", s.ssm_dt_rank), ("ssm.group_count", s.ssm_n_group)):
+            w.add_uint32(f"{a}.{key}", value)
         if s.n_expert:
             w.add_uint32(f"{a}.expert_count", s.n_expert)
             w.add_uint32(f"{a}.expert_used_count", s.n_expert_used)
@@ -433,15 +348,7 @@ def _header(w: Any, s: Shape, voc: syn.Vocab) -> None:
         w.add_uint32(f"{a}.block_size", s.block_size)
         # the block's undecided positions: a control token, never a greedy pick
         w.add_uint32("tokenizer.ggml.mask_token_id", 0)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(voc.tokens)
-    w.add_token_scores(voc.scores.tolist())
-    w.add_token_types(voc.types.tolist())
-    w.add_unk_token_id(0)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    syn.add_vocab(w, voc)
 
 
 def write(s: Shape, out: Path | str) -> None:
@@ -495,47 +402,18 @@ def write(s: Shape, out: Path | str) -> None:
             w.add_tensor(name, -rng.uniform(0.5, 8.0, shape).astype(np.float32))
         else:
             raise AssertionError(kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-# -- registry ---------------------------------------------------------------------------
+    finish(w)
 
 
 def filename(name: str) -> str:
     return f"synthetic-{name}.{'Q4_K' if SHAPES[name].quant == 'q4_k' else 'Q4_0'}.gguf"
 
 
-def builder(name: str) -> Callable[[Path], None]:
-    shape = SHAPES[name]
-
-    def build(out: Path) -> None:
-        write(shape, out)
-
-    return build
-
-
 def register_models(register_model: Callable[..., None]) -> None:
-    """Register every hybrid ``synthetic:`` model, as
-    :func:`lab_llamacpp.synthetic.register_models` does its own."""
-    for name in SHAPES:
-        register_model(PREFIX + name, builder(name), filename(name), VERSION)
+    """Every hybrid ``synthetic:`` model, beside :mod:`lab_llamacpp.synthetic`'s."""
+    syn.register_family(register_model, SHAPES, write, filename, VERSION)
 
 
 def resolve(ref: str) -> Path:
     """The cached file of a hybrid ``synthetic:`` model, written on first use."""
-    from lab.kit.models import cache_dir
-
-    name = ref[len(PREFIX):] if ref.startswith(PREFIX) else ref
-    if name not in SHAPES:
-        known = ", ".join(PREFIX + n for n in SHAPES)
-        raise KeyError(f"no hybrid synthetic model {ref!r}; known: {known}")
-    key = hashlib.sha256(f"{PREFIX}{name}:{VERSION}".encode()).hexdigest()[:10]
-    target = cache_dir() / f"{key}-{filename(name)}"
-    if not target.exists():
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        write(SHAPES[name], tmp)
-        os.replace(tmp, target)
-    return target
+    return syn.resolve_in_family(ref, SHAPES, write, filename, VERSION)

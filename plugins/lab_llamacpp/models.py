@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lab.kit.models import deferred
+
 if TYPE_CHECKING:
     from lab.api import RegisterModel
 
@@ -18,22 +20,11 @@ def _smollm2_q4_0(out: Path) -> None:
     quantize(str(embedded_smollm2()), str(out), "Q4_0")
 
 
-def _gemma3(out: Path) -> None:
-    from lab_llamacpp.tiny_arch import build_gemma3
-
-    build_gemma3(out)
-
-
-def _gemma3_q4_k_m(out: Path) -> None:
-    from lab_llamacpp.tiny_arch import build_gemma3_q4_k_m
-
-    build_gemma3_q4_k_m(out)
-
-
 def register_models(register_model: RegisterModel) -> None:
     # A cheaper draft for the embedded target: the same weights requantized
     # from Q4_1 to Q4_0 with llama.cpp's quantize API (same vocabulary).
     register_model("embedded:smollm2-q4_0", _smollm2_q4_0, "SmolLM2-135M-Instruct.Q4_0.gguf", "1")
     # Near-tie models of another architecture, for greedy-equivalence runs.
-    register_model("tiny:gemma3", _gemma3, "tiny-gemma3.F16.gguf", "1")
-    register_model("tiny:gemma3-q4_k_m", _gemma3_q4_k_m, "tiny-gemma3.Q4_K_M.gguf", "1")
+    register_model("tiny:gemma3", deferred("lab_llamacpp.tiny_arch", "build_gemma3"), "tiny-gemma3.F16.gguf", "1")
+    register_model("tiny:gemma3-q4_k_m", deferred("lab_llamacpp.tiny_arch", "build_gemma3_q4_k_m"),
+                   "tiny-gemma3.Q4_K_M.gguf", "1")

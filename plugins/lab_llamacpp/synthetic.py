@@ -1,44 +1,30 @@
-"""Synthetic GGUF models at real models' shapes, for timing on accelerators.
+"""Synthetic GGUF models at real models' shapes, for timing on accelerators:
+``synthetic:<name>`` writes random Q4_0 blocks straight to the file (an
+8B shape in seconds), so decode, verify and draft timings are true while
+acceptance comes from the oracle drafter or a draft that agrees with its
+target on a chosen share of tokens.
 
-``synthetic:<name>`` models carry random Q4_0 weights at the shape of a
-real model (Llama-3.1-8B, a 1B draft, a Qwen3-30B-A3B-like MoE), written
-straight as Q4_0 blocks: no F16 intermediate and no quantize pass, so an
-8B-shape file takes seconds rather than minutes. The kernels do the same
-work as for trained weights (same shapes, same quantization), so decode,
-verify and draft timings are true; what random weights cannot give is
-acceptance, which comes from the oracle drafter or from a synthetic draft
-that agrees with its target by construction.
-
-Greedy picks must not hinge on near ties: a one-row decode and a multi-row
-verify take different kernel paths, and random logits that are nearly
-uniform would make them pick different tokens, so the oracle's replay of
-the baseline would stop matching. Here the embeddings are large and every
-layer adds only a small random update to the residual stream, and the
-output matrix holds the embedding rows in a fixed permutation of the
-normal tokens. The logit of ``next_token[t]`` for a last token ``t`` is
-then ``|E[t]|^2`` against a noise of ``|E[t]| * |E[u]|`` / sqrt(n_embd)-ish
-for the rest: a margin of about sqrt(n_embd) / 5 standard deviations
-(13 at n_embd 4096). A draft of the same family holds the same permutation
-on a chosen share of tokens (``agreement``), which sets its acceptance.
-
-The vocabulary is the project's own SentencePiece-style list (control and
-byte tokens, printable characters, letter strings) at the real model's
-size, since the output matrix and the greedy pick over it are part of a
-step's cost.
+Greedy picks stand far from ties (large embeddings, small residual updates,
+the output matrix holding the embeddings in a fixed permutation of the
+tokens): a one-row decode and a verify batch pick the same token.
+docs/design-notes.md gives the construction and its margin.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 import string
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
+
+from lab.kit.models import written
+from lab.kit.tiny_gguf import finish
 
 PREFIX = "synthetic:"
 VERSION = "2"
@@ -62,11 +48,10 @@ UPDATE_RMS = 0.05
 
 
 @dataclass(frozen=True)
-class Shape:
-    """A model's shape. ``family`` names the vocabulary and the token
-    permutation; models of one family share both."""
+class Sizes:
+    """The sizes every synthetic shape has. ``family`` names the vocabulary
+    and the token permutation; models of one family share both."""
 
-    arch: str  # llama, qwen3, qwen3moe
     family: str
     n_vocab: int
     n_embd: int
@@ -75,6 +60,11 @@ class Shape:
     n_head: int
     n_head_kv: int
     head_dim: int
+
+
+@dataclass(frozen=True)
+class Shape(Sizes):
+    arch: str  # llama, qwen3, qwen3moe
     rope_base: float = 500000.0
     n_expert: int = 0
     n_expert_used: int = 0
@@ -103,33 +93,33 @@ QWEN3_VOCAB = 151936
 
 SHAPES: dict[str, Shape] = {
     "llama-8b": Shape(
-        "llama", "llama3", LLAMA3_VOCAB, 4096, 32, 14336, 32, 8, 128, seed=8,
+        "llama3", LLAMA3_VOCAB, 4096, 32, 14336, 32, 8, 128, arch="llama", seed=8,
         description="Llama-3.1-8B shape: 4096 x 32 layers, ff 14336, 32/8 heads",
     ),
     "llama-1b": Shape(
-        "llama", "llama3", LLAMA3_VOCAB, 2048, 16, 8192, 32, 8, 64, seed=1,
+        "llama3", LLAMA3_VOCAB, 2048, 16, 8192, 32, 8, 64, arch="llama", seed=1,
         description="Llama-3.2-1B-like draft for synthetic:llama-8b, agrees on every token",
     ),
     "llama-1b-a70": Shape(
-        "llama", "llama3", LLAMA3_VOCAB, 2048, 16, 8192, 32, 8, 64, agreement=0.7, seed=2,
+        "llama3", LLAMA3_VOCAB, 2048, 16, 8192, 32, 8, 64, arch="llama", agreement=0.7, seed=2,
         description="the 1B draft agreeing with synthetic:llama-8b on 70 % of tokens",
     ),
     "qwen3-a3b": Shape(
-        "qwen3moe", "qwen3", QWEN3_VOCAB, 2048, 48, 6144, 32, 4, 128, rope_base=1000000.0,
+        "qwen3", QWEN3_VOCAB, 2048, 48, 6144, 32, 4, 128, arch="qwen3moe", rope_base=1000000.0,
         n_expert=128, n_expert_used=8, n_ff_exp=768, seed=30,
         description="Qwen3-30B-A3B shape: MoE, 2048 x 48 layers, 128 experts (8 used) of ff 768",
     ),
     # Small enough for a CPU: smoke runs of profiles and device scripts.
     "tiny": Shape(
-        "llama", "tiny", 640, 256, 2, 512, 4, 2, 64, seed=100,
+        "tiny", 640, 256, 2, 512, 4, 2, 64, arch="llama", seed=100,
         description="a tiny llama (256 x 2 layers, 640 tokens) for smoke runs on a CPU",
     ),
     "tiny-draft": Shape(
-        "llama", "tiny", 640, 128, 1, 256, 2, 1, 64, seed=101,
+        "tiny", 640, 128, 1, 256, 2, 1, 64, arch="llama", seed=101,
         description="a draft for synthetic:tiny, agrees on every token",
     ),
     "qwen3-0.6b": Shape(
-        "qwen3", "qwen3", QWEN3_VOCAB, 1024, 28, 3072, 16, 8, 128, rope_base=1000000.0, seed=6,
+        "qwen3", QWEN3_VOCAB, 1024, 28, 3072, 16, 8, 128, arch="qwen3", rope_base=1000000.0, seed=6,
         description="Qwen3-0.6B shape: a draft for synthetic:qwen3-a3b, agrees on every token",
     ),
 }
@@ -142,9 +132,6 @@ def shape_for(ref: str) -> Shape:
     except KeyError:
         known = ", ".join(PREFIX + n for n in SHAPES)
         raise KeyError(f"no synthetic model {ref!r}; known: {known}") from None
-
-
-# -- vocabulary ----------------------------------------------------------------
 
 
 def _normal_pieces() -> Iterator[str]:
@@ -217,9 +204,6 @@ def _family_seed(family: str) -> int:
     return int.from_bytes(hashlib.sha256(family.encode()).digest()[:4], "little")
 
 
-# -- Q4_0 blocks -----------------------------------------------------------------
-
-
 def _zero_mean_nibbles(qs: np.ndarray) -> np.ndarray:
     """Uniform random nibbles decode to q - 8 in -8..7, a mean of -0.5 per
     weight. Through 14336-wide FFNs that mean adds the same vector to the
@@ -277,7 +261,16 @@ def _q4_0_rows(rng: np.random.Generator, rows: int, cols: int, value_std: float)
     return pool.raw[: rows * cols // Q4_0_BLOCK].reshape(rows, cols // Q4_0_BLOCK * Q4_0_BYTES)
 
 
-# -- writer ----------------------------------------------------------------------
+def add_vocab(w: Any, voc: Vocab) -> None:
+    w.add_tokenizer_model("llama")
+    w.add_token_list(voc.tokens)
+    w.add_token_scores(voc.scores.tolist())
+    w.add_token_types(voc.types.tolist())
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
 
 
 def write(shape: Shape, out: Path | str) -> None:
@@ -306,15 +299,7 @@ def write(shape: Shape, out: Path | str) -> None:
         w.add_uint32(f"{arch}.expert_count", shape.n_expert)
         w.add_uint32(f"{arch}.expert_used_count", shape.n_expert_used)
         w.add_uint32(f"{arch}.expert_feed_forward_length", shape.n_ff_exp)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(voc.tokens)
-    w.add_token_scores(voc.scores.tolist())
-    w.add_token_types(voc.types.tolist())
-    w.add_unk_token_id(0)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_vocab(w, voc)
 
     q4 = gguf.GGMLQuantizationType.Q4_0
     d, hd, nv = shape.n_embd, shape.head_dim, shape.n_vocab
@@ -362,50 +347,36 @@ def write(shape: Shape, out: Path | str) -> None:
             w.add_tensor(p + "ffn_gate.weight", wide.take((shape.n_ff, d)), raw_dtype=q4)
             w.add_tensor(p + "ffn_up.weight", wide.take((shape.n_ff, d)), raw_dtype=q4)
             w.add_tensor(p + "ffn_down.weight", ffn_out.take((d, shape.n_ff)), raw_dtype=q4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-# -- registry --------------------------------------------------------------------
+    finish(w)
 
 
 def filename(name: str) -> str:
     return f"synthetic-{name}.Q4_0.gguf"
 
 
-def builder(name: str) -> Callable[[Path], None]:
-    shape = SHAPES[name]
-
-    def build(out: Path) -> None:
-        write(shape, out)
-
-    return build
-
-
 def register_models(register_model: Callable[..., None]) -> None:
-    """Register every ``synthetic:`` model with the model registry
-    (``register_model(ref, builder, filename, version)``), as the plugin's
-    ``lab_register_models`` hook does for its other models."""
-    for name in SHAPES:
-        register_model(PREFIX + name, builder(name), filename(name), VERSION)
+    """Every ``synthetic:`` model, through the plugin's ``lab_register_models``."""
+    register_family(register_model, SHAPES, write, filename, VERSION)
 
 
 def resolve(ref: str) -> Path:
-    """The cached file of a ``synthetic:`` model, written on first use, at
-    the path the model registry gives a registered builder."""
-    from lab.kit.models import cache_dir
+    """The cached file of a ``synthetic:`` model, written on first use."""
+    return resolve_in_family(ref, SHAPES, write, filename, VERSION)
 
-    shape_for(ref)
-    name = ref[len(PREFIX):]
-    key = hashlib.sha256(f"{ref}:{VERSION}".encode()).hexdigest()[:10]
-    target = cache_dir() / f"{key}-{filename(name)}"
-    if not target.exists():
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        write(SHAPES[name], tmp)
-        os.replace(tmp, target)
-    return target
+
+def register_family(register_model: Callable[..., None], shapes: Mapping[str, Any],
+                    write: Callable[[Any, Path], None], filename: Callable[[str], str], version: str) -> None:
+    """``synthetic:NAME`` for each of ``shapes``, written by ``write``."""
+    for name, shape in shapes.items():
+        register_model(PREFIX + name, partial(write, shape), filename(name), version)
+
+
+def resolve_in_family(ref: str, shapes: Mapping[str, Any], write: Callable[[Any, Path], None],
+                      filename: Callable[[str], str], version: str) -> Path:
+    name = ref[len(PREFIX):] if ref.startswith(PREFIX) else ref
+    if name not in shapes:
+        raise KeyError(f"no synthetic model {ref!r} here; known: {', '.join(PREFIX + n for n in shapes)}")
+    return written(PREFIX + name, filename(name), version, partial(write, shapes[name]))
 
 
 def scaled(name: str, **changes: Any) -> Shape:
