@@ -1,10 +1,6 @@
-"""The drift guard: rounds are meant to be repeats, so a monotone trend over
-rounds in tok/s or drafted tokens, beyond the rounds' noise, says that the
-engine carried state from one request to the next (a prompt cache, an
-n-gram table, a drafter that learns) whatever the profile asked for.
-
-Plain data; :mod:`lab.render.report` words it beside the verdict.
-"""
+"""The drift guard: a monotone trend over rounds in tok/s or drafted tokens,
+beyond the rounds' noise, says the engine carried state between requests
+whatever the profile asked. Plain data; :mod:`lab.render.report` words it."""
 
 from __future__ import annotations
 
@@ -23,9 +19,8 @@ BASELINE_NOISE_FACTOR = 2.0
 
 @dataclass(frozen=True)
 class Trend:
-    """One metric of one arm x prompt over its ok rounds, in round order:
-    ``change`` is last over first, less 1 (0.65: the last round 65 % above
-    the first); ``noise`` the change it had to exceed."""
+    """One metric of one arm x prompt over its ok rounds: ``change`` is last
+    over first less 1, ``noise`` the change it had to exceed."""
 
     metric: str  # "tok/s" or "drafted"
     values: tuple[float, ...]
@@ -72,10 +67,8 @@ def trend(metric: str, values: Sequence[float], noise: float, min_rounds: int, s
 
 
 def round_drift(results: Sequence[Mapping[str, Any]]) -> list[Drift]:
-    """Every arm x prompt whose tok/s (three rounds or more: two always
-    order) or drafted tokens (two or more: greedy drafting repeats exactly;
-    not at a set acceptance, whose draws differ by round) trend over rounds
-    beyond the noise; in the order the results list them."""
+    """Every arm x prompt whose tok/s (three rounds or more) or drafted tokens
+    (two or more; not at a set acceptance) trend beyond the noise."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in results:
         if int(r.get("round", 1)) >= 1:

@@ -1,7 +1,6 @@
 """Everything the analysis says about one saved run, as plain data: one
-summary per arm x prompt over its rounds (what reports, the TUI and exports
-render), with step economics, statistics, per-position acceptance, the
-prediction from a probe, greedy divergences and the roofline."""
+summary per arm x prompt over its rounds, with economics, statistics,
+acceptance, predictions, divergences and the roofline."""
 
 from __future__ import annotations
 
@@ -115,9 +114,8 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def divergences(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Every speculative round whose output left the output it was held to:
-    its baseline's (the baseline row the result was measured against) or,
-    for a later warm round, its arm's cold first round (``against``)."""
+    """Every speculative round whose output left the one it was held to (its
+    baseline's, or a warm arm's cold first round: ``against``)."""
     from lab.rows.build import pick_baseline
 
     out = []
@@ -152,8 +150,7 @@ def predictions(
     results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probe: Any,
 ) -> list[dict[str, Any]]:
     """Per speculative arm x prompt: the predicted speedup at every n_max the
-    probe covers, the one at the arm's own n_max beside the measured, and
-    the best n_max."""
+    probe covers, at the arm's own n_max beside the measured, and the best."""
     if probe is None:
         return []
     pos = acc.by_arm_prompt(steps)
@@ -239,12 +236,9 @@ def roofline(
 def predicted_for_rows(
     results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probes: Sequence[Probe] | Probe | None,
 ) -> list[dict[str, Any]]:
-    """Predicted next to measured speedup for every speculative arm x prompt
-    of a run, each arm priced by its own stack's probe: ``measured``,
-    ``predicted`` (at the arm's n_max), ``best_n_max`` and
-    ``best_predicted`` at the acceptance measured, and the whole ``curve``.
-    What the report's Prediction section renders; the live view can call it
-    on the rows it holds (steps as saved in steps.jsonl)."""
+    """Predicted beside measured speedup for every speculative arm x prompt,
+    each priced by its own stack's probe: ``measured``, ``predicted``,
+    ``best_n_max``, ``best_predicted`` and the ``curve``."""
     if probes is None:
         return []
     pool = [probes] if isinstance(probes, Probe) else [p for p in probes if p is not None]

@@ -1,7 +1,5 @@
-"""JSON as every file the lab saves holds it: strict, so any reader can
-parse it. JSON has no NaN or Infinity (Python writes them by default, and
-most other readers refuse the file); a figure that came out non-finite is
-saved as null, which in a row already means "not applicable"."""
+"""JSON as every file the lab saves holds it: strict, with a non-finite
+figure saved as null (JSON has no NaN; most readers refuse Python's)."""
 
 from __future__ import annotations
 
@@ -50,12 +48,9 @@ class FileRefused(ValueError):
 
 
 def read_bounded(path: str | os.PathLike[str], cap: int, what: str = "file") -> bytes:
-    """A regular file's bytes, at most ``cap`` of them. The file is opened
-    without blocking and checked through the open descriptor, so a FIFO, a
-    device (``/dev/zero``) or a socket, even one swapped in for the file or
-    reached through a symlink, is refused instead of hanging or filling
-    memory; a file that grows past ``cap`` while read is refused too.
-    OSError (missing, unreadable) is left to the caller."""
+    """A regular file's bytes, at most ``cap``, checked through the open
+    descriptor so a FIFO, device or socket (swapped in or symlinked) is refused
+    rather than read; OSError is left to the caller."""
     # POSIX flags, as the store's own reads (os.pread) are POSIX
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
@@ -83,10 +78,8 @@ def read_bounded(path: str | os.PathLike[str], cap: int, what: str = "file") -> 
 
 
 class BoundedNumbers:
-    """``json.loads`` hooks that read what JSON cannot hold as a figure
-    (NaN, Infinity, a float that overflows to infinity, an integer of more
-    than MAX_INT_DIGITS digits) as null, noting each in ``seen``: the line
-    given, else what it was."""
+    """``json.loads`` hooks that read NaN, Infinity, overflowing floats and
+    integers past MAX_INT_DIGITS as null, noting each in ``seen``."""
 
     def __init__(self, seen: list[str | int] | None = None, lineno: int | None = None) -> None:
         self.seen = seen if seen is not None else []

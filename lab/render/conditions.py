@@ -1,8 +1,7 @@
-"""What a comparison was measured under, checked from its rows: the same
-prompt on every arm (``prompt_sha256``, see :mod:`lab.kit.prompting`) and a
-quiet machine (``contended``, see :mod:`lab.telemetry.contention`). A report shows
-these before anyone reads a speedup, and, when the run asked for one, how its
-baselines compare with their engine's own tool (:mod:`lab.analysis.reference`)."""
+"""What a comparison was measured under, checked from its rows before
+anyone reads a speedup: one prompt text on every arm, a quiet machine,
+plausible output, the server's own counts, and where asked the engine's
+own tool beside the baselines."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ def prompt_mismatches(results: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 
 
 def prompt_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The report's prompt check: one line per prompt with the texts its
-    arms sent (by hash and template), and a warning for each comparison
-    across different prompts."""
+    """The report's prompt check: the texts each prompt's arms sent (by hash
+    and template), and a warning for a comparison across different prompts."""
     by_prompt: dict[str, dict[str, list[str]]] = {}
     templates: dict[str, set[str]] = {}
     for r in results:
@@ -81,9 +79,8 @@ def _fallback_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def output_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The output check (lab.rows.output_check): each cell whose text loops
-    or writes template markers, whose acceptance is then not representative;
-    a line saying none did otherwise."""
+    """The output check (lab.rows.output_check): each cell whose text loops or
+    writes template markers, or a line saying none did."""
     flagged = [r for r in results if r.get("status") == "ok" and r.get("degenerate_output")]
     if not flagged:
         checked = sum(1 for r in results if r.get("status") == "ok" and r.get("text"))
@@ -100,9 +97,8 @@ def output_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def machine_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, Any] | None = None) -> list[str]:
-    """The report's noise guard: the rows taken on a busy machine, or how
-    quiet the machine was; and, for a run on a GPU, the runs its process
-    ran before it (``machine``: results.json's record of the machine)."""
+    """The noise guard: rows taken on a busy machine, or how quiet it was, and
+    on a GPU the runs its process ran before."""
     return _noise_lines(results) + _thread_lines(machine or {}) + _process_lines(results, machine or {})
 
 
@@ -152,10 +148,8 @@ def _noise_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def count_check_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The report's count cross-check: how many rows the server's own
-    counters confirmed, each row they contradict (with the checks it
-    failed), and the sources a row could not read ([] when no row was
-    checked: an engine in the lab's process has no second count)."""
+    """The count cross-check: rows the server's own counters confirmed, each
+    they contradict, and sources a row could not read ([] when none checked)."""
     checked = [r for r in results if r.get("status") == "ok" and int(r.get("round", 1)) >= 1
                and (r.get("engine_report") or {}).get("checks")]
     if not checked:
@@ -188,9 +182,8 @@ def _disagreeing(report: Mapping[str, Any]) -> str:
 
 
 def reference_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, Any] | None) -> list[str]:
-    """The report's reference check: each baseline beside the engine's own
-    tool (``[run] reference = true``), and a warning for one more than
-    3 % below it ([] when the run measured none)."""
+    """The reference check: each baseline beside the engine's own tool, a
+    warning for one more than 3 % below it ([] when none was measured)."""
     lines = []
     for c in compare_references(results, machine):
         lines.append(f"- {c.arm}: {_reference_words(c)}")

@@ -83,8 +83,7 @@ def remote_host(options: Mapping[str, Any]) -> str | None:
 
 def refuse_options(options: Mapping[str, Any]) -> tuple[str, str] | None:
     """(option, why) when the options may not run as given: a server bound
-    beyond loopback needs the profile to say so (the lab's own servers
-    listen on 127.0.0.1; one on every interface serves anyone who asks)."""
+    beyond loopback needs the profile to allow it."""
     host = remote_host(options)
     if host is not None and not options.get("allow_remote_bind"):
         return ("extra_args", f"--host {host} would make llama-server reachable from other machines; "

@@ -1,12 +1,6 @@
-"""The DFlash decode loop. Drafting needs the target's hidden states, so this
-is not lab.kit.speculative's drafter loop, but it lands tokens, emits the same
-TokenEvent / StepEvent and returns the same Generation, and it accepts with
-the same rules (longest matching prefix when greedy, rejection sampling
-against the draft's probabilities otherwise).
-
-Clocks: the draft block is evaluated before the verify clock starts and the
-verify pass (plus acceptance and rollback) is evaluated before it stops, so
-draft_s and verify_s are measured apart, not derived."""
+"""The DFlash decode loop: drafting needs the target's hidden states, so
+this is not :mod:`lab.kit.speculative`'s loop, but it emits the same events,
+returns the same Generation and accepts by the same rules."""
 
 from __future__ import annotations
 
@@ -99,14 +93,10 @@ def generate_dflash(
     stats: LoopStats | None = None,
     split_clock: bool = True,
 ) -> Generation:
-    """One cell with a DFlash draft: each step drafts ``block_size - 1``
-    tokens (fewer at the end of the budget) and verifies them in one pass.
-
-    ``split_clock`` evaluates the drafted block before verifying it, so
-    draft and verify seconds are clocks of their own. Without it the verify
-    pass is queued on the unevaluated draft, as z-lab's loop does: the step
-    runs as one graph (faster where graph building is a visible cost) and
-    only step seconds are measured."""
+    """One cell with a DFlash draft, each step drafting ``block_size - 1``
+    tokens (fewer at the budget's end) and verifying them in one pass.
+    ``split_clock`` evaluates the block first so draft and verify are clocked
+    apart; without it the step runs as one graph, as z-lab's loop does."""
     stats = stats if stats is not None else LoopStats()
     start = stats.mark()
     out = OutputStream(target, req, emit)
