@@ -250,6 +250,9 @@ class BadIds(Drafter):
 
     def draft(self, context, k):
         which = self.opts["which"]
+        if which == "exit":
+            import sys
+            sys.exit(5)
         n = self.ctx.vocab_size
         ids = {"negative": [-1], "past": [n, n + 7], "huge": [2 ** 200], "float": [1.5]}[which]
         return Draft(tuple(ids[:k]))
@@ -295,7 +298,8 @@ def _stack_arm(stack: str) -> str:
 @pytest.mark.engine
 @pytest.mark.slow
 @pytest.mark.parametrize("stack", ["llamacpp", "mlx"])
-@pytest.mark.parametrize("which,words", [("negative", "-1"), ("past", "outside the vocabulary"), ("huge", "2^200")])
+@pytest.mark.parametrize("which,words", [("negative", "-1"), ("past", "outside the vocabulary"), ("huge", "2^200"),
+                                         ("exit", "SystemExit: a plugin called exit(5)")])
 def test_out_of_vocabulary_draft_ids_fail_the_same_way_on_every_stack(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack: str, which: str, words: str) -> None:
     import importlib
@@ -337,7 +341,9 @@ drafter_options = {{ which = "{which}" }}
     assert rows["good"]["status"] == "ok"
     bad = rows["bad"]
     assert bad["status"] == "error", bad
-    assert "drafter bad-ids proposed ids outside the vocabulary" in bad["detail"] and words in bad["detail"], bad
+    if which != "exit":
+        assert "drafter bad-ids proposed ids outside the vocabulary" in bad["detail"], bad
+    assert words in bad["detail"], bad
     assert (store.path / "report.md").is_file()
 
 
