@@ -14,6 +14,8 @@ imports an engine.
 from __future__ import annotations
 
 import re
+import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -99,8 +101,9 @@ def lab_register_drafters(register: Any) -> None:
 '''
 
 TEST = '''\
-"""Unit tests for {cls}, against the lab's fake target (no model needed):
-{pytest} -q"""
+"""Unit tests for {cls}, against the lab's fake target (no model needed).
+From the package directory: {pytest} -q
+(pytest missing? {pip} install pytest)"""
 
 from __future__ import annotations
 
@@ -110,7 +113,9 @@ from {module} import {cls}
 
 
 def test_it_learns_a_repeating_text() -> None:
-    target = FakeTarget()  # greedy next token: the one after the last in a cycle of 10
+    # FakeTarget's greedy next token is the one after the context's last in
+    # its pattern (2..11, cyclic): a prompt holding the cycle can be fully accepted
+    target = FakeTarget()
     drafter = make_drafter({cls}, {{"window": 64}}, target)
     run = run_drafter(drafter, list(target.pattern) * 2, max_tokens=48, n_max=4, target=target)
     assert len(run.ids) == 48
@@ -157,23 +162,29 @@ README = """\
 A drafter plugin for speclab. Install it into the environment the lab runs
 in, check the lab sees it, and run it against its baseline:
 
+From this directory:
+
 ```sh
 {pip} install -e .
 {lab} plugins     # lists {name} and the backends that run it
 {lab} run {name}.toml     # baseline vs {name} at n_max 2 and 4
 {lab} lossless -d {name}     # at temperature > 0: does it keep the target's distribution?
+{pip} install pytest     # once: the lab's set-up installs pytest only with its test extra
 {pytest} -q     # tests/: draft() against the lab's fake target, no model
 ```
 
-(These name the lab's own environment; with it activated,
-`source {activate}`, plain `pip`, `lab` and `pytest` do the same.)
+(These name the lab's own environment in full, so they work from any
+directory; with it activated, `source {activate}`, plain `pip`, `lab` and
+`pytest` do the same.)
 
 `{module}.py` holds the drafter: `draft(context, k)` gets the prompt and
 every token generated so far and returns at most `k` (the arm's `n_max`)
 token ids; `window` is its one option (`drafter_options = {{ window = 512 }}`
-in a profile, a list sweeps it). The lab verifies every draft with the
-target, so a bad proposal costs speed, never correctness. See the lab's
-README, "Writing a drafter plugin", for the whole contract.
+in a profile, a list sweeps it); renaming it means renaming it in
+`{name}.toml` too (`{lab} check {name}.toml` names the line). The lab
+verifies every draft with the target, so a bad proposal costs speed, never
+correctness. The lab's docs/plugins.md has the whole contract and the test
+helpers (`make_drafter`, `run_drafter`, `FakeTarget`).
 """
 
 
@@ -186,6 +197,18 @@ class Scaffold:
 
 class ScaffoldError(ValueError):
     pass
+
+
+def env_tool(name: str) -> str:
+    """The command that runs ``name`` (pip, lab, pytest, activate) from the
+    lab's own environment, written in full so that it works from the
+    package's directory as from anywhere: the script beside this
+    interpreter, else this interpreter running the module."""
+    here = Path(sys.executable).parent.absolute()
+    if (here / name).exists() or name == "activate":
+        return shlex.quote(str(here / name))
+    python = shlex.quote(str(Path(sys.executable).absolute()))
+    return f"{python} -m {'lab.cli' if name == 'lab' else name}"
 
 
 def module_name(name: str) -> str:
@@ -228,10 +251,8 @@ def write_drafter_package(name: str, directory: str | Path | None = None, taken:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ScaffoldError(f"{target} exists and is not an empty directory; pick another with --dir")
     module, cls = module_name(name), class_name(name)
-    from lab.base.machine import own_tool
-
-    fields = {"name": name, "dist": dist, "module": module, "cls": cls, "pip": own_tool("pip"),
-              "lab": own_tool("lab"), "pytest": own_tool("pytest"), "activate": own_tool("activate")}
+    fields = {"name": name, "dist": dist, "module": module, "cls": cls, "pip": env_tool("pip"),
+              "lab": env_tool("lab"), "pytest": env_tool("pytest"), "activate": env_tool("activate")}
     contents = {
         "pyproject.toml": PYPROJECT,
         f"{module}.py": MODULE,

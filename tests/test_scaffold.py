@@ -145,8 +145,9 @@ def test_a_plugin_option_at_the_arm_level_says_where_it_belongs(tmp_path: Path, 
     assert "p.toml:" in text and "arms[1]." in text and where in text, text
 
 
-def test_the_readme_names_every_profile_key() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_profiles_page_names_every_profile_key() -> None:
+    # the README is a front door now: every key is documented in docs/profiles.md
+    readme = (ROOT / "docs" / "profiles.md").read_text()
     keys = {
         "top level": validate.TOP_KEYS, "[profile]": validate.PROFILE_KEYS,
         "[[prompts]]": (*validate.PROMPT_KEYS, *SUITE_KEYS), "[[arms]]": validate.ARM_KEYS,
@@ -157,14 +158,17 @@ def test_the_readme_names_every_profile_key() -> None:
         # as code (`key`), as a TOML line (key = ...), or as a table ([key], [[key]])
         if not re.search(rf"(`{key}`|^\s*#?\s*{key}\s*=|\[\[?{key}\]\]?|\b{key} = )", readme, re.M)
     ]
-    assert not missing, f"README does not document: {missing}"
+    assert not missing, f"docs/profiles.md does not document: {missing}"
 
 
-def test_the_readme_plugin_section_is_the_scaffold(tmp_path: Path) -> None:
-    """The module and pyproject the README shows are the ones the scaffold
-    writes (so the page stays runnable)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Writing a drafter plugin"):readme.index("### The Drafter API")]
+PLUGINS_PAGE = ROOT / "docs" / "plugins.md"
+
+
+def test_the_plugin_page_is_the_scaffold(tmp_path: Path) -> None:
+    """The module and pyproject docs/plugins.md shows are the ones the
+    scaffold writes (so the page stays runnable)."""
+    readme = PLUGINS_PAGE.read_text()
+    section = readme[readme.index("## Start from the scaffold"):readme.index("## Unit tests without a model")]
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
     python = next(body for lang, body in blocks if lang == "python")
     made = write_drafter_package("lookback", tmp_path / "pkg")
@@ -218,7 +222,59 @@ def test_printed_commands_name_the_labs_own_environment(tmp_path: Path, capsys: 
     assert own_tools('pip install -e ".[mlx]"') == f'{pip} install -e ".[mlx]"'
     assert own_tools("bash scripts/setup.sh llamacpp") == "bash scripts/setup.sh llamacpp"
     assert main(["new-drafter", "venvy", "--dir", str(tmp_path / "v")]) == 0
-    nxt = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("next:")][0]
-    assert f"next: {pip} install -e" in nxt and " pip install" not in nxt.replace(pip, "")
-    readme = (tmp_path / "v" / "README.md").read_text()
-    assert f"{pip} install -e ." in readme
+    out = capsys.readouterr().out.splitlines()
+    nxt = [ln for ln in out if ln.startswith("next, from here:")][0]
+    assert f"next, from here: {pip} install -e" in nxt and " pip install" not in nxt.replace(pip, "")
+    # how to get pytest is said beside the test command
+    tests_line = [ln for ln in out if ln.startswith("its tests:")][0]
+    assert "install pytest" in tests_line and " -q" in tests_line
+
+
+def test_the_scaffolds_commands_work_from_the_package_directory(tmp_path: Path, monkeypatch) -> None:
+    """Written from one directory, read from another: every tool the
+    package's README and profile name is a full path (or this interpreter
+    running a module), never one relative to where new-drafter ran."""
+    import shlex
+
+    from lab.scaffold import env_tool
+
+    monkeypatch.chdir(tmp_path)
+    made = write_drafter_package("wander", "pkg", taken=[])
+    readme = (made.directory / "README.md").read_text()
+    block = re.search(r"```sh\n(.*?)```", readme, re.S)
+    assert block
+    commands = [ln.split("#")[0].strip() for ln in block.group(1).splitlines() if ln.strip()]
+    assert len(commands) >= 5
+    for command in commands:
+        tool = shlex.split(command)[0]
+        assert Path(tool).is_absolute(), command
+        assert Path(tool).exists() or tool == sys.executable, command
+    assert any("install pytest" in c for c in commands)
+    assert env_tool("pytest") in readme and env_tool("pip") in readme
+    assert "docs/plugins.md" in readme
+    test = next((made.directory / "tests").iterdir()).read_text()
+    assert "install pytest" in test and "FakeTarget" in test
+
+
+def test_the_plugin_page_documents_the_helpers_as_the_code_declares_them() -> None:
+    """The signatures docs/plugins.md gives for make_drafter and run_drafter
+    are the code's, and its example call runs against the page's own drafter."""
+    import inspect
+
+    from lab.kit import testing
+
+    page = PLUGINS_PAGE.read_text()
+    for fn in (testing.make_drafter, testing.run_drafter):
+        params = ", ".join(
+            p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
+            for p in inspect.signature(fn).parameters.values())
+        documented = f"`{fn.__name__}({params})`"
+        assert documented in page.replace("\n  ", " ").replace("\n", " "), documented
+    target = testing.FakeTarget()
+    assert f"FakeTarget(pattern=tuple(range(2, 12)), vocab_size={target.vocab_size})" in page
+    assert target.pattern == tuple(range(2, 12))
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    module, example = blocks[0], blocks[1]
+    space: dict[str, object] = {}
+    exec(compile(module, "docs/plugins.md", "exec"), space)  # noqa: S102 - the page's own example
+    exec(compile(example, "docs/plugins.md", "exec"), space)  # noqa: S102 - the documented call

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from lab.cli.context import Context
-from lab.scaffold import ScaffoldError, write_drafter_package
+from lab.scaffold import ScaffoldError, env_tool, write_drafter_package
 
 DESCRIPTION = ("Write a complete drafter plugin package (pyproject.toml with the lab.drafters "
                "entry point, a module with a working Drafter, a profile, a README): pip install -e it, "
@@ -30,6 +30,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from lab.base.machine import own_tool
 
     pip, lab = own_tool("pip"), own_tool("lab")
-    print(f"\nnext: {pip} install -e {made.directory} && {lab} plugins && "
+    print(f"\nnext, from here: {pip} install -e {made.directory} && {lab} plugins && "
           f"{lab} run {made.directory / (made.name + '.toml')}")
+    print(f"its tests: {pip} install pytest (once), then cd {made.directory} && {env_tool('pytest')} -q")
     return 0
