@@ -1,12 +1,7 @@
 """A baseline against its engine's own tool (``[run] reference = true``):
-the lab's baseline decoding rate over the reference's, per baseline arm,
-counted the way the tool counts (:data:`lab.api.REFERENCE_COUNTS`), and
-whether it falls further below than the lab can stand behind.
-
-Plain data from results.json (``machine.references``, written by the
-runner from :class:`lab.api.Referencing`); :mod:`lab.render.conditions`
-words it.
-"""
+its rate over the tool's, counted the tool's way
+(:data:`lab.api.REFERENCE_COUNTS`), and whether it falls further below than
+the lab can stand behind. :mod:`lab.render.conditions` words it."""
 
 from __future__ import annotations
 
@@ -21,9 +16,8 @@ WARN_BELOW = 0.03
 
 @dataclass(frozen=True)
 class ReferenceComparison:
-    """One baseline arm beside its reference. ``lab_tok_per_s`` is the
-    median over the arm's ok rounds of the reference's prompt, counted as
-    the tool counts; ``ratio`` is it over ``tok_per_s``, the tool's own."""
+    """One baseline arm beside its reference: ``ratio`` is ``lab_tok_per_s``
+    (median of the arm's ok rounds, counted as the tool counts) over ``tok_per_s``."""
 
     arm: str
     tool: str
@@ -58,10 +52,8 @@ class ReferenceComparison:
 
 
 def lab_rate(row: Mapping[str, Any], counts: str) -> float | None:
-    """A row's rate as a tool that counts ``counts`` would: "tokens" is the
-    row's tok_per_s (n tokens over the generation phase, which starts at
-    the first); "decodes" takes the first token out, leaving the n - 1
-    one-token decodes that phase timed."""
+    """A row's rate as a tool counting ``counts`` would: "tokens" is tok_per_s,
+    "decodes" takes the first token out (n - 1 one-token decodes)."""
     if counts == "decodes":
         n, gen_s = row.get("n_tokens"), row.get("gen_s")
         if not isinstance(n, int) or n < 2 or not isinstance(gen_s, (int, float)) or gen_s <= 0:

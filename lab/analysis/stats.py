@@ -1,10 +1,6 @@
-"""Statistics over rounds: spread per arm, speedups paired by prompt and
-round, a bootstrap confidence interval, and whether a result can be called.
-
-Speedups are ratios, so they are averaged as logs (a geometric mean): 2x on
-one prompt and 0.5x on another is even, not 1.25x. The bootstrap resamples
-the pairs with a fixed seed so a report renders the same every time.
-"""
+"""Statistics over rounds: spread, speedups paired by prompt and round and
+averaged as logs (2x and 0.5x are even), a seeded bootstrap interval, and
+whether a result can be called."""
 
 from __future__ import annotations
 
@@ -83,10 +79,8 @@ def bootstrap_geomean(
 def paired_ratios(
     rows: Sequence[Mapping[str, Any]], arm: str, prompt: str | None = None,
 ) -> list[tuple[str, int, float]]:
-    """(prompt, round, arm tok/s over its baseline's tok/s) for every prompt
-    and round where both the arm and its baseline succeeded; warmup never
-    counts. Pairs are made here, not taken from the rows' speedup, so a
-    baseline that fell back to another round does not pair."""
+    """(prompt, round, arm tok/s over its baseline's) wherever both succeeded,
+    warmup left out; paired here, not from the rows' speedup."""
     ok = {(r["arm"], r["prompt"], r["round"]): r for r in rows if r.get("status") == "ok" and int(r.get("round", 1)) >= 1}
     out = []
     for (a, p, rnd), r in ok.items():

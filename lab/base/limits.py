@@ -1,12 +1,7 @@
-"""The bounds a profile is held to before any engine sees it.
-
-Numbers reach native code (a negative batch size crashed llama.cpp, a million
-threads ended in std::bad_alloc), and names become file names, so both are
-bounded here. [run] keys and n_max have their ranges in this module; a plugin
-option has one when the plugin declares ``min`` / ``max`` on its Option.
-Every bound prints (``describe``) so that ``lab plugins`` and error messages
-can state it.
-"""
+"""The bounds a profile is held to before any engine sees it: numbers
+reach native code and names become file names. [run] keys and n_max have
+their ranges here, plugin options theirs from ``min`` / ``max``; every
+bound prints (``describe``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""The order a verify-cost probe times its passes in, for every engine.
-
-``consecutive``: each width's passes back to back, after ``warm`` untimed
-ones, as a sweep arm's equal-width verifies run. A GPU backend that replays
-captured graphs (llama.cpp on CUDA, MLX's CUDA backend with its bounded
-graph cache) captures once per width, as a run does. ``interleaved``: the
-widths cycled pass by pass after one untimed pass each, which spreads slow
-drift (another process, the clock) over all widths but makes such a backend
-capture again at every change of width."""
+"""The order a verify-cost probe times its passes in: ``consecutive``,
+each width back to back after ``warm`` untimed passes, as a sweep arm runs
+(a graph-replaying GPU backend captures once per width); ``interleaved``,
+widths cycled pass by pass, spreading drift but recapturing at every change."""
 
 from __future__ import annotations
 

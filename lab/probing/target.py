@@ -1,11 +1,6 @@
-"""What ``lab probe`` measures: a backend, a model and the backend's options,
-from the command line or from one arm of a profile.
-
-A probe must load the target the way the run will (the same GPU layers,
-the same decoding options), else its T(w) describes another engine. So the
-probe takes the backend's own options, typed and checked against what the
-backend declares, and a profile's arm can stand for all of them at once.
-"""
+"""What ``lab probe`` measures: a backend, a model and the backend's
+options, typed and checked, from the command line or one arm of a profile,
+so the probe loads the target the way the run will."""
 
 from __future__ import annotations
 
@@ -98,9 +93,8 @@ def resolve(
     arm: str | None = None,
     threads: int = 0,
 ) -> ProbeTarget:
-    """The probe's target: an arm of ``profile`` when given (its backend,
-    model, options and the run's threads), with ``backend``, ``model``,
-    ``options`` and ``threads`` from the command line laid over it."""
+    """The probe's target: an arm of ``profile`` when given, with the command
+    line's ``backend``, ``model``, ``options`` and ``threads`` laid over it."""
     base_options: dict[str, Any] = {}
     source = "command line"
     base_threads = 0

@@ -1,12 +1,7 @@
-"""Baselines: which arm each speculative arm is measured against.
-
-An arm that does not draft is a baseline. A speculative arm compares against
-the first baseline of the same stack and model unless it names one
-(``baseline = "..."``); naming one makes any arm a compared arm. Named
-references must exist, may not point at the arm itself and may not form a
-cycle. A drafter that declares ``needs_baseline`` (the oracle replays its
-baseline's tokens) must have one.
-"""
+"""Which arm each speculative arm is measured against: the first baseline
+(an arm that does not draft) of the same stack and model, unless it names
+one; named references must exist and form no cycle, and a drafter with
+``needs_baseline`` must have one."""
 
 from __future__ import annotations
 
@@ -50,9 +45,8 @@ def infer_baselines(src: Source, drafts: Sequence[ArmDraft], registry: Registry 
 
 
 def _same_setting(base: ArmDraft, arm: ArmDraft) -> bool:
-    """A server arm pairs with a baseline under the same load and of the
-    same kind: as many concurrent streams, and attached (``url``) with
-    attached, started with started."""
+    """A server arm pairs with a baseline of the same concurrency, attached
+    with attached and started with started."""
     same_load = int(base.options.get("concurrency") or 1) == int(arm.options.get("concurrency") or 1)
     return same_load and bool(base.options.get("url")) == bool(arm.options.get("url"))
 

@@ -1,12 +1,6 @@
-"""Prompt suites: named sets of prompts in categories, shipped with the lab
-or read from files a user already has.
-
-A suite is a built-in name (``speclab``: a data file beside this module) or
-a path: a ``.toml`` file in the lab's own format, or a JSON Lines file with
-one question per line in the shape Spec-Bench's and MT-bench's question
-files share (``question_id``, ``category``, ``turns``). Acceptance depends on
-the kind of text, so comparisons are reported per category.
-"""
+"""Prompt suites: named sets of prompts in categories, a built-in name
+(``speclab``) or a path to a ``.toml`` in the lab's format or a JSON Lines
+file in the shape Spec-Bench's and MT-bench's question files share."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""How many tokens a DFlash draft can propose a step: its trained block.
-
-llama.cpp's draft-dflash denoises a block of ``dflash.block_size`` positions
-(16 when the draft says nothing) seeded with the last target token, so a
-step drafts at most block_size - 1 tokens (block_size for an anchor-first
-DSpark draft). A larger n_max is clamped by the server, and set acceptance
-rates longer than the clamped n_max stop the server at start-up, so the lab
-checks n_max against the block before it starts one.
-"""
+"""How many tokens a DFlash draft can propose a step: its trained block
+(``dflash.block_size``, 16 when unsaid) less one, the whole block for an
+anchor-first DSpark draft. The server clamps a larger n_max and refuses
+longer set rates, so the lab checks n_max first."""
 
 from __future__ import annotations
 
@@ -33,9 +28,7 @@ def _value(field: object) -> str | None:
 
 
 def max_draft(draft_path: str | Path, spec_type: str = "draft-dflash") -> tuple[int, str]:
-    """The most tokens one step of this draft can propose under
-    ``spec_type`` (draft-dflash, or draft-dspark whose anchor-first drafts
-    fill the whole block), and why."""
+    """The most tokens one step of this draft can propose under ``spec_type``, and why."""
     import gguf
 
     reader = gguf.GGUFReader(str(draft_path))

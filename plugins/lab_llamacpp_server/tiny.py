@@ -1,19 +1,9 @@
-"""Tiny GGUF models for llama-server's speculative routes, written here with
-the ``gguf`` package: random weights, fixed seeds, a few MB each.
-
-- ``tiny:llama``: a 2-layer llama-architecture target.
-- ``tiny:llama-dflash``: a 1-layer DFlash draft for it (reads the target's
-  layer inputs 0 and 1, shares its embeddings and LM head).
-- ``tiny:llama-notemplate``: ``tiny:llama`` without a chat template.
-- ``tiny:glm4moe-mtp``: a 2-layer GLM-4.5-style MoE target with one NextN
-  (MTP) block appended, the layout llama.cpp runs with ``--spec-type
-  draft-mtp`` (no recurrent layers, so no checkpoint replay).
-
-All three carry SmolLM2's tokenizer and chat template, copied from the
-embedded model, so they share its vocabulary (drafts must) and prompts read
-as text. Random weights give arbitrary acceptance: they test the mechanics
-and the counting, not drafting quality.
-"""
+"""Tiny GGUF models for llama-server's speculative routes (random weights,
+fixed seeds, SmolLM2's tokenizer and template, a few MB each): ``tiny:llama``
+(2 layers), ``tiny:llama-notemplate``, ``tiny:llama-dflash`` (a 1-layer
+DFlash draft reading its layers 0 and 1) and ``tiny:glm4moe-mtp`` (a GLM-4.5
+style MoE with one NextN block). They test mechanics and counting, not
+drafting quality."""
 
 from __future__ import annotations
 

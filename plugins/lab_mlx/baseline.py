@@ -1,9 +1,6 @@
-"""The mlx backend's greedy baseline without drafter: the same tokens as
-lab.kit.speculative's baseline, but pipelined the way mlx-lm's generate_step is:
-the next token's forward pass is queued (async_eval) before the current token
-is read back, so building the graph overlaps the engine's compute. Without
-this a Python loop on MLX pays graph building and a sync per token, which
-the baseline would carry and a speculative arm would not."""
+"""The mlx backend's greedy baseline, pipelined as mlx-lm's generate_step
+is (the next token's pass queued before the current one is read back), so
+the baseline does not carry graph building a speculative arm does not."""
 
 from __future__ import annotations
 
@@ -22,11 +19,8 @@ def _read(y: Any) -> int:
 
 
 def pipelined(target: MlxTarget, first: int, count: int) -> Iterator[int]:
-    """The ``count`` greedy tokens after ``first``, each one's forward pass
-    queued (async_eval) before the token before it is read back: building
-    the next graph overlaps the engine's compute, as in mlx-lm's
-    generate_step. Every token fed in goes into the target's cache (its
-    ``n_past`` is the caller's to keep)."""
+    """The ``count`` greedy tokens after ``first``, each pass queued before
+    the token before it is read back; ``n_past`` is the caller's to keep."""
     import mlx.core as mx
 
     def step(y: Any) -> Any:

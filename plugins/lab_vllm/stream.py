@@ -1,12 +1,7 @@
-"""One streamed ``/v1/completions`` request to a vLLM server.
-
-With ``return_token_ids`` every chunk names the ids it carries; one engine
-iteration sends one chunk, so a verify step that accepted A drafted tokens
-arrives as one chunk of A + 1 tokens (the drafted ones first, then the
-target's own). The last chunk (``stream_options.include_usage``) carries the
-request's usage and, with ``--per-request-spec-decode-metrics detailed``,
-its per-step drafted and accepted counts: the server's own step record.
-"""
+"""One streamed ``/v1/completions`` request to a vLLM server: with
+``return_token_ids`` a step that accepted A drafts arrives as one chunk of
+A + 1 tokens, and the last chunk carries the usage and, with
+``--per-request-spec-decode-metrics detailed``, the server's per-step counts."""
 
 from __future__ import annotations
 
