@@ -379,10 +379,8 @@ def run_lossless_check(
     registry: Registry | None = None,
     out: TextIO | None = None,
 ) -> LosslessReport:
-    """Sample the baseline and each drafter's speculative loop on one backend
-    and test, per context and position, whether their token distributions
-    differ. Prints the verdicts to ``out`` (stdout by default) and returns
-    them."""
+    """Sample the baseline and each drafter's loop on one backend, test each
+    context and position, print the verdicts to ``out`` and return them."""
     out = out if out is not None else sys.stdout
     registry = registry if registry is not None else load_registry()
     specs = [DrafterSpec.parse(d) if isinstance(d, str) else d for d in drafters]

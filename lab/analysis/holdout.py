@@ -156,11 +156,9 @@ def _catch_up_by_arm(steps: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[
 
 def draft_per_token_at(rows: Sequence[Mapping[str, Any]], n_max: int,
                        catch_up_s: Mapping[str, float] | None = None) -> float | None:
-    """Seconds per drafted token at ``n_max`` from a line a + b x n fitted to
-    the draft seconds per step of arms drafting different lengths, less each
-    arm's catch-up seconds (``catch_up_s``, per arm); None with fewer than
-    two lengths, or where the fit is not a cost (a negative part), and the
-    caller keeps the pooled seconds per drafted token."""
+    """Seconds per drafted token at ``n_max`` from a line a + b x n fitted over
+    arms drafting different lengths, their ``catch_up_s`` taken out; None with
+    fewer than two lengths or a negative part."""
     by_arm: dict[str, list[float]] = {}
     for r in rows:
         if r.get("status") != "ok" or not r.get("steps") or r.get("draft_s") is None or not r.get("drafted"):

@@ -83,9 +83,8 @@ _CATCH_UP_MIN = 5
 
 
 def after_steps(steps: Sequence[Mapping[str, Any]]) -> Iterator[tuple[tuple[Any, Any, Any], bool, Mapping[str, Any]]]:
-    """Every drafting step but a cell's first, per arm x prompt x round in
-    the order it ran, with whether the step before it kept all its drafts:
-    ((arm, prompt, round), kept all before, step)."""
+    """Every drafting step but a cell's first, in run order, with whether the
+    step before kept all its drafts: ((arm, prompt, round), kept all before, step)."""
     runs: dict[tuple[Any, Any, Any], list[Mapping[str, Any]]] = {}
     for s in steps:
         if s.get("drafted"):
@@ -128,9 +127,8 @@ def catch_up(steps: Sequence[Mapping[str, Any]]) -> CatchUp | None:
 
 
 def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]] = ()) -> ArmInputs | None:
-    """Pool the ok rounds of one arm x prompt (or of several arms); None
-    without steps or a baseline to price them. ``records``, the run's steps
-    where given, are read for the draft's catch-up (those of these rows' rounds)."""
+    """Pool the ok rounds of one arm x prompt (or several arms), ``records``
+    read for the catch-up; None without steps or a baseline."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("steps") and r.get("step_cost_tokens")]
     if not ok:
         return None
@@ -230,9 +228,8 @@ def predict(
 
 
 def cell_starts(probe: Probe, width: int, inputs: ArmInputs) -> tuple[float, float] | None:
-    """Baseline tokens a cell pays for its first passes, (the arm's, its
-    baseline's), where the probe timed cells at the widths both start at
-    and the row says how long its cells are; else None."""
+    """Baseline tokens a cell pays for its first passes (the arm's, its
+    baseline's), where the probe timed cells and the row gives its length."""
     if inputs.cell_tokens <= 0:
         return None
     base = probe.cell_start_ratio(1)
@@ -241,9 +238,8 @@ def cell_starts(probe: Probe, width: int, inputs: ArmInputs) -> tuple[float, flo
 
 
 def switch_cost(probe: Probe, width: int, inputs: ArmInputs) -> float:
-    """Per step of ``width`` rows, in baseline tokens: the passes that switch
-    width, priced by the probe's switching passes (see the module's notes);
-    0 where the probe timed none or the row switched never."""
+    """Baseline tokens per step of ``width`` rows for passes that switch width,
+    at the probe's switching figures; 0 where either side has none."""
     q = inputs.plain_share
     if q >= 1 or not (inputs.switch_in_share or inputs.switch_out_share):
         return 0.0
@@ -266,9 +262,8 @@ def best(predictions: Sequence[Prediction]) -> Prediction | None:
 
 
 def probe_for(row: Mapping[str, Any], probes: Sequence[Probe]) -> tuple[Probe | None, bool]:
-    """The probe that prices a row: the one the run took for its arm's
-    stack (:meth:`lab.base.probe.Probe.prices_arm`), else the first one,
-    flagged as not matching."""
+    """The probe that prices a row: the one taken for its arm's stack, else
+    the first, flagged as not matching."""
     for p in probes:
         if p.prices_arm(row.get("arm", ""), row.get("backend"), row.get("model")):
             return p, True

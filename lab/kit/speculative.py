@@ -179,10 +179,8 @@ class LoopStats:
 
 
 def pass_kind(last_width: int, width: int, since_switch: int) -> tuple[str, int]:
-    """A target pass's kind (lab.base.events.PASS_KINDS) after a pass of
-    ``last_width`` rows (0: the cell's prompt, which counts as no switch) and
-    ``since_switch`` passes of that width in a row since a switch (0: since
-    the cell's first pass), with ``since_switch`` after it."""
+    """A pass's kind (lab.base.events.PASS_KINDS) after a pass of ``last_width``
+    rows (0: the prompt) and ``since_switch`` passes since a switch, and the new count."""
     if last_width == 0:
         return FIRST_PASS, 0
     if last_width != width:
@@ -476,10 +474,8 @@ Acceptor = Callable[[Target, Sequence[int], "Sequence[np.ndarray] | None"], tupl
 
 
 def acceptor(req: GenerationRequest) -> Acceptor:
-    """How a cell's verify decides what it keeps, as ``(accepted,
-    correction)``: set rates when the request sets acceptance, else
-    agreement (greedy) or speculative sampling. Draws come from generators
-    seeded by the request, so a cell repeats."""
+    """How a cell's verify keeps drafts, as ``(accepted, correction)``: set
+    rates, agreement or speculative sampling, drawn from generators the request seeds."""
     if req.acceptance is not None:
         chances = conditional(req.acceptance)
         # its own stream, so the draws repeat whatever else samples
@@ -517,11 +513,9 @@ def accept_greedy(target: Target, drafted: Sequence[int]) -> tuple[int, int]:
 def accept_sampled(
     target: Target, drafted: Sequence[int], draft_probs: Sequence[np.ndarray] | None, rng: np.random.Generator
 ) -> tuple[int, int]:
-    """Speculative sampling: accept token x with probability min(1, p(x)/q(x));
-    on rejection draw from max(p - q, 0) renormalised. A drafter without
-    probabilities proposes with certainty (q one-hot), so acceptance is p(x)
-    and the residual is p with x removed. The output distribution equals the
-    target's either way."""
+    """Speculative sampling: accept x with probability min(1, p(x)/q(x)), else
+    draw from max(p - q, 0) renormalised (q one-hot for a drafter without
+    probabilities); the output distribution is the target's either way."""
     for i, tok in enumerate(drafted):
         p = target.probs(i)
         if draft_probs is not None:

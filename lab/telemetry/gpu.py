@@ -129,9 +129,7 @@ def _number(text: str) -> float | None:
 
 
 def parse_smi(gpus_csv: str, apps_csv: str = "", t: float | None = None) -> list[GpuSample]:
-    """Samples from ``nvidia-smi --query-gpu=GPU_QUERY`` and
-    ``--query-compute-apps=APPS_QUERY``, both ``--format=csv,noheader,nounits``
-    (MiB, %, W)."""
+    """Samples from ``nvidia-smi``'s GPU and compute-apps CSV queries (MiB, %, W)."""
     t = now() if t is None else t
     by_uuid: dict[str, dict[int, int]] = {}
     for row in csv.reader(io.StringIO(apps_csv), skipinitialspace=True):
@@ -206,9 +204,8 @@ def open_reader() -> GpuReader | None:
 
 
 class GpuSampler(PeriodicSampler):
-    """Reads every ``interval`` seconds on its own thread and keeps the
-    samples of card ``index``; peaks of memory in use, whole card and per
-    watched process set."""
+    """Reads card ``index`` every ``interval`` seconds on its own thread, keeping
+    memory peaks for the whole card and per watched process set."""
 
     def __init__(self, reader: GpuReader, interval: float = 0.05, index: int = 0) -> None:
         super().__init__(interval, "gpu-sampler")
@@ -290,9 +287,8 @@ def covered_s(segments: Sequence[PowerSegment], t0: float, t1: float) -> float:
 
 @dataclass(frozen=True)
 class StepPhases:
-    """When a speculative step drafted and verified, on the ``now`` clock.
-    A StepEvent is made right after its verify ends: its ``t`` closes the
-    step, ``step_s`` opens it, ``draft_s`` ends the draft phase."""
+    """When a speculative step drafted and verified, on the ``now`` clock: a
+    StepEvent's ``t`` closes it, ``step_s`` opens it, ``draft_s`` ends the draft."""
 
     start: float
     draft_end: float
@@ -360,10 +356,8 @@ EMIT_INTERVAL_S = 0.25
 
 @dataclass(frozen=True)
 class GpuSampled:
-    """A live GPU reading for whoever renders the run: the card's memory in
-    use, the bytes held by the running arm's processes (this one and its
-    engine server; None where the driver does not tell per process),
-    utilization and power. ``arm`` is "" between arms."""
+    """A live GPU reading: the card's memory in use, the running arm's
+    processes' bytes (None where not told), utilization, power; ``arm`` "" between arms."""
 
     arm: str
     name: str
