@@ -1,8 +1,6 @@
-"""How closely an arm with set acceptance (:mod:`lab.base.set_acceptance`) kept
-its drafted tokens at the rates it was given: per draft position, the
-measured conditional rate beside the set one, and how many binomial
-standard errors apart they are. An engine that ignores the setting, or
-counts its steps wrongly, shows up here before it shows up in a verdict."""
+"""How closely an arm with set acceptance kept its drafts at the rates given:
+per position the measured conditional rate beside the set one, in binomial
+standard errors, so an engine that ignores the setting shows up here first."""
 
 from __future__ import annotations
 
@@ -55,9 +53,8 @@ class ArmCheck:
 
     @property
     def below(self) -> bool:
-        """Every position past the noise is below its set rate: the engine
-        refused drafts the draws would have kept (llama-server never keeps a
-        drafted end-of-generation token), rather than keeping too many."""
+        """Every position past the noise is below its set rate: the engine refused
+        drafts the draws would have kept (llama-server never keeps a drafted EOG token)."""
         far = [p.z for p in self.positions if p.z is not None and abs(p.z) > Z_LIMIT]
         return bool(far) and all(z < 0 for z in far)
 

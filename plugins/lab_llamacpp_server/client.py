@@ -1,10 +1,6 @@
-"""llama-server's HTTP side beyond the shared client
-(:class:`lab.kit.server.client.ServerClient`): /health read by its body,
-/apply-template, /tokenize and its /metrics.
-
-httpx is imported when a client is made, so registering the plugin stays
-cheap.
-"""
+"""llama-server's HTTP side beyond :class:`lab.kit.server.client.ServerClient`:
+/health by its body, /apply-template, /tokenize and /metrics (httpx imported
+when a client is made)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Runs z-lab's reference DFlash loop (``dflash.model_mlx`` from the
-``dflash`` package) on the same target and draft checkpoint, for the
-token-equality tests and the overhead benchmark. The package is optional:
-its pins (tqdm, datasets, requests) conflict with ours, so it is never a
-dependency; point PYTHONPATH at an unpacked wheel or install it elsewhere."""
+"""Runs z-lab's reference DFlash loop (``dflash.model_mlx``) on the same
+target and draft, for the token-equality tests and the overhead benchmark;
+the package is optional (its pins conflict with ours), found on PYTHONPATH."""
 
 from __future__ import annotations
 
