@@ -302,6 +302,22 @@ def engine_pass(target: Target, overlap: Overlapping | None, out: OutputStream, 
     return EnginePass(own_s=t_f - t_q, held_s=held, stop=stop)
 
 
+def plain_token(target: Target, out: OutputStream, stats: LoopStats, pending: int, started: float,
+                after_decode: Callable[[], Any] = lambda: None) -> tuple[int, Any]:
+    """One plain decode of ``pending`` where no draft fits, timed from
+    ``started`` as the loops time it: the next pending token, and what
+    ``after_decode`` (run right after the decode, inside the engine's time) gave."""
+    check_room(target, 1)
+    target.decode([pending], all_logits=False)
+    after = after_decode()
+    stats.engine_s += now() - started
+    token = target.pick(-1)
+    stats.plain_tokens += 1
+    out.land([token], from_draft=False)
+    stats.loop_s += now() - started
+    return token, after
+
+
 def check_room(target: Target, need: int) -> None:
     if target.n_past + need > target.n_ctx:
         raise RuntimeError(

@@ -10,7 +10,7 @@ import numpy as np
 
 from lab.api import Cancelled, Generation, GenerationRequest
 from lab.base.events import ALL_MEASURED, STEP_ONLY, Emit, StepEvent, now
-from lab.kit.speculative import LoopStats, OutputStream, acceptor, check_room
+from lab.kit.speculative import LoopStats, OutputStream, acceptor, check_room, plain_token
 from lab_mlx.dflash_model import DFlashDraft
 from lab_mlx.target import MlxTarget
 
@@ -120,14 +120,7 @@ def generate_dflash(
         remaining = req.max_tokens - len(out.ids)
         k = min(block_size - 1, remaining - 1, target.n_ctx - target.n_past - 1)
         if k <= 0:
-            check_room(target, 1)
-            target.decode([pending], all_logits=False)
-            proposer.add_context(target.hidden)
-            stats.engine_s += now() - t_a
-            pending = target.pick(-1)
-            stats.plain_tokens += 1
-            out.land([pending], from_draft=False)
-            stats.loop_s += now() - t_a
+            pending, _ = plain_token(target, out, stats, pending, t_a, lambda: proposer.add_context(target.hidden))
             continue
         base = target.n_past
         if split_clock or req.temperature > 0:

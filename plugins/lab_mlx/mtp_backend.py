@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from lab.api import BackendContext, Cancelled, Generation, GenerationRequest, Option
 from lab.base.events import ALL_MEASURED, Emit, StepEvent, now
 from lab.kit import models
-from lab.kit.speculative import LoopStats, OutputStream, acceptor, check_room
+from lab.kit.speculative import LoopStats, OutputStream, acceptor, check_room, plain_token
 from lab_mlx.backend import MlxSession
 
 if TYPE_CHECKING:
@@ -152,14 +152,7 @@ def generate_mtp(target: MlxTarget, head: Any, embed: Any, lm_head: Any, ids: li
         t_a = now()
         k = min(n_max, req.max_tokens - len(out.ids) - 1, target.n_ctx - target.n_past - 1)
         if k <= 0:
-            check_room(target, 1)
-            target.decode([pending], all_logits=False)
-            h = hidden(slice(-1, None))
-            stats.engine_s += now() - t_a
-            pending = target.pick(-1)
-            stats.plain_tokens += 1
-            out.land([pending], from_draft=False)
-            stats.loop_s += now() - t_a
+            pending, h = plain_token(target, out, stats, pending, t_a, lambda: hidden(slice(-1, None)))
             continue
         base = target.n_past
         drafted = draft(head, embed, lm_head, pending, h, k)
