@@ -23,7 +23,7 @@ def convert(gguf: Path, out_dir: Path) -> None:
     # save_pretrained refuses a model that says it is GGUF-quantized; the
     # weights are already dequantized floats
     if hasattr(model, "hf_quantizer"):
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]
     for holder in (model, model.config):
         if getattr(holder, "quantization_config", None) is not None:
             try:
@@ -31,7 +31,7 @@ def convert(gguf: Path, out_dir: Path) -> None:
             except AttributeError:
                 holder.quantization_config = None
     if hasattr(model, "is_quantized"):
-        model.is_quantized = False
+        model.is_quantized = False  # type: ignore[assignment]
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
