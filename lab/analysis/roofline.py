@@ -1,11 +1,6 @@
-"""The bandwidth roofline of plain decoding.
-
-Each baseline token reads (about) every weight once, so a device that moves
-B bytes per second cannot decode faster than B / model bytes tokens per
-second. How close the baseline gets says how much room a backend leaves,
-and why batch verification can be nearly free there (weights are read once
-for all rows) or not (compute-bound CPUs and unamortized kernels).
-"""
+"""The bandwidth roofline of plain decoding: each baseline token reads about
+every weight once, so B bytes per second decode at most B / model bytes
+tokens per second; how close a baseline gets says how much room is left."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Every figure the lab shows, defined once. The live view (bridge, lanes,
-plots), the saved result row and the analysis call these, so a figure read during a run is the figure
-the run saves. Not applicable -> None.
-"""
+"""Every figure the lab shows, defined once, so a figure read during a run
+is the one the run saves. Not applicable -> None."""
 
 from __future__ import annotations
 

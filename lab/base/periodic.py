@@ -11,9 +11,8 @@ S = TypeVar("S", bound="PeriodicSampler")
 
 
 class PeriodicSampler(ABC):
-    """``sample()`` once on start, then every ``interval`` seconds on a
-    daemon thread, and once more on stop so the last reading is not lost. A
-    failing reading is skipped: sampling must never break a run."""
+    """``sample()`` on start, every ``interval`` seconds on a daemon thread and
+    once on stop; a failing reading is skipped, never breaking a run."""
 
     def __init__(self, interval: float, name: str) -> None:
         self.interval = interval

@@ -1,7 +1,5 @@
-"""The report's GPU section: per arm, its peak device memory, joules per
-generated token against its baseline's, and where a step's joules went
-(draft vs verify), from the rows' GPU keys (lab.base.row.GPU_KEYS). A run
-without GPU readings has no section."""
+"""The report's GPU section: per arm its peak device memory, joules per token
+against its baseline's, and the draft/verify split; none without GPU readings."""
 
 from __future__ import annotations
 

@@ -15,9 +15,8 @@ def _median(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
 
 
 def concurrency_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One table row per arm that ran with a concurrency (medians over its
-    prompts and rounds), grouped by the profile entry it came from, and per
-    speculative entry the level where speculation stops paying."""
+    """One table row per arm that ran with a concurrency (medians over prompts
+    and rounds), grouped by profile entry, and where speculation stops paying."""
     rows = [r for r in results if r.get("status") == "ok" and r.get("concurrency")]
     if not rows:
         return []

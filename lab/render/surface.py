@@ -16,9 +16,8 @@ def _depth(d: int | None) -> str:
 
 
 def surface_table(surface: Surface) -> str:
-    """T(w) at each depth twice: in that depth's own one-row pass (what a
-    step costs against a baseline decoding at that depth) and in the
-    shallowest depth's one-row pass (the baseline token itself slows with depth)."""
+    """T(w) at each depth in that depth's own one-row pass and in the
+    shallowest's (the baseline token itself slows with depth)."""
     first = surface.shallowest
     widths = surface.widths()
     head = f"{'w':>3}  " + "  ".join(f"{'d=' + _depth(d):>8}" for d in surface.depths)
