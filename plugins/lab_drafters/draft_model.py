@@ -1,9 +1,6 @@
-"""Draft with a smaller model that shares the target's vocabulary.
-
-The draft model runs on the target's engine (a GGUF through llama.cpp for
-llama.cpp targets, an MLX model for MLX targets): the backend provides it
-through its DraftModelHost capability, which the lab passes in
-``DrafterContext.draft_model``. This class knows no engine."""
+"""Draft with a smaller model that shares the target's vocabulary, run on
+the target's engine through its DraftModelHost capability
+(``DrafterContext.draft_model``): this class knows no engine."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""llama.cpp in process, through llama-cpp-python's low-level API.
-
-Registered through the ``lab.backends`` entry-point group: the backend, the
-models derived from the embedded one with llama.cpp's tools and the synthetic
-timing models (``synthetic:...``), and the doctor's checks for llama.cpp.
-Registering imports llama_cpp only where numpy is not loaded yet, so that
-llama.cpp's libraries load first (lab_llamacpp.native_first says why)."""
+"""llama.cpp in process, through llama-cpp-python's low-level API: the
+backend, its derived and synthetic models and its doctor checks, registered
+through ``lab.backends``; llama.cpp's libraries load before numpy where
+nothing loaded numpy yet (:mod:`lab_llamacpp.native_first`)."""
 
 from __future__ import annotations
 

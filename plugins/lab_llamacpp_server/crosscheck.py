@@ -26,9 +26,8 @@ MEASURED = {
 
 
 def draft_time(stats: Mapping[str, ImplStats], last: dict[str, ImplStats]) -> tuple[float | None, int | None]:
-    """The server's draft milliseconds and draft calls for one request: the
-    difference of its cumulative per-implementation counters since the
-    previous request. ``last`` holds those counters and is moved on."""
+    """The server's draft milliseconds and calls for one request: its
+    cumulative counters' difference since ``last``, which moves on."""
     draft_ms = 0.0
     calls = 0
     have_duration = False
@@ -43,9 +42,8 @@ def draft_time(stats: Mapping[str, ImplStats], last: dict[str, ImplStats]) -> tu
 
 
 def step_split(steps: Sequence[StepEvent], draft_ms: float | None, draft_calls: int | None) -> dict[str, Any]:
-    """The request's mean draft and verify seconds per step, derived from its
-    draft total: draft per step = total / calls, verify = a step's seconds
-    less that (never below 0), averaged over the steps."""
+    """The request's mean draft and verify seconds per step: draft total over
+    calls, verify a step's seconds less that (never below 0)."""
     per_call = draft_ms / 1000.0 / draft_calls if draft_ms is not None and draft_calls else None
     verify = (
         statistics.fmean(max(s.step_s - per_call, 0.0) for s in steps)

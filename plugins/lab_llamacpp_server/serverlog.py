@@ -1,10 +1,6 @@
 """The server's log as it arrives, on the process's reader thread: facts of
-the load (buffer sizes, out-of-memory lines, a speculative setup that failed)
-and facts of the request in flight (step lines, statistics, summaries).
-
-Step lines go straight on to whoever listens for them (the live steps of the
-request), so a step is known while its request still streams.
-"""
+the load (buffers, out-of-memory, a failed speculative setup) and of the
+request in flight, its step lines passed straight on to the live steps."""
 
 from __future__ import annotations
 

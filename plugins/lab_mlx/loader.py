@@ -36,12 +36,9 @@ def embedding_rows(model: Any) -> int:
 
 
 def load_target(path: Path, keep_nextn: bool = False) -> LoadedModel:
-    """``keep_nextn``: keep a GGUF's nextn blocks' tensors (full GGUF names)
-    from the same read, for an MTP head taken from the target's own file:
-    reading the file again for one block held a second copy of every
-    tensor (the 27B twin on an H100: 32.1 GiB of host memory at the peak
-    against 17.2 for the baseline). The file's headers are checked before
-    MLX reads them (lab.kit.model_files)."""
+    """``keep_nextn`` keeps a GGUF's nextn tensors from the same read (a second
+    read held a second copy of every tensor); headers are checked before MLX
+    reads them (lab.kit.model_files)."""
     from lab.kit.model_files import check_model
 
     check_model(path)

@@ -1,10 +1,8 @@
-"""The ``mlx-mtp`` backend (first cut): an MLX target drafts with its MTP
-(nextn) head, read from a file mx.load reads (GGUF or safetensors, GGUF
-tensor names), fed the target's last layer output; the target verifies
-each step's drafts in one pass. Greedy or set acceptance only; the head
-keeps no KV cache of its own yet (each drafted token attends to itself).
-A qwen3_5 target (llama.cpp's ``qwen35`` GGUF) gets the qwen35 head, fed
-the target's hidden state after its final norm as llama.cpp feeds it."""
+"""The ``mlx-mtp`` backend: an MLX target drafts with its MTP (nextn) head,
+read from a GGUF or safetensors file with GGUF tensor names and fed the
+target's hidden state as llama.cpp feeds it; the target verifies each
+step in one pass. Greedy or set acceptance only, and the head keeps no KV
+cache of its own yet."""
 
 from __future__ import annotations
 
