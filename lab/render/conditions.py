@@ -120,10 +120,10 @@ def _process_lines(results: Sequence[Mapping[str, Any]], machine: Mapping[str, A
     if not any(r.get("gpu_name") for r in results):
         return []
     runs = "run" if before == 1 else "runs"
-    return ["", f"⚠ This run used a GPU, and its process ran {before} lab {runs} before it. On an H200 a "
-            "baseline that directly followed another lab run in one process decoded about 4 % slower on the "
-            "device, which flatters every speedup against it; for reference figures run the profile with "
-            "`lab run`, a process of its own."]
+    return ["", f"⚠ This run used a GPU, and its process ran {before} lab {runs} before it. A baseline that "
+            "directly follows another lab run in one process can decode a few percent slower on the device "
+            "(results/h200-probe-process), which flatters every speedup against it; for reference figures run "
+            "the profile with `lab run`, a process of its own."]
 
 
 def _noise_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -53,7 +53,7 @@ def markdown_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
                      else f"| {arm} | {spread} | {ratio} | — | {share} | {memory} |")
     lines += [
         "",
-        "The driver refreshes power and the energy counter on its own period (100 ms on an H200): a cell's joules "
+        "The driver refreshes power and the energy counter on its own period (often 100 ms): a cell's joules "
         "are exact to one refresh at each end, and the draft/verify split apportions refresh windows by the time "
         "each phase spent in them. gpu.json holds every cell; gpu-samples.json.gz the readings.",
     ]

@@ -511,7 +511,7 @@ class RunTelemetry:
             "gpu": samples[-1].name if samples else None,
             "memory_total_bytes": samples[-1].memory_total_bytes if samples else None,
             "peak_used_bytes": self.sampler.peak_used_bytes(),
-            "refresh_note": "an H200's driver refreshes power and its energy counter every 100 ms: a cell's joules "
+            "refresh_note": "the driver refreshes power and its energy counter on its own period (often 100 ms): a cell's joules "
                             "are exact to one refresh at each end; the draft/verify split apportions refresh windows "
                             "by the time each phase spent in them",
             "per_arm": per_arm, "cells": list(self._cells),
