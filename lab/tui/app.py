@@ -1,5 +1,5 @@
 """The lab's Textual app: `lab` opens it on profiles/demo.toml, `lab
-PROFILE.toml` on another profile.
+PROFILE.toml` on another profile, `lab RUN_DIR` on a saved run.
 
 The runner runs on a thread worker; its events reach the run screen only as
 messages (see bridge.py). The run screen asks the app for what it cannot do
@@ -24,11 +24,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
+from lab.profile.engines import missing_engines
 from lab.profile.load import ProfileError, load_profile
 from lab.registry import Registry, load_registry
 from lab.render.report import load_for_report, render
 from lab.store import load_run, load_steps
-from lab.tui.messages import RunFailed
+from lab.tui.messages import EnginesMissing, RunFailed
 from lab.tui.screens.error import ErrorScreen
 from lab.tui.screens.export import ExportScreen
 from lab.tui.screens.help import HelpScreen
@@ -146,7 +147,18 @@ class LabApp(App[int]):
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
+        self._check_engines(screen)
         return None
+
+    @work(thread=True, exit_on_error=False, group="engines")
+    def _check_engines(self, screen: RunScreen) -> None:
+        """Whether every arm's engine can load, asked as the profile opens
+        (an import tried in a child interpreter takes seconds: off the UI
+        thread); the screen shows what is missing before s is pressed."""
+        if screen.profile is not None:
+            problems = missing_engines(screen.profile, self.registry)
+            if problems:
+                screen.post_message(EnginesMissing(tuple(problems)))
 
     def open_saved(self, run_dir: str) -> bool:
         try:
@@ -354,9 +366,10 @@ class LabApp(App[int]):
                     yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
 
 
-def run_app(profile_path: str, refresh_hz: float | None = None, compare: tuple[str, str] | None = None) -> int:
-    """Entry point of `lab` / `lab PROFILE.toml` / `lab --compare RUN_A RUN_B`."""
-    app = LabApp(profile_path, refresh_hz=refresh_hz, compare=compare)
+def run_app(profile_path: str | None, refresh_hz: float | None = None, compare: tuple[str, str] | None = None,
+            saved_run: str | None = None) -> int:
+    """Entry point of `lab` / `lab PROFILE.toml` / `lab RUN_DIR` / `lab --compare RUN_A RUN_B`."""
+    app = LabApp(profile_path, refresh_hz=refresh_hz, compare=compare, saved_run=saved_run)
     try:
         code = app.run()
     finally:

@@ -77,6 +77,9 @@ class _Live:
     started_t: float | None = None  # the cell's RUNNING/WARMUP status
     ttft_s: float | None = None
     segments: list[tuple[str, bool]] = field(default_factory=list)
+    batch_chars: int = 0  # characters in ``segments``
+    marks: list[tuple[int, int]] = field(default_factory=list)  # rejected drafts: (offset into segments, count)
+    step_owed: bool = False  # the last token was the target's own and no step event followed it yet
     pending_steps: list[StepEvent] = field(default_factory=list)
     dirty: bool = False
     metrics_dirty: bool = False
@@ -87,6 +90,7 @@ class _Live:
         self.started_t = t
         self.ttft_s = None
         self.tokens = self.first_tokens = self.steps = self.drafted = self.accepted = self.landed = 0
+        self.step_owed = False
         self.first_t = self.last_t = None
         self.last_draft_ms = self.last_verify_ms = None
         self.dirty = self.metrics_dirty = True
@@ -173,6 +177,8 @@ class EventBridge:
                 live.tokens += len(event.ids)
                 live.last_t = event.t
                 live.segments.append((event.text, event.from_draft))
+                live.batch_chars += len(event.text)
+                live.step_owed = live.steps > 0 and not event.from_draft
                 live.dirty = live.metrics_dirty = True
             return
         if isinstance(event, StepEvent):
@@ -184,6 +190,9 @@ class EventBridge:
                 live.landed += event.landed
                 live.last_draft_ms = None if event.draft_s is None else event.draft_s * 1000
                 live.last_verify_ms = None if event.verify_s is None else event.verify_s * 1000
+                if event.drafted > event.accepted:
+                    live.marks.append((_mark_offset(live, event), event.drafted - event.accepted))
+                live.step_owed = False
                 live.pending_steps.append(event)
                 live.dirty = live.metrics_dirty = True
             return
@@ -284,6 +293,11 @@ class EventBridge:
             if not live.dirty:
                 continue
             live.dirty = False
+            # A speculative cell's last token of the target's own may be a
+            # step's correction whose step event (and its rejected drafts'
+            # mark, which goes before that token) has not come yet: a timed
+            # flush keeps it for the next batch.
+            kept = live.segments.pop() if not force and live.step_owed and live.segments else None
             if live.segments or live.pending_steps:
                 rate = None
                 tps = live.tok_per_s()
@@ -291,16 +305,32 @@ class EventBridge:
                     rate = (live.last_t - live.first_t, tps)
                 self.post(TokensLanded(
                     Cell(live.arm, live.prompt, live.round), _merge(live.segments),
-                    tuple(live.pending_steps), rate,
+                    tuple(live.pending_steps), rate, tuple(live.marks),
                 ))
                 live.segments = []
+                live.marks = []
                 live.pending_steps = []
+            live.segments = [kept] if kept is not None else []
+            live.batch_chars = len(kept[0]) if kept is not None else 0
+            if kept is not None:
+                live.dirty = True
             if live.metrics_dirty and (force or now - live.metrics_posted_at >= self.metrics_interval):
                 live.metrics_dirty = False
                 live.metrics_posted_at = now
                 self.post(ArmMetricsUpdated(live.snapshot()))
             elif live.metrics_dirty:
                 live.dirty = True  # figures still owed: the next flush looks again
+
+
+def _mark_offset(live: _Live, step: StepEvent) -> int:
+    """Where a step's rejected drafts go in the pending text: before the
+    token the target put in their place (the step's last, when it landed
+    one of its own and its tokens came before the step event), else at the
+    end."""
+    at = live.batch_chars
+    if step.landed > step.accepted and live.segments and not live.segments[-1][1]:
+        at -= len(live.segments[-1][0])
+    return at
 
 
 def _merge(pieces: list[tuple[str, bool]]) -> tuple[tuple[str, bool], ...]:

@@ -14,6 +14,7 @@ from textual.message import Message
 from lab.base import metrics
 from lab.base.events import Cell, StatusChanged, StepEvent
 from lab.base.row import ResultRow
+from lab.profile.engines import EngineProblem
 from lab.telemetry.gpu import GpuSampled
 
 
@@ -68,12 +69,15 @@ class TokensLanded(Message, bubble=False):
     """Text that landed in one cell since the last batch. ``segments`` pairs
     text with whether it came from accepted drafts; ``steps`` are the
     speculative steps of the batch; ``rate`` is (seconds since the cell's
-    first token, tok/s) at the end of the batch."""
+    first token, tok/s) at the end of the batch; ``rejected`` holds a
+    (characters into the batch's text, drafted tokens rejected) pair for
+    each step that rejected drafts."""
 
     cell: Cell
     segments: tuple[tuple[str, bool], ...]
     steps: tuple[StepEvent, ...]
     rate: tuple[float, float] | None
+    rejected: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -112,6 +116,14 @@ class ProbeProgress(Message, bubble=False):
 class RunEnded(Message, bubble=False):
     run_dir: str
     cancelled: bool
+
+
+@dataclass
+class EnginesMissing(Message, bubble=False):
+    """Arms whose engine cannot load here (lab.profile.engines), found when
+    the profile opened or as a run was asked for: nothing ran."""
+
+    problems: tuple[EngineProblem, ...]
 
 
 @dataclass

@@ -14,12 +14,14 @@ from textual.message import Message
 from lab.base.machine import available_cores
 from lab.base.profile import Profile
 from lab.base.row import ResultRow
+from lab.profile.engines import EngineProblem, missing_engines
 from lab.registry import Registry
 from lab.render.report import ReportWriter
 from lab.runner import RunControl, Runner
 from lab.store import RunStore
 from lab.tui.bridge import EventBridge
 from lab.tui.cadence import Cadence, cadence_for
+from lab.tui.messages import EnginesMissing
 
 
 @dataclass
@@ -34,6 +36,7 @@ class RunSession:
     runner: Runner | None = None
     refresh_hz: float | None = None  # forced text rate; None: weigh each arm's engine (cadence.py)
     bridge: EventBridge = field(init=False)
+    refused: tuple[EngineProblem, ...] = ()  # the engines that kept this run from starting
 
     def __post_init__(self) -> None:
         self.bridge = EventBridge(self.post, self.control, cadences=self.cadences())
@@ -74,9 +77,17 @@ class RunSession:
     def run_blocking(self) -> list[ResultRow]:
         """The worker's body: blocks until every arm finished or the run was
         cancelled; the runner closes every backend on every path. The run
-        directory gets its report.md as it ends, as `lab run` writes it."""
+        directory gets its report.md as it ends, as `lab run` writes it. A
+        profile whose engines cannot all load runs and saves nothing: the
+        screen hears which (EnginesMissing)."""
         try:
             if self.control.cancelled:
+                return []
+            problems = missing_engines(self.profile, self.registry)
+            if problems or self.control.cancelled:
+                if problems:
+                    self.refused = tuple(problems)
+                    self.post(EnginesMissing(self.refused))
                 return []
             self.store = RunStore(self.profile, self.runs_dir)
             self.runner = Runner(self.profile, self.registry, self.store, [ReportWriter(), self.bridge], self.control)

@@ -32,6 +32,15 @@ def path_problem(text: str) -> str:
     return ""
 
 
+class FormatButton(RadioButton):
+    """A format choice whose mark says which one is chosen without colour:
+    ● for the chosen one, ○ for the others."""
+
+    @property
+    def BUTTON_INNER(self) -> str:  # type: ignore[override]  # noqa: N802 - Textual's name
+        return "●" if self.value else "○"
+
+
 class ExportScreen(ModalScreen[tuple[str, str] | None]):
     """Returns (format, path) or None."""
 
@@ -50,11 +59,12 @@ class ExportScreen(ModalScreen[tuple[str, str] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="export-box"):
-            yield Label("Export the comparison  [dim]↑ ↓ format · enter exports · tab: path · esc cancels[/dim]")
+            yield Label("[b]Export the comparison[/b]", id="export-title")
+            yield Label("[dim]↑ ↓ format · enter exports · tab: path · esc cancels[/dim]", id="export-keys")
             with RadioSet(id="export-format"):
-                yield RadioButton("Markdown", value=True, id="fmt-md")
-                yield RadioButton("CSV", id="fmt-csv")
-                yield RadioButton("JSON", id="fmt-json")
+                yield FormatButton("Markdown", value=True, id="fmt-md")
+                yield FormatButton("CSV", id="fmt-csv")
+                yield FormatButton("JSON", id="fmt-json")
             yield Input(str(self.folder / DEFAULT_NAMES["md"]), id="export-path", select_on_focus=False)
             yield Static("", id="export-problem")
             with Horizontal(id="export-buttons"):

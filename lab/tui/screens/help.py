@@ -12,8 +12,22 @@ HELP = """\
 # speclab
 
 Each arm runs in turn (one engine loaded at a time); its lane streams the
-text as it lands. **Bold green** text came from drafted tokens the target
-accepted; plain text is what the target produced itself.
+text as it lands, and the lane on show follows the running arm until you
+pick another (picking the running arm's lane follows again). **Bold green**
+text came from drafted tokens the target accepted; plain text is what the
+target produced itself; a red `✗n` marks where a step rejected n drafted
+tokens (before the token the target put in their place; no part of the
+text). A speculative lane's bottom border repeats this legend.
+
+Under the text: `tok/s`; `accept` (accepted / drafted) and `tok/step`
+(tokens landed per step); the last step's draft and verify time while the
+cell runs, the mean per step once it finished; memory. While a cell runs,
+`first token after` counts from the cell's start to its first token,
+everything before it included (an oracle's rehearsal passes too); once it
+finished, `ttft` is the report's figure, those passes taken out (shown
+beside it). `itl p50` / `p95` are the report's gaps between tokens: tokens
+landing in a burst of accepted drafts have no gap, so a speculative arm's
+median is often 0 ms and its p95 shows a step's cost.
 
 | key | does |
 |---|---|
@@ -24,13 +38,13 @@ accepted; plain text is what the target produced itself.
 | `x` | stop the whole run: every cell left is `cancelled` |
 | `←` `→` | select a lane, whatever has focus; the plots follow the selection (`a` too). Below 120 columns one lane shows at a time and these switch it (the line above it names every arm and its status) |
 | `1` `2` `3` | show the comparison table, the plots, the per-category table |
-| `tab` | move the focus between the tables (`↑` `↓` move the table's cursor) |
+| `tab` | move the focus between the tables (the comparison table has it from the start and whenever its view shows; `↑` `↓` move its cursor) |
 | `w` | save the comparison into the run directory (report.md, comparison.csv) |
 | `e` | export Markdown, CSV or JSON |
 | `↑` `↓` in the table | once no run streams (a saved run, a finished one): the highlighted row's cell shows in its arm's lane, its text against the baseline's for the same prompt and round |
 | `r` | that cell's next round |
 | `m` | compare this run with another saved run, side by side (what `lab report A --compare B` says; `lab --compare A B` opens it directly) |
-| `o` | open a profile or a saved run (read-only) |
+| `o` | open a profile or a saved run (read-only; `lab RUN_DIR` opens one from the shell) |
 | `escape` | back: close a saved run, a dialog, this help |
 | `f2` | plugins: backends, drafters, load errors |
 | `ctrl+p` | command palette: every action above, by name |
@@ -38,7 +52,11 @@ accepted; plain text is what the target produced itself.
 
 The comparison's verdict takes the width the other columns leave, one line
 a row: in full where it fits, else abbreviated to its kind and figures; the
-highlighted row's verdict is always written in full under the table.
+highlighted row's verdict is always written in full under the table, with
+whatever the table left out of that row. A narrow table gives way in this
+order: the tok/s range over rounds, then peak mem, identical, mean len,
+cost/yield, accept. The footer always keeps Quit and Help; the run header is
+one line, shortened (the run directory goes first).
 
 Before the arms, a run measures (or finds cached) the verify cost of each
 stack that speculates: the probe line says which, and the lanes wait. The

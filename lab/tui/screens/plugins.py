@@ -33,6 +33,9 @@ class OptionsDetail(Static):
 
 class PluginsScreen(Screen[None]):
     BINDINGS = [Binding("escape,f2", "app.pop_screen", "Back")]
+    # the backends table, not the scrolling page around it (focusable once
+    # the plugins overflow it): ↑ ↓ pick a backend at once
+    AUTO_FOCUS = "#backends"
 
     def __init__(self, registry: Registry) -> None:
         super().__init__()

@@ -36,6 +36,7 @@ from lab.tui.messages import (
     ArmMetricsUpdated,
     ArmStatusChanged,
     CellFinished,
+    EnginesMissing,
     GpuSampledLive,
     PauseChanged,
     ProbeProgress,
@@ -46,10 +47,12 @@ from lab.tui.messages import (
 )
 from lab.tui.series import ArmSeries, series_from_saved
 from lab.tui.widgets.comparison import ComparisonTable, VerdictLine
+from lab.tui.widgets.footer import LabFooter
 from lab.tui.widgets.lane import ArmLane, lane_id
 from lab.tui.widgets.plots import ArmPlots
 
 if TYPE_CHECKING:
+    from lab.profile.engines import EngineProblem
     from lab.tui.session import RunSession
 
 try:
@@ -107,6 +110,64 @@ class LaneSwitcher(Static):
     """One lane at a time: every arm, its status, the one shown marked."""
 
 
+def switcher_line(lanes: Sequence[tuple[str, str]], selected: int, running: str | None, width: int) -> Text:
+    """The lane switcher on one line of ``width``: the keys first (never
+    cut), then every arm with its status; where that is too long, only the
+    selected, the running and the failed arms keep their status word (the
+    others their status's colour); then a window around the selected arm,
+    "…" for the arms left out."""
+    head = Text.assemble(("lanes ", "dim"), ("← →", "bold"), ("  ", ""))
+
+    def piece(i: int, full: bool) -> Text:
+        name, status = lanes[i]
+        style = STATUS_STYLE.get(status, "")
+        if full or i == selected or name == running or status in ("oom", "crashed", "error"):
+            out = Text.assemble((name, "bold"), " ", (status, style))
+        else:
+            out = Text(name, style=style or "bold")
+        if i == selected:
+            out = Text.assemble(("▸ ", "bold"), out)
+            out.stylize("reverse")
+        return out
+
+    for full in (True, False):
+        line = head.copy()
+        for i in range(len(lanes)):
+            line.append_text(piece(i, full))
+            line.append("  ")
+        line.rstrip()
+        if line.cell_len <= width:
+            return line
+    # a window around the selected arm, widened one arm at a time
+    lo = hi = selected
+    pieces = {i: piece(i, False) for i in range(len(lanes))}
+
+    def window(a: int, b: int) -> Text:
+        line = head.copy()
+        if a > 0:
+            line.append("… ", style="dim")
+        for i in range(a, b + 1):
+            line.append_text(pieces[i])
+            if i < b:
+                line.append("  ")
+        if b < len(lanes) - 1:
+            line.append(" …", style="dim")
+        return line
+
+    best = window(lo, hi)
+    while lo > 0 or hi < len(lanes) - 1:
+        grown = False
+        for a, b in ((lo, hi + 1), (lo - 1, hi)):
+            if 0 <= a and b < len(lanes) and window(a, b).cell_len <= width:
+                lo, hi, grown = a, b, True
+                best = window(lo, hi)
+                break
+        if not grown:
+            break
+    best.truncate(width, overflow="ellipsis")
+    return best
+
+
 def arms_from_saved(data: Mapping[str, Any]) -> list[Arm]:
     names = {f.name for f in fields(Arm)}
     return [Arm(**{k: v for k, v in a.items() if k in names}) for a in data["profile"].get("arms", [])]
@@ -135,6 +196,10 @@ class RunScreen(Screen[None]):
         detail: str
 
     BINDINGS = [
+        # priority: the arrows mean "lane" whatever has focus (the tab
+        # strip and the tables would otherwise take them)
+        Binding("left", "select(-1)", "Lane", priority=True, key_display="← →"),
+        Binding("right", "select(1)", "→ lane", priority=True, show=False),
         Binding("s", "start", "Start"),
         # one key, two meanings: the footer offers the one that applies
         Binding("p", "pause", "Pause"),
@@ -148,10 +213,6 @@ class RunScreen(Screen[None]):
         Binding("m", "compare", "Compare", show=False),
         # the tab strip names the views with their keys; the footer groups them
         *(Binding(key, f"show_tab('{tab}')", title, group=TAB_KEYS) for key, tab, title in TABS),
-        # priority: the arrows mean "lane" whatever has focus (the tab
-        # strip and the tables would otherwise take them)
-        Binding("left", "select(-1)", "Lane", priority=True, key_display="← →"),
-        Binding("right", "select(1)", "→ lane", priority=True, show=False),
         Binding("a", "select(1)", "Next lane", show=False),
         Binding("escape", "close", "Back", show=False),
         # the app's, kept out of this footer so it fits 100 columns (help and
@@ -193,12 +254,16 @@ class RunScreen(Screen[None]):
         self.stopping = False
         self.tabbed = False
         self.active_arm: str | None = None  # the arm the runner is in
+        # the selection follows the arm the runner is in, until the user
+        # picks another lane (picking the running one follows again)
+        self.follow = True
         self.probing: str | None = None  # the stack being measured
         self._probe_t0 = 0.0
         self._probe_lines: list[str] = []
         self._plots_dirty = True
         self._failures_shown: set[str] = set()
         self.viewed: tuple[str, str, int] | None = None  # the cell the lanes show: arm, prompt, round
+        self.engine_problems: tuple[EngineProblem, ...] = ()  # engines that cannot load here
         self._highlighted: object = None  # the table row last highlighted
 
     @classmethod
@@ -245,7 +310,7 @@ class RunScreen(Screen[None]):
             if CategoryTable is not None:
                 with TabPane(title["tab-categories"], id="tab-categories"):
                     yield CategoryTable(id="categories")
-        yield Footer()
+        yield LabFooter()
 
     def on_mount(self) -> None:
         # Tab moves between the tables; tabs switch by 1/2/3, so the tab
@@ -400,10 +465,8 @@ class RunScreen(Screen[None]):
         self._show_selected_lane()
         title_bar = height >= TITLE_BAR_FROM
         self.query_one(Header).display = title_bar
-        header = self.query_one(RunHeader)
-        header_lines = 1 if Text.from_markup(self._header_text()).cell_len <= width - 2 else 2
-        header.styles.height = header_lines
-        fixed = (title_bar + header_lines + bool(self.query_one(ProbeLine).display) + self.tabbed
+        self._update_header()
+        fixed = (title_bar + 1 + bool(self.query_one(ProbeLine).display) + self.tabbed
                  + 1)  # the footer
         free = height - fixed
         lanes_min = max(LANES_MIN_TABBED if self.tabbed else LANES_MIN, free * 2 // 5)
@@ -427,18 +490,9 @@ class RunScreen(Screen[None]):
     def _update_switcher(self) -> None:
         if not self.tabbed:
             return
-        text = Text("lanes ", style="dim")
-        for i, arm in enumerate(self.arms):
-            lane = self.lane(arm.name)
-            status = lane.shown_status()
-            piece = Text.assemble((arm.name, "bold"), " ", (status, STATUS_STYLE.get(status, "")))
-            if i == self.selected:
-                piece = Text.assemble(("▸ ", "bold"), piece)
-                piece.stylize("reverse")
-            text.append_text(piece)
-            text.append("  ")
-        text.append("← → switch", style="dim")
-        self.query_one(LaneSwitcher).update(text)
+        lanes = [(arm.name, self.lane(arm.name).shown_status()) for arm in self.arms]
+        width = (self.size.width or self.app.size.width) - 2
+        self.query_one(LaneSwitcher).update(switcher_line(lanes, self.selected, self.active_arm, width))
 
     def lane(self, arm: str) -> ArmLane:
         return self.query_one(f"#{lane_id(arm)}", ArmLane)
@@ -448,6 +502,9 @@ class RunScreen(Screen[None]):
             self.query_one(CategoryTable).show_rows(self.rows())
 
     def _header_text(self) -> str:
+        """The run header (markup) on one line of the screen's width: the run
+        directory gives way first, then the cadence's reason, the counts,
+        and last the line is cut with "…"."""
         state = self.state
         if self.stopping and self.state in ("starting", "running"):
             state = "stopping (closing the engine)"
@@ -457,26 +514,37 @@ class RunScreen(Screen[None]):
             state = "probing"
         if self.state == "ready":
             state = "ready: press s to start"
-        if self.session is not None and self.session.running and self.session.cadence.reason:
-            state += f" [dim]({self.session.cadence.reason})[/dim]"
+        if self.engine_problems and self.state in ("ready", "refused"):
+            engines = ", ".join(dict.fromkeys(p.engine for p in self.engine_problems))
+            state = f"cannot run: {engines} missing (s checks again)"
+        reason = ""
+        if self.session is not None and self.session.running:
+            reason = self.session.cadence.reason
+        name = f"[b]{self.profile_name}[/b]" + (" [reverse] read-only [/reverse]" if self.read_only else "")
+        counts = f"  {len(self.arms)} arms × {len(self.prompts)} prompts × {self.rounds} rounds"
         where = f"  [b]{self.current}[/b]" if self.current else ""
         run_dir = self.session.run_dir if self.session is not None else self.saved_dir
         out = f"  [dim]→ {run_dir}[/dim]" if run_dir else ""
-        ro = " [reverse] read-only [/reverse]" if self.read_only else ""
-        return (
-            f"[b]{self.profile_name}[/b]{ro}  {len(self.arms)} arms × {len(self.prompts)} prompts × "
-            f"{self.rounds} rounds  · {state}{where}{out}"
+        full = f" [dim]({reason})[/dim]" if reason else ""
+        short = f" [dim]({reason.split(':')[0]})[/dim]" if reason else ""
+        variants = (
+            f"{name}{counts}  · {state}{full}{where}{out}",
+            f"{name}{counts}  · {state}{full}{where}",
+            f"{name}{counts}  · {state}{short}{where}",
+            f"{name}  · {state}{short}{where}",
+            f"{name}  · {state}{where}",
         )
+        room = max(1, (self.size.width or self.app.size.width) - 2)
+        for markup in variants:
+            text = Text.from_markup(markup)
+            if text.cell_len <= room:
+                return markup
+        text.truncate(room, overflow="ellipsis")
+        return text.markup
 
     def _update_header(self) -> None:
-        header = self.query_one(RunHeader)
-        text = self._header_text()
-        lines = 1 if Text.from_markup(text).cell_len <= self.size.width - 2 else 2
-        if header.styles.height is not None and header.styles.height.value != lines:
-            header.update(text)
-            self._layout()
-        else:
-            header.update(text, layout=False)
+        # one line always: no layout for a new header
+        self.query_one(RunHeader).update(self._header_text(), layout=False)
 
     # -- live messages -----------------------------------------------------------
     def on_run_began(self, message: RunBegan) -> None:
@@ -485,7 +553,7 @@ class RunScreen(Screen[None]):
 
     def on_tokens_landed(self, message: TokensLanded) -> None:
         cell = message.cell
-        self.lane(cell.arm).add_text(message.segments)
+        self.lane(cell.arm).add_text(message.segments, message.rejected)
         series = self.series.get(cell.arm)
         if series is not None and not cell.is_warmup:
             series.add_steps(message.steps)
@@ -516,6 +584,9 @@ class RunScreen(Screen[None]):
             if self.active_arm != cell.arm and self.active_arm is not None:
                 self.lane(self.active_arm).set_held("")
             self.active_arm = cell.arm
+            names = [a.name for a in self.arms]
+            if self.follow and cell.arm in names and names.index(cell.arm) != self.selected:
+                self._select(names.index(cell.arm))
         elif cell.round < 0 and event.status.is_final and self.active_arm == cell.arm:
             self.lane(cell.arm).set_held("")
             self.active_arm = None
@@ -600,6 +671,28 @@ class RunScreen(Screen[None]):
         self._update_switcher()
         self.refresh_bindings()
 
+    def on_engines_missing(self, message: EnginesMissing) -> None:
+        """Arms whose engine cannot load: each lane says what is missing and
+        how to install it, the header says the run cannot start, the app
+        shows every problem; nothing ran."""
+        self.engine_problems = message.problems
+        if self.session is not None and not self.session.running:
+            self.state = "refused"
+        names = {arm for p in message.problems for arm in p.arms}
+        for arm in self.arms:
+            problem = next((p for p in message.problems if arm.name in p.arms), None)
+            if problem is None:
+                self.lane(arm.name).set_problem("")
+                continue
+            fix = f" · install: {problem.install}" if problem.install else ""
+            self.lane(arm.name).set_problem(f"{problem.engine} cannot load: {problem.why}{fix}")
+        self._update_header()
+        self.refresh_bindings()
+        detail = "\n".join(p.line() for p in message.problems)
+        self.post_message(self.FailureSeen(
+            f"cannot run: {len(names)} arm{'s need' if len(names) != 1 else ' needs'} an engine that cannot load",
+            f"{detail}\n\nNothing was run. Install what is missing and press s again."))
+
     def on_run_failed(self, message: RunFailed) -> None:
         self.state = "failed"
         self._update_header()
@@ -628,6 +721,11 @@ class RunScreen(Screen[None]):
     def _tab_activated(self) -> None:
         self._layout()
         self._redraw_plots(force=True)
+        # the view just shown takes the focus (↑ ↓ work at once in its table)
+        pane = self.query_one(TabbedContent).active_pane
+        target = next((w for w in pane.query("*") if w.focusable), None) if pane is not None else None
+        if target is not None:
+            target.focus()
 
     # -- actions ---------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -671,6 +769,10 @@ class RunScreen(Screen[None]):
         self.session = session
         self.viewed = None
         self.state = "starting"
+        # the session checks the engines again before it runs anything
+        self.engine_problems = ()
+        for arm in self.arms:
+            self.lane(arm.name).set_problem("")
         self.stopping = False
         self._failures_shown.clear()
         self._update_header()
@@ -682,6 +784,7 @@ class RunScreen(Screen[None]):
         self._end_probe()
         self.paused = self.holding = False
         self.active_arm = None
+        self.follow = True
         for arm in self.arms:
             self.series[arm.name] = ArmSeries.of(arm)
             lane = self.lane(arm.name)
@@ -742,7 +845,13 @@ class RunScreen(Screen[None]):
 
     def action_select(self, delta: int) -> None:
         if self.arms:
-            self._select((self.selected + delta) % len(self.arms))
+            self._pick((self.selected + delta) % len(self.arms))
+
+    def _pick(self, index: int) -> None:
+        """The user chose a lane: the selection stops following the run,
+        unless the lane is the running arm's."""
+        self.follow = self.active_arm is None or self.arms[index].name == self.active_arm
+        self._select(index)
 
     def _select(self, index: int) -> None:
         for i, arm in enumerate(self.arms):
@@ -759,7 +868,7 @@ class RunScreen(Screen[None]):
         while widget is not None and not isinstance(widget, ArmLane):
             widget = widget.parent
         if isinstance(widget, ArmLane):
-            self._select(self.arms.index(widget.arm))
+            self._pick(self.arms.index(widget.arm))
 
     def run_dir(self) -> Path | None:
         if self.session is not None and self.session.run_dir is not None:

@@ -4,10 +4,14 @@ cells finish (medians over ok rounds, as in the saved report).
 Columns are as wide as what they hold, and the verdict, the one sentence a
 reader came for, takes the rest of the width on one line: in full where it
 fits, else abbreviated to its kind and figures (cut with "…" past that), so
-every row is one line and the best and worst rows are in view together. The
-full line of the highlighted row is always under the table (VerdictLine).
-The arm and prompt columns always show: narrow, the least telling columns
-go first."""
+every row is one line and the best and worst rows are in view together.
+Where the verdict would have less than VERDICT_ROOM, the table gives way in
+GIVE_WAY order: tok/s loses its min-max range over rounds, then the
+columns peak mem, identical, mean len, cost/yield and accept go. The arm,
+prompt, status, tok/s and speedup columns always show. The line under the
+table (VerdictLine) holds the highlighted row's full verdict and whatever
+the table left out of that row.
+"""
 
 from __future__ import annotations
 
@@ -27,10 +31,10 @@ COLUMNS = (
     ("verdict", "verdict"),
 )
 VERDICT_MIN = 24  # narrower than this the table scrolls sideways
-# Below this room for the verdict, columns go, least telling first (the
-# saved report keeps them all).
 VERDICT_ROOM = 36
-DROP_ORDER = ("peak", "identical", "mean_len", "cost", "accept")
+# what gives way, first to last: the tok/s range, then whole columns
+TOK_RANGE = "tok_range"
+GIVE_WAY = (TOK_RANGE, "peak", "identical", "mean_len", "cost", "accept")
 # DataTable pads every cell by one column on each side; the vertical
 # scrollbar takes two more.
 CELL_PAD = 2
@@ -96,6 +100,13 @@ def one_line_verdict(cell: str | Text, s: Mapping[str, Any] | None, width: int) 
     return Text(fit(text.plain, width), style=text.style)
 
 
+def tok_range(s: Mapping[str, Any]) -> str:
+    """" (min–max)" of tok/s over the rounds, "" for one round."""
+    if s.get("tok_per_s_min") is None or (s.get("rounds") or 0) <= 1:
+        return ""
+    return f" ({s['tok_per_s_min']:.0f}–{s['tok_per_s_max']:.0f})"
+
+
 def summary_cells(s: Mapping[str, Any]) -> list[str | Text]:
     cost = DASH if s["step_cost_tokens"] is None else f"{s['step_cost_tokens']:.2f} / {s['max_yield']}"
     if s["identical_to_baseline"] is None:
@@ -104,9 +115,7 @@ def summary_cells(s: Mapping[str, Any]) -> list[str | Text]:
         ident = "yes"
     else:
         ident = f"no @{s['first_divergence_char']}"
-    tps = num(s["tok_per_s"])
-    if s["tok_per_s_min"] is not None and s["rounds"] > 1:
-        tps += f" ({s['tok_per_s_min']:.0f}–{s['tok_per_s_max']:.0f})"
+    tps = num(s["tok_per_s"]) + tok_range(s)
     verdict = str(s["verdict"] or "")
     busy = busy_warning(s)
     return [
@@ -164,9 +173,15 @@ class ComparisonTable(DataTable[Any]):
         line = self._lines.get(key)
         return line[1] if line else None
 
-    def _widths(self) -> dict[int, int]:
+    def _cells(self, cells: list[str | Text], summary: Mapping[str, Any] | None, ranged: bool) -> list[str | Text]:
+        """A line's cells, its tok/s without the range unless ``ranged``."""
+        if ranged or summary is None or not tok_range(summary):
+            return cells
+        return [*cells[:3], num(summary["tok_per_s"]), *cells[4:]]
+
+    def _widths(self, ranged: bool = True) -> dict[int, int]:
         """Each column's width but the verdict's: its widest cell, padded."""
-        cells = [c for c, _ in self._lines.values()]
+        cells = [self._cells(c, s, ranged) for c, s in self._lines.values()]
         return {i: max([len(label)] + [_width(c[i]) for c in cells]) + CELL_PAD
                 for i, (_, label) in enumerate(COLUMNS[:-1])}
 
@@ -182,19 +197,36 @@ class ComparisonTable(DataTable[Any]):
         self._lines[key] = (cells, None)
         self._rebuild()
 
-    def layout_columns(self) -> tuple[list[int], int]:
-        """Which columns show (indices into COLUMNS, the verdict last) and the
-        width the verdict gets: what the other columns leave, after the
-        least telling ones made room in a narrow table."""
-        widths = self._widths()
+    def layout_columns(self) -> tuple[list[int], int, bool]:
+        """Which columns show (indices into COLUMNS, the verdict last), the
+        width the verdict gets and whether tok/s keeps its range: what gave
+        way (GIVE_WAY) for the verdict to have VERDICT_ROOM."""
         total = (self.size.width or self.app.size.width) - CELL_PAD - SCROLLBAR
-        shown = list(widths)
         keys = [k for k, _ in COLUMNS]
-        for key in DROP_ORDER:
+        shown = list(range(len(COLUMNS) - 1))
+        ranged = True
+        widths = self._widths(ranged)
+        for step in GIVE_WAY:
             if total - sum(widths[i] for i in shown) >= VERDICT_ROOM:
                 break
-            shown.remove(keys.index(key))
-        return shown + [len(COLUMNS) - 1], max(VERDICT_MIN, total - sum(widths[i] for i in shown))
+            if step == TOK_RANGE:
+                ranged = False
+                widths = self._widths(ranged)
+            else:
+                shown.remove(keys.index(step))
+        return shown + [len(COLUMNS) - 1], max(VERDICT_MIN, total - sum(widths[i] for i in shown)), ranged
+
+    def left_out(self, key: str) -> list[str]:
+        """What the table leaves out of line ``key`` at its width: "label
+        value" of each column that gave way, the tok/s range."""
+        cells, summary = self._lines.get(key, ([], None))
+        if summary is None:
+            return []
+        shown, _, ranged = self.layout_columns()
+        out = [] if ranged or not tok_range(summary) else [f"tok/s {cells[3]}"]
+        out += [f"{label} {cells[i]}" for i, (_, label) in enumerate(COLUMNS[:-1])
+                if i not in shown and str(cells[i]) != DASH]
+        return out
 
     def _rebuild(self) -> None:
         """Lay the table out again for its lines and width (a few dozen rows
@@ -202,14 +234,14 @@ class ComparisonTable(DataTable[Any]):
         if not self.is_mounted:
             return
         cursor = self.cursor_row
-        shown, width = self.layout_columns()
-        widths = self._widths()
+        shown, width, ranged = self.layout_columns()
+        widths = self._widths(ranged)
         self.clear(columns=True)
         for i in shown[:-1]:
             self.add_column(COLUMNS[i][1], key=COLUMNS[i][0], width=widths[i] - CELL_PAD)
         self.add_column(COLUMNS[-1][1], key=COLUMNS[-1][0], width=width)
         for key, (all_cells, s) in self._lines.items():
-            cells = [all_cells[i] for i in shown]
+            cells = [self._cells(all_cells, s, ranged)[i] for i in shown]
             self.add_row(*cells[:-1], one_line_verdict(cells[-1], s, width), key=key, height=1)
         if self.row_count:
             self.move_cursor(row=min(cursor, self.row_count - 1), animate=False)
@@ -227,7 +259,9 @@ class ComparisonTable(DataTable[Any]):
         cells, _ = self._lines[keys[self.cursor_row]]
         verdict = cells[-1]
         text = verdict if isinstance(verdict, Text) else Text(str(verdict))
-        line.update(Text.assemble((f"{cells[0]} · {cells[1]}: ", "bold"), text))
+        rest = self.left_out(keys[self.cursor_row])
+        line.update(Text.assemble((f"{cells[0]} · {cells[1]}: ", "bold"), text,
+                                  (("  · " + " · ".join(rest)) if rest else "", "dim")))
 
     def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
         self._show_verdict()

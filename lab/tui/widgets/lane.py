@@ -1,10 +1,18 @@
 """ArmLane: one arm of the run, side by side with the others, or alone
-(compact) when the terminal is too narrow for them all."""
+(compact) when the terminal is too narrow for them all.
+
+A speculative arm's lane carries the legend of its text's marks on its
+bottom border (LEGEND). Its figures name their units; live, the wait for the
+first token is "first token after" (from the cell's start, a drafter's
+untimed rehearsal passes included), and once the cell finished "ttft" is the
+saved row's, the report's figure (those passes taken out)."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Sequence
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -21,6 +29,12 @@ from lab.tui.widgets.stream_text import StreamText
 
 # Statuses whose detail the lane shows under its badge.
 FAILED = (Status.OOM, Status.CRASHED, Status.ERROR)
+# the marks of a speculative lane's text, on its bottom border (the short
+# form where the lane is narrow)
+LEGEND = "[b $success]bold green[/]: accepted draft · plain: target's own · [$error]✗n[/]: n drafts rejected"
+LEGEND_SHORT = "[b $success]green[/]: accepted · [$error]✗n[/]: rejected"
+LEGEND_SHORTEST = "[$error]✗n[/]: n drafts rejected"
+BASELINE_LEGEND = ("[dim]plain: the target's own tokens[/]", "[dim]plain: target's own[/]")
 
 
 def lane_id(arm: str) -> str:
@@ -52,6 +66,22 @@ def saved_pieces(text: str, origin: Any) -> list[tuple[str, bool]]:
         pieces.append((text[at:at + n], draft))
         at += n
     return pieces
+
+
+def wrapped_lines(text: str, width: int) -> int:
+    """Lines ``text`` takes wrapped at word boundaries to ``width`` cells."""
+    lines, used = 1, 0
+    for word in text.split(" "):
+        w = cell_len(word)
+        need = w if used == 0 else used + 1 + w
+        if need <= width:
+            used = need
+            continue
+        if used:
+            lines += 1
+        lines += max(0, math.ceil(w / width) - 1)
+        used = w % width or (width if w else 0)
+    return lines
 
 
 class ArmTitle(Static):
@@ -89,6 +119,7 @@ class ArmLane(Vertical):
         self.compact = False  # one line of title, two of figures
         self.gpu: GpuSampled | None = None  # the latest reading while this arm runs on a GPU
         self.baseline_arm = ""  # a saved cell's diff is against this arm's text
+        self.problem = ""  # why the arm cannot run here (a missing engine)
 
     def _title_text(self) -> str:
         sep = "  " if self.compact else "\n"
@@ -106,9 +137,35 @@ class ArmLane(Vertical):
         yield LaneMetrics(self._metrics_text())
 
     def on_mount(self) -> None:
+        self._metrics_lines = 0
         self.query_one(ProgressBar).display = False
         self.query_one(LaneNote).display = False
         self._show_diff(False, False)
+
+    def on_resize(self) -> None:
+        self._show_legend()
+        self._show_metrics()
+
+    def _show_legend(self) -> None:
+        room = self.size.width - 4  # the border's corners and a space each side
+        forms = BASELINE_LEGEND if not self.speculative else (LEGEND, LEGEND_SHORT, LEGEND_SHORTEST)
+        self.border_subtitle = next((t for t in forms if Content.from_markup(t).cell_length <= room), "")
+
+    def _show_metrics(self) -> None:
+        """The figures, their widget as tall as their lines take at its
+        width: laid out again only when that changes."""
+        if not self.is_mounted:
+            return
+        widget = self.query_one(LaneMetrics)
+        text = self._metrics_text()
+        width = widget.size.width or max(0, self.size.width - 4) or 10**6
+        lines = sum(wrapped_lines(line, width) for line in text.plain.split("\n"))
+        if lines != self._metrics_lines:
+            self._metrics_lines = lines
+            widget.styles.height = lines
+            widget.update(text)
+        else:
+            widget.update(text, layout=False)
 
     def clear_viewed(self) -> None:
         """Back to streaming: no saved cell's diff on show."""
@@ -127,9 +184,17 @@ class ArmLane(Vertical):
     def _show_note(self) -> None:
         note = self.query_one(LaneNote)
         failed = self.status in FAILED and bool(self.detail)
-        note.display = failed
-        if failed:
+        note.display = failed or bool(self.problem)
+        if self.problem:
+            note.update(self.problem)
+        elif failed:
             note.update(self.detail.strip().splitlines()[0])
+
+    def set_problem(self, problem: str) -> None:
+        """Why this arm cannot run here (its engine cannot load), or "" once
+        that no longer holds."""
+        self.problem = problem
+        self._show_note()
 
     def set_compact(self, compact: bool) -> None:
         if compact == self.compact:
@@ -138,7 +203,7 @@ class ArmLane(Vertical):
         self.set_class(compact, "-compact")
         if self.is_mounted:
             self.query_one(ArmTitle).update(self._title_text())
-            self.query_one(LaneMetrics).update(self._metrics_text())
+            self._show_metrics()
 
     def set_held(self, held: str) -> None:
         """"pausing" (asked, not yet held), "paused" (held) or "" (going)."""
@@ -196,23 +261,19 @@ class ArmLane(Vertical):
         self._show_badge()
         self.set_class(self.status.is_final, "-done")
         self._show_note()
-        self.query_one(LaneMetrics).update(self._metrics_text())
+        self._show_metrics()
 
-    def add_text(self, segments: tuple[tuple[str, bool], ...] | list[tuple[str, bool]]) -> None:
-        self.text.append(segments)
+    def add_text(self, segments: Sequence[tuple[str, bool]], rejected: Sequence[tuple[int, int]] = ()) -> None:
+        self.text.append(segments, rejected)
 
     def set_metrics(self, metrics: ArmMetrics) -> None:
         self.metrics = metrics
-        # fixed height: no layout needed for new figures
-        self.query_one(LaneMetrics).update(self._metrics_text(), layout=False)
+        self._show_metrics()
 
     def set_gpu(self, reading: GpuSampled) -> None:
         """A live GPU reading taken while this arm runs."""
-        first = self.gpu is None
         self.gpu = reading
-        if first:
-            self.add_class("-gpu")  # one more line of figures, laid out once
-        self.query_one(LaneMetrics).update(self._metrics_text(), layout=first)
+        self._show_metrics()
 
     def apply_result(self, row: ResultRow) -> None:
         """A cell finished: show its measured figures instead of live ones."""
@@ -220,7 +281,7 @@ class ArmLane(Vertical):
         if row.status in FAILED and row.detail:
             self.detail = row.detail
             self._show_note()
-        self.query_one(LaneMetrics).update(self._metrics_text())
+        self._show_metrics()
 
     def show_saved(self, row: ResultRow, baseline: ResultRow | None = None) -> None:
         """Read-only view of a saved cell: its text (drafted tokens marked
@@ -274,38 +335,50 @@ class ArmLane(Vertical):
         else:
             tps = acc = length = draft_ms = verify_ms = None
             timing = "last"
+        rate = Content.assemble("tok/s ", (num(tps), "bold"))
+        memory = f"mem {mib(mem)} · peak {mib(peak)}"
+        accept = f"accept {pct(acc)} · {num(length, '.2f')} tok/step"
+        step = f"{timing} draft {ms(draft_ms)} · verify {ms(verify_ms)}"
+        if not self.compact and cell_len(step) > self.size.width - 4 > 0:
+            step = f"draft {ms(draft_ms)} · verify {ms(verify_ms)}"  # "last"/"mean": see help
+        latency = self._latency_text()
+        gpu = self._gpu_text()
         if self.compact:
-            # a lane alone has the width: the figures on two lines
-            spec = (f" · accept {pct(acc)} · len {num(length, '.2f')} · {timing} draft {num(draft_ms)}"
-                    f" · verify {num(verify_ms)} ms") if self.speculative else ""
-            ttft, itl = self._latency()
-            return Content.assemble(
-                "tok/s ", (num(tps), "bold"), spec, f"\nmem {mib(mem)} · peak {mib(peak)}", self._gpu_text(" · "),
-                f" · ttft {ms(ttft * 1000 if ttft is not None else None)} · itl p50 "
-                f"{ms(itl * 1000 if itl is not None else None)}",
-            )
-        lines = ["\n\n", "\n"]
-        if self.speculative:
-            lines = [
-                f"\naccept {pct(acc)} · len {num(length, '.2f')}\n",
-                f"{timing} draft {num(draft_ms)} · verify {num(verify_ms)} ms\n",
-            ]
-        ttft, itl = self._latency()
-        latency = f"\nttft {ms(ttft * 1000 if ttft is not None else None)} · itl p50 " \
-                  f"{ms(itl * 1000 if itl is not None else None)}"
-        return Content.assemble("tok/s ", (num(tps), "bold"), *lines, f"mem {mib(mem)} · peak {mib(peak)}", latency,
-                                self._gpu_text("\n"))
+            # a lane alone has the width: the figures on two or three lines
+            if self.speculative:
+                lines = [Content.assemble(rate, f" · {accept}"), Content(f"{step} · {memory}"),
+                         Content(latency + (f" · {gpu}" if gpu else ""))]
+            else:
+                lines = [Content.assemble(rate, f" · {memory}"), Content(latency + (f" · {gpu}" if gpu else ""))]
+        else:
+            # side by side, every lane has the same lines (a baseline's
+            # speculative ones blank), so their figures line up
+            lines = [rate, Content(accept if self.speculative else ""), Content(step if self.speculative else ""),
+                     Content(memory), Content(latency)] + ([Content(gpu)] if gpu else [])
+        return Content("\n").join(lines)
 
-    def _latency(self) -> tuple[float | None, float | None]:
-        """TTFT and ITL p50: the finished cell's, where the row carries them
-        (rows of runs saved before they were measured do not); while the
-        cell runs, TTFT as soon as its first token landed."""
+    def _latency_text(self) -> str:
+        """TTFT and inter-token gaps, the report's figures, once the cell
+        finished (rows of runs saved before they were measured have none);
+        while it runs, how long after its start the first token landed."""
         r, m = self.final, self.metrics
-        if r is not None:
-            return (r.ttft_s, r.itl_p50_s) if r.ok else (None, None)
-        return (m.ttft_s if m is not None else None), None
+        if r is None:
+            first = m.ttft_s if m is not None else None
+            return f"first token after {ms(first * 1000 if first is not None else None)}"
+        if not r.ok:
+            return "ttft —"
+        ttft = f"ttft {ms(r.ttft_s * 1000 if r.ttft_s is not None else None)}"
+        rehearsal = (r.engine_report or {}).get("rehearsal_s")
+        if isinstance(rehearsal, (int, float)) and rehearsal > 0:
+            ttft += f" (+{rehearsal:.1f} s rehearsal)"
+        p50 = ms(r.itl_p50_s * 1000 if r.itl_p50_s is not None else None)
+        if not self.speculative or r.itl_p95_s is None:
+            return f"{ttft} · itl p50 {p50}"
+        # tokens landing in a burst of accepted drafts have no gap: the
+        # median alone would read 0 ms, the tail says what a step costs
+        return f"{ttft} · itl p50 {p50} · p95 {ms(r.itl_p95_s * 1000)}"
 
-    def _gpu_text(self, sep: str) -> str:
+    def _gpu_text(self) -> str:
         """The latest GPU reading of this arm: its processes' memory (else
         the card's), the card's total, utilization and power."""
         g = self.gpu
@@ -314,4 +387,4 @@ class ArmLane(Vertical):
         used = g.process_bytes if g.process_bytes is not None else g.card_used_bytes
         util = "—" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
         power = "—" if g.power_w is None else f"{g.power_w:.0f} W"
-        return f"{sep}gpu {used / 2**30:.1f}/{g.card_total_bytes / 2**30:.0f} GiB · util {util} · {power}"
+        return f"gpu {used / 2**30:.1f}/{g.card_total_bytes / 2**30:.0f} GiB · util {util} · {power}"

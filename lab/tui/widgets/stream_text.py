@@ -3,10 +3,14 @@
 A line-API scroll view: appending wraps only the new text, and a frame
 renders only the visible lines, so the cost of a batch does not grow with
 the length of the output. Tokens that came from accepted drafts are styled
-apart from tokens the target produced itself.
+apart from tokens the target produced itself, and a step's rejected drafts
+leave a mark ("✗3": three drafted tokens the target did not take) that is
+no part of the text.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -16,12 +20,41 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
-Piece = tuple[str, bool]  # text, came from an accepted draft
+Piece = tuple[str, int]  # text and its kind: TARGET, DRAFT (accepted) or REJECTED (a mark)
+TARGET, DRAFT, REJECTED = 0, 1, 2
+Mark = tuple[int, int]  # (characters into the appended text, drafted tokens rejected there)
+
+
+def rejected_mark(n: int) -> str:
+    return f"✗{n}"
+
+
+def with_marks(pieces: Sequence[tuple[str, int]], marks: Sequence[Mark]) -> list[Piece]:
+    """``pieces`` with each mark's REJECTED piece put at its offset into
+    their joined text (a piece split where a mark falls inside it)."""
+    if not marks:
+        return list(pieces)
+    out: list[Piece] = []
+    todo = sorted(marks)
+    at = 0
+    for text, kind in pieces:
+        while todo and todo[0][0] <= at + len(text):
+            cut = todo[0][0] - at
+            if cut > 0:
+                out.append((text[:cut], kind))
+            text, at = text[cut:], at + cut
+            out.append((rejected_mark(todo.pop(0)[1]), REJECTED))
+        if text:
+            out.append((text, kind))
+            at += len(text)
+    out.extend((rejected_mark(n), REJECTED) for _, n in todo)
+    return out
 
 
 class StreamText(ScrollView, can_focus=False):
-    # styled in lab.tcss: .stream-text--draft (accepted drafts), .stream-text--target
-    COMPONENT_CLASSES = {"stream-text--draft", "stream-text--target"}
+    # styled in lab.tcss: .stream-text--draft (accepted drafts), .stream-text--target,
+    # .stream-text--rejected (the marks of rejected drafts)
+    COMPONENT_CLASSES = {"stream-text--draft", "stream-text--target", "stream-text--rejected"}
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -30,13 +63,15 @@ class StreamText(ScrollView, can_focus=False):
         self._widths: list[int] = [0]
         self._wrap = 0
         self._cache: dict[int, Strip] = {}
-        self._styles: tuple[Style, Style, Style] | None = None
+        self._styles: tuple[Style, Style, Style, Style] | None = None
         self.drafted_chars = 0
         self.target_chars = 0
+        self.rejected = 0  # drafted tokens rejected, as marked
 
     @property
     def text(self) -> str:
-        return "".join(t for t, _ in self._pieces)
+        """The generated text, without the marks."""
+        return "".join(t for t, kind in self._pieces if kind != REJECTED)
 
     @property
     def line_count(self) -> int:
@@ -47,12 +82,16 @@ class StreamText(ScrollView, can_focus=False):
         self._lines = [[]]
         self._widths = [0]
         self._cache.clear()
-        self.drafted_chars = self.target_chars = 0
+        self.drafted_chars = self.target_chars = self.rejected = 0
         self.virtual_size = Size(self._wrap, 0)
         self.scroll_to(0, 0, animate=False)
         self.refresh()
 
-    def append(self, pieces: list[Piece] | tuple[Piece, ...]) -> None:
+    def append(self, pieces: Sequence[tuple[str, int]], marks: Sequence[Mark] = ()) -> None:
+        """Add text pieces (text, TARGET or DRAFT; a bool says whether it
+        came from accepted drafts) and the marks of rejected drafts."""
+        self.rejected += sum(n for _, n in marks)
+        pieces = with_marks(pieces, marks)
         if not pieces:
             return
         at_end = self.scroll_y >= self.max_scroll_y
@@ -62,9 +101,9 @@ class StreamText(ScrollView, can_focus=False):
             if not text:
                 continue
             self._pieces.append((text, draft))
-            if draft:
+            if draft == DRAFT:
                 self.drafted_chars += len(text)
-            else:
+            elif draft == TARGET:
                 self.target_chars += len(text)
             if self._wrap:
                 self._wrap_in(text, draft)
@@ -110,7 +149,7 @@ class StreamText(ScrollView, can_focus=False):
         self._lines.append([])
         self._widths.append(0)
 
-    def _put(self, text: str, draft: bool) -> None:
+    def _put(self, text: str, draft: int) -> None:
         line = self._lines[-1]
         if line and line[-1][1] == draft:
             line[-1] = (line[-1][0] + text, draft)
@@ -140,7 +179,7 @@ class StreamText(ScrollView, can_focus=False):
         self._widths[-1] = sum(cell_len(t) for t, _ in line)
         return carried
 
-    def _wrap_in(self, text: str, draft: bool) -> None:
+    def _wrap_in(self, text: str, draft: int) -> None:
         width = self._wrap
         for n, part in enumerate(text.split("\n")):
             if n:
@@ -198,15 +237,17 @@ class StreamText(ScrollView, can_focus=False):
         self._cache.clear()
         self._styles = None
 
-    def _line_styles(self) -> tuple[Style, Style, Style]:
-        """Base, draft and target styles. Resolving a widget's style walks
-        its ancestors; doing that per line was a large part of a frame."""
+    def _line_styles(self) -> tuple[Style, Style, Style, Style]:
+        """Base, then the target's, draft's and rejected mark's styles (by
+        kind). Resolving a widget's style walks its ancestors; doing that
+        per line was a large part of a frame."""
         if self._styles is None:
             base = self.rich_style
             self._styles = (
                 base,
-                base + self.get_component_rich_style("stream-text--draft", partial=True),
                 base + self.get_component_rich_style("stream-text--target", partial=True),
+                base + self.get_component_rich_style("stream-text--draft", partial=True),
+                base + self.get_component_rich_style("stream-text--rejected", partial=True),
             )
         return self._styles
 
@@ -215,12 +256,13 @@ class StreamText(ScrollView, can_focus=False):
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.scrollable_content_region.width
-        base, draft_style, target_style = self._line_styles()
+        styles = self._line_styles()
+        base = styles[0]
         if index >= len(self._lines):
             return Strip.blank(width, base)
         strip = self._cache.get(index)
         if strip is None:
-            segments = [Segment(t, draft_style if d else target_style) for t, d in self._lines[index]]
+            segments = [Segment(t, styles[1 + int(kind)]) for t, kind in self._lines[index]]
             strip = Strip(segments)
             self._cache[index] = strip
         return strip.crop_extend(scroll_x, scroll_x + width, base)
