@@ -1,14 +1,11 @@
 """The contracts a plugin implements: Backend and Drafter.
 
-A backend runs one target model on one engine (llama.cpp in process, a
-llama-server, MLX, ...): a small core (load, generate, close) plus resource
-hints with defaults, and optional capabilities it derives from (Drafting,
-DraftModelHost, Probing, Referencing). A drafter proposes tokens; Drafting backends verify
-them with the lab's own speculative loop.
-
-Plugins register classes through the hooks in :mod:`lab.hookspecs`. Class
-attributes describe the plugin without instantiating it, so ``lab plugins``
-and profile validation never load an engine.
+A backend runs one target model on one engine: load, generate, close, plus
+resource hints with defaults and optional capabilities it derives from
+(Drafting, DraftModelHost, Probing, Referencing, ...). A drafter proposes
+tokens that Drafting backends verify with the lab's own loop. Plugins
+register classes through :mod:`lab.hookspecs`; class attributes describe a
+plugin without loading an engine.
 """
 
 from __future__ import annotations
@@ -42,6 +39,17 @@ class Check:
     required: bool = False
 
 
+@dataclass(frozen=True)
+class MissingEngine:
+    """What an arm's engine lacks on this machine (``Backend.missing_engine``):
+    ``engine`` names the module or binary, ``why`` says what failed, and
+    ``install`` is the one command that installs it."""
+
+    engine: str
+    why: str
+    install: str
+
+
 Builder = Callable[[Path], None]
 """Writes a model to the given path (a file or a directory)."""
 
@@ -65,16 +73,11 @@ class ModelBuilder:
 
 @dataclass(frozen=True)
 class Option:
-    """One option a plugin accepts in a profile.
-
-    ``type`` is one of bool, int, float, str, list. A profile value given as a
-    list for a non-list option is a sweep: one arm per value. The profile
-    check holds a value to ``min``/``max`` (inclusive; an int without them to
-    32 bits) and a list's elements to ``item_type`` before any engine starts;
-    ``requires`` maps a value to the options it needs (a ``spec_type`` that
-    drafts with a model needs ``draft_model``); ``model_ref`` marks a value
-    that names a model, which ``lab check`` looks up.
-    """
+    """One option a plugin accepts in a profile: ``type`` one of bool, int,
+    float, str, list (a list for a non-list option is a sweep), held to
+    ``min``/``max`` (an int without them to 32 bits) and ``item_type``
+    before any engine starts; ``requires`` maps a value to the options it
+    needs; ``model_ref`` marks a value that names a model."""
 
     name: str
     type: type
@@ -89,10 +92,8 @@ class Option:
     model_ref: bool = False
 
     def problem(self) -> str | None:
-        """What is wrong with this declaration itself, or None: the registry
-        asks at load, so that a plugin's mistake here is a load error naming
-        it, not a traceback in ``lab plugins`` or a check that passes what no
-        engine can take."""
+        """What is wrong with this declaration itself, or None (the registry
+        asks at load: a mistake here is a load error naming the plugin)."""
         if not isinstance(self.name, str) or not self.name.isidentifier():
             return f"an option's name must be an identifier, got {self.name!r}"
         if self.type not in OPTION_TYPES:
@@ -203,20 +204,16 @@ class GenerationRequest:
     seed: int
     ignore_eos: bool
     n_max: int | None
-    # Unconditional rates per draft position (lab.base.set_acceptance): keep the
-    # drafted tokens of a step at these rates instead of by agreement with
-    # the target. None: the target decides. Only sent to a backend whose
-    # class says ``sets_acceptance``.
+    # set acceptance (lab.base.set_acceptance): unconditional rates per draft
+    # position; None: the target decides. Only for ``sets_acceptance`` backends.
     acceptance: tuple[float, ...] | None = None
-    # How many tokens each step asks the drafter for, up to n_max
-    # (lab.base.draft_policy); the lab's own loop follows it.
+    # how many tokens each step asks the drafter for (lab.base.draft_policy)
     draft_policy: str = FIXED
 
 
 @dataclass
 class Generation:
-    """What a backend returns for one cell. Steps and tokens were already
-    emitted as events; this is the summary the runner turns into a result."""
+    """What a backend returns for one cell, its events already emitted."""
 
     text: str
     ids: list[int]
@@ -234,47 +231,31 @@ class BackendContext:
     run: RunSettings
     run_dir: str
     log: Callable[[str], None]
-    # For a probe that times whole requests (Probing.probe_times_requests):
-    # the tokens of a timed request and of a warmup one, as the run's cells
-    # generate them; None: the probe's own lengths (``lab probe`` alone).
+    # (timed, warmup) request tokens for a probe that times requests; None: its own
     probe_requests: tuple[int, int] | None = None
 
 
 class ResourceHints:
-    """What a backend tells the runner and the live view about the resources
-    its engine uses. Every :class:`Backend` answers these (it derives from
-    this class); the defaults fit an engine in this process that computes on
-    the CPU and keeps no figures of its own. Override what the engine knows.
-    """
+    """What a backend tells the runner and the live view about its engine's
+    resources; the defaults fit an in-process CPU engine with no figures of
+    its own. Override what the engine knows."""
 
-    # The option that puts layers on a GPU (llama.cpp's n_gpu_layers), if
-    # the backend has one: set to a non-zero value, its CPU threads mostly
-    # wait for the GPU.
+    # the option that offloads layers to a GPU (its CPU threads then mostly wait)
     gpu_layers_option: ClassVar[str | None] = None
 
     @classmethod
     def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
-        """CPU cores this arm's engine keeps busy while it generates.
-
-        Args:
-            arm_options: the arm's backend options from the profile.
-            threads: ``[run] threads`` (0: the engine's default).
-
-        Returns:
-            A core count; the TUI repaints less often when none is left for
-            it. Default: every thread computes on the CPU, unless
-            ``gpu_layers_option`` offloads (then 1).
-        """
+        """CPU cores this arm's engine keeps busy while it generates, with
+        ``threads`` from ``[run]`` (0: the engine's default); default every
+        thread, or 1 where ``gpu_layers_option`` offloads."""
         if cls.gpu_layers_option and int(arm_options.get(cls.gpu_layers_option) or 0):
             return 1
         return threads or available_cores()
 
     def pauses_between_steps(self) -> bool:
-        """Whether ``generate`` calls ``cancelled()`` only between steps, with
-        no engine work in flight and its clocks able to lose the time spent
-        there: the runner then holds a paused run inside the cell and takes
-        the held time out of ``gen_s``. Otherwise a pause waits for the cell
-        to end (a server keeps generating while a client waits)."""
+        """Whether ``generate`` calls ``cancelled()`` only between steps with no
+        engine work in flight, so a pause can hold inside a cell and leave
+        ``gen_s``; otherwise a pause waits for the cell to end."""
         return False
 
     def child_pids(self) -> list[int]:
@@ -283,9 +264,8 @@ class ResourceHints:
         return []
 
     def engine_pids(self) -> list[int]:
-        """Processes that are this arm's engine, for the noise guard: the
-        ones it started and, for an attached local server, that server
-        (which the lab neither started nor stops)."""
+        """Processes that are this arm's engine, for the noise guard (an
+        attached local server included)."""
         return self.child_pids()
 
     def engine_bytes(self) -> int | None:
@@ -300,19 +280,10 @@ class ResourceHints:
 
 
 class Backend(ResourceHints, ABC):
-    """One target model on one engine: the contract every backend plugin
-    implements.
-
-    Life cycle, all on one worker thread: ``load`` once, ``generate`` per
-    cell, ``close`` exactly once on every path (also after a failed load).
-    What a backend can do beyond that is a capability it derives from:
-    :class:`Drafting` (runs drafter plugins), :class:`DraftModelHost` (runs a
-    draft model on its engine), :class:`Probing` (measures verify cost),
-    :class:`Referencing` (times plain decoding with the engine's own tool).
-    Callers test for them with ``isinstance``/``issubclass``.
-
-    Class attributes describe the plugin without loading an engine.
-    """
+    """One target model on one engine, on one worker thread: ``load`` once,
+    ``generate`` per cell, ``close`` exactly once on every path. Capabilities
+    beyond that are classes it derives from (:class:`Drafting`,
+    :class:`DraftModelHost`, :class:`Probing`, :class:`Referencing`)."""
 
     name: ClassVar[str]
     stack: ClassVar[str]
@@ -320,8 +291,7 @@ class Backend(ResourceHints, ABC):
     options: ClassVar[tuple[Option, ...]] = ()
     # True exactly when the class is a Drafting backend (the registry checks).
     accepts_drafters: ClassVar[bool] = False
-    # Tokens a generation may deliver beyond the request's max_tokens, as the
-    # engine documents it (a row with more is an error: lab.rows.plausible).
+    # tokens a generation may deliver beyond max_tokens (more: lab.rows.plausible refuses)
     max_overshoot_tokens: ClassVar[int] = 0
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
@@ -332,26 +302,32 @@ class Backend(ResourceHints, ABC):
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
-        """Problems with how options go together that no single option's
-        type or range can say (``a must be below b``), one line each; empty:
-        none. Called by ``lab check`` and ``lab run`` before anything loads,
-        once per arm a sweep makes, with every declared option present (the
-        defaults filled in); a problem is refused with the profile's file,
-        line and the arm's ``options`` key."""
+        """Problems with how options go together (``a must be below b``), one
+        line each, checked before anything loads for every arm a sweep makes,
+        defaults filled in; refused with the profile's file and line."""
         return []
 
     @classmethod
     def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
-        """Whether an arm with these options must name ``model``: ``lab check``
-        refuses one that does not. A backend that attaches to a running
-        server by URL needs none then (the server brings its own)."""
+        """Whether an arm with these options must name ``model`` (an attached
+        server brings its own)."""
         return False
 
     @classmethod
     def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
-        """``(option, why)`` for a combination the options' types cannot
-        refuse (a server bound beyond loopback without the profile allowing
-        it); ``lab check`` refuses the arm with it. None: nothing refused."""
+        """``(option, why)`` for a combination ``lab check`` must refuse that
+        no type can (a server bound beyond loopback); None: nothing."""
+        return None
+
+    @classmethod
+    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        """What this machine lacks to load the engine of an arm with these
+        options (a module that does not import, a binary not found), or
+        None: nothing. Asked by ``lab check``, ``lab run`` and the TUI
+        before anything is measured; a run with a missing engine does not
+        start. May take seconds (an import tried in a child interpreter:
+        :func:`lab.kit.checks.import_failure`); must not load a model.
+        Default: nothing missing."""
         return None
 
     @classmethod
@@ -375,78 +351,38 @@ class Backend(ResourceHints, ABC):
 
     @classmethod
     def reference_tool(cls, arm_options: Mapping[str, Any]) -> str | None:
-        """The engine's own tool a baseline arm with these options can be
-        held against (``[run] reference = true``), as the report names it
-        ("llama-bench tg"), or None: none. A backend that names one is also
-        :class:`Referencing`; ``lab check`` refuses ``reference = true`` in
-        a profile none of whose baselines has one."""
+        """The engine's own tool a baseline arm can be held against
+        (``[run] reference = true``), as the report names it, or None; a
+        backend that names one is :class:`Referencing`."""
         return None
 
     @classmethod
     def round_state(cls, arm_options: Mapping[str, Any]) -> str:
-        """What the engine of an arm with these options keeps from one
-        request to the next that changes the next one, and so how a cold
-        round meets it in the state the first round met (one of
-        :data:`ROUND_STATES`):
-
-        - ``"none"``: it keeps nothing (prompt caches off, a stateless
-          drafter); rounds are repeats as they come.
-        - ``"reset"``: :meth:`reset_round` clears that state in place.
-        - ``"restart"``: nothing short of a new engine clears it;
-          :meth:`reset_round` restarts it, outside any cell's clock.
-
-        The runner calls :meth:`reset_round` before every measured cell
-        that follows another generation on the same backend; when the
-        profile asks for warm rounds (``[run] warm_rounds = true``), only
-        before each prompt's round 1, so that the later rounds, which meet
-        what it left, are held to a cold first round.
-        """
+        """How a cold round meets the engine in the state the first round met
+        (:data:`ROUND_STATES`): ``"none"``, it keeps nothing between
+        requests; ``"reset"``, :meth:`reset_round` clears it in place;
+        ``"restart"``, :meth:`reset_round` restarts the engine, off the
+        clock. The runner resets before every measured cell after another
+        generation (warm rounds: only before each prompt's round 1)."""
         return "none"
 
     def reset_round(self, emit: Emit) -> None:
         """Bring the engine back to the state the arm's first cell met (see
-        :meth:`round_state`); nothing to do for ``"none"``. Emits loading
-        statuses like ``load`` while it works.
-
-        Raises:
-            EngineFailure, EngineCrashed: as from ``load``; the cell is
-                recorded with that failure.
-        """
+        :meth:`round_state`), emitting loading statuses; raises as ``load``."""
 
     @abstractmethod
     def load(self, emit: Emit) -> None:
-        """Load the arm's model on the engine (start it, if it is a process).
-
-        Args:
-            emit: takes StatusChanged events (status ``loading``, a phase and
-                progress) while loading runs.
-
-        Raises:
-            EngineOOM: the model or its context does not fit.
-            EngineCrashed: the engine process died.
-            EngineFailure: any other failure that is a result of the arm.
-            Exception: anything else is reported as a load error.
-        """
+        """Load the arm's model, emitting ``loading`` StatusChanged events.
+        Raises EngineOOM (it does not fit), EngineCrashed (the process died),
+        EngineFailure (any failure that is a result); anything else is a
+        load error."""
 
     @abstractmethod
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
-        """Generate one cell.
-
-        Args:
-            request: the cell, its prompt and the run's sampling settings.
-            emit: takes a TokenEvent as tokens land (their texts concatenate
-                to the returned text) and a StepEvent per speculative step,
-                its ``index`` counting the cell's steps from 0.
-            cancelled: polled between steps; when it returns True, stop.
-
-        Returns:
-            The cell's summary; steps and tokens were already emitted.
-
-        Raises:
-            Cancelled: ``cancelled()`` returned True.
-            EngineOOM, EngineCrashed, EngineFailure: the cell's result is
-                that failure (an OOM, a crash, an engine error).
-        """
+        """Generate one cell: emit a TokenEvent as tokens land (their texts
+        make the returned text) and a StepEvent per speculative step (``index``
+        from 0), poll ``cancelled`` between steps and raise Cancelled when it
+        says so. Engine failures raise as from ``load``."""
 
     @abstractmethod
     def close(self) -> None:
@@ -462,21 +398,12 @@ class Drafting(ABC):
 
     @abstractmethod
     def vocab_size(self) -> int:
-        """Tokens in the loaded target's vocabulary (what drafted ids index).
-
-        Returns:
-            The vocabulary size; only called after ``load``.
-        """
+        """Tokens in the loaded target's vocabulary (called after ``load``)."""
 
     @abstractmethod
     def attach_drafter(self, drafter: Drafter) -> None:
-        """Use ``drafter`` (already loaded) for every following cell.
-
-        Args:
-            drafter: proposes tokens each step; the backend calls its
-                ``begin`` per cell and ``draft`` per step, and counts its
-                ``memory_bytes`` in ``engine_bytes``.
-        """
+        """Use the loaded ``drafter`` for every following cell (``begin`` per
+        cell, ``draft`` per step, its ``memory_bytes`` in ``engine_bytes``)."""
 
 
 DraftModelFactory = Callable[[Mapping[str, Any], "DrafterContext"], "Drafter"]
@@ -485,43 +412,26 @@ drafter's options and context (see :class:`DraftModelHost`)."""
 
 
 class DraftModelHost(ABC):
-    """Capability of a backend whose engine can also run a draft model (a
-    smaller model with the target's vocabulary). The runner hands the
-    ``draft_model`` method to the drafter through
-    :attr:`DrafterContext.draft_model`, so a draft-model drafter gets the
-    engine it needs without knowing the plugin."""
+    """Capability of a backend whose engine can also run a draft model; the
+    runner hands ``draft_model`` to drafters through
+    :attr:`DrafterContext.draft_model`."""
 
     @abstractmethod
     def draft_model(self, options: Mapping[str, Any], ctx: DrafterContext) -> Drafter:
-        """A drafter running the model ``options["model"]`` on this engine.
-
-        Args:
-            options: the draft-model drafter's options (``model``,
-                ``n_ctx``, ``threads``).
-            ctx: the drafter's context; ``ctx.vocab_size`` is the target's.
-
-        Returns:
-            An unloaded drafter; its ``load`` loads the model where this
-            backend's engine work runs (the same thread, for MLX).
-        """
+        """An unloaded drafter running ``options["model"]`` on this engine;
+        its ``load`` runs where the engine's work runs."""
 
 
 class Probing(ABC):
     """Capability of a backend that measures verification cost (``lab
-    probe``): seconds of one target pass over w tokens, or, for an engine
-    that runs the speculative loop itself (a server), of one whole step
-    that verified w tokens (see :meth:`probe_notes`). See
-    :mod:`lab.probing.driver`."""
+    probe``): seconds of one target pass over w tokens, or of a whole step
+    for an engine that runs its own loop (:meth:`probe_notes`)."""
 
     # The ways this backend can measure, the first being the default.
     probe_methods: ClassVar[tuple[str, ...]] = ()
-    # The methods that can place a KV depth before the timed passes (``lab
-    # probe --depths``, :meth:`measure_verify_cost_at_depth`); none by default:
-    # a probe at a depth is then refused before anything loads.
+    # the methods that can place a KV depth before the timed passes (``--depths``)
     probe_depth_methods: ClassVar[tuple[str, ...]] = ()
-    # Whether the probe times whole generation requests (a server's steps),
-    # whose figures move with a request's length and warmup: a run's probe
-    # then sends requests as long as its cells' (BackendContext.probe_requests).
+    # whether it times whole requests, so a run's probe sends its cells' lengths
     probe_times_requests: ClassVar[bool] = False
 
     def probe_needs_load(self, method: str) -> bool:
@@ -531,30 +441,14 @@ class Probing(ABC):
 
     @abstractmethod
     def measure_verify_cost(self, widths: Sequence[int], method: str | None = None) -> list[float]:
-        """Time one target pass per width.
-
-        Args:
-            widths: token counts of one sequence to verify in one pass; holds 1.
-            method: one of ``probe_methods``; None for the first.
-
-        Returns:
-            Seconds per pass for each width, warmed up, each the median of
-            a few passes; the caller repeats calls for a spread.
-
-        Raises:
-            ValueError: an unknown method.
-            RuntimeError: the method needs ``load`` and it has not run.
-        """
+        """Seconds of one warmed-up target pass per width (widths hold 1),
+        each the median of a few passes, by ``method`` (None: the first);
+        ValueError for an unknown method, RuntimeError before a needed ``load``."""
 
     def measure_verify_cost_at_depth(self, widths: Sequence[int], depth: int, method: str | None = None) -> list[float]:
-        """:meth:`measure_verify_cost` with ``depth`` tokens in the KV cache
-        before each timed pass (the passes attend to them), for a method in
-        ``probe_depth_methods``; the lab calls it for no other.
-
-        Raises:
-            ValueError: the context cannot hold ``depth`` plus the widest
-                width (the message names both), or an unknown method.
-        """
+        """:meth:`measure_verify_cost` with ``depth`` tokens in the KV cache,
+        for a method in ``probe_depth_methods``; ValueError where the context
+        cannot hold ``depth`` plus the widest width."""
         raise NotImplementedError(f"{type(self).__name__} cannot place a KV depth before its timed passes")
 
     @classmethod
@@ -565,75 +459,41 @@ class Probing(ABC):
         return None
 
     def probe_notes(self) -> dict[str, Any]:
-        """What the last measurement ran (a command, an external tool's raw
-        table), saved with the probe. ``"prices": "steps"``
-        (:data:`lab.base.probe.PRICES_STEPS`) says the figures above width 1
-        are whole steps, the draft's cost inside; ``"priced_by"`` names what
-        measured them."""
+        """What the last measurement ran, saved with the probe; ``"prices":
+        "steps"`` (:data:`lab.base.probe.PRICES_STEPS`) marks whole steps."""
         return {}
 
 
-# How a reference tool counts its rate (``Referencing.measure_reference``):
-# "decodes": one-token decodes over their own time (llama-bench tg, which
-# times N decodes); "tokens": generated tokens over the generation phase,
-# whose clock starts at the first token (the lab's tok_per_s, a llama-server's
-# predicted_per_second). The lab's baseline is compared counted the same way.
+# How a reference tool counts its rate: "decodes" over their own time
+# (llama-bench tg), or "tokens" over the generation phase (the lab's tok_per_s).
 REFERENCE_COUNTS = ("decodes", "tokens")
 
 
 class Referencing(ABC):
-    """Capability of a backend whose engine times plain decoding with a
-    tool of its own, outside the lab's loop (llama-bench's tg on the same
-    model and settings; a bare request to the same server): with ``[run]
-    reference = true`` the runner measures it once per baseline arm after
-    the arm's last cell, so it never runs beside a timed cell, and the
-    report's Conditions say how the lab's baseline compares with it."""
+    """Capability of a backend whose engine times plain decoding with its own
+    tool (llama-bench tg, a bare server request), measured once per baseline
+    arm after its last cell when ``[run] reference = true``."""
 
     def reference_needs_load(self) -> bool:
-        """Whether the reference runs against the loaded engine (measured
-        before ``close``: a request to the arm's own server) or on its own
-        (after ``close``: a tool that loads the model itself, so that two
-        copies of the weights are never held at once)."""
+        """Whether the reference runs against the loaded engine (before
+        ``close``) or loads the model itself (after ``close``)."""
         return True
 
     @abstractmethod
     def measure_reference(self, request: GenerationRequest, prompt_tokens: int | None) -> dict[str, Any]:
-        """Time plain decoding with the engine's own tool.
-
-        Args:
-            request: the arm's first prompt as its cells sent it (its
-                ``max_tokens`` is the length to time).
-            prompt_tokens: what that prompt came to in the arm's own rows
-                (the context depth its decodes ran at), None if unknown.
-
-        Returns:
-            ``tool`` (as :meth:`Backend.reference_tool` names it),
-            ``tok_per_s`` (the tool's own figure), ``counts`` (one of
-            :data:`REFERENCE_COUNTS`), ``n_tokens``, ``command`` (what ran,
-            as a user would type it) and ``settings`` (the flags that match
-            the arm's); anything else the tool reported may go beside.
-
-        Raises:
-            Exception: the tool failed; the run records the failure in
-                place of the figure and goes on.
-        """
+        """Time plain decoding of ``request`` (its ``max_tokens``) at the
+        arm's prompt depth ``prompt_tokens`` with the engine's own tool:
+        ``tool``, ``tok_per_s``, ``counts`` (:data:`REFERENCE_COUNTS`),
+        ``n_tokens``, ``command`` and ``settings``. A failure raises; the
+        run records it in place of the figure."""
 
 
 class DivergenceExplaining(ABC):
     """Capability of a Drafting backend that tells why a greedy speculative
-    output left its stack's baseline, when it did.
-
-    Greedy speculation keeps the target's output only if the target computes
-    a position's logits the same way alone (the baseline's one-row decodes)
-    as in a verify batch; engines whose kernels depend on the batch's width
-    flip near ties. Such a backend checks every greedy speculative cell that
-    left its baseline (``DrafterContext.reference``) after the cell's clocks
-    stopped, and puts the evidence in ``Generation.engine_report`` under
-    ``"divergence"``: a mapping with ``cause`` (one of
-    ``DIVERGENCE_CAUSES``), the first differing ``token``, and the check's
-    figures (see :mod:`lab.render.divergence`). A backend without it leaves
-    the cause not established.
-    """
+    output left its baseline (kernels that depend on the batch's width flip
+    near ties): after the cell's clocks stop it puts ``cause``
+    (:data:`DIVERGENCE_CAUSES`), the first differing ``token`` and its
+    figures under ``engine_report["divergence"]``."""
 
     @abstractmethod
     def divergence_notes(self) -> dict[str, Any]:
@@ -643,30 +503,22 @@ class DivergenceExplaining(ABC):
         evidence."""
 
 
-# Causes a divergence check can name. "engine batch variance": the same
-# context computed as one row and as a row of a w-row verify picks different
-# tokens (or its KV, computed in batches, does); "engine non-determinism":
-# the engine does not repeat its own one-row decode; "not established": the
-# check could not tell (or the backend has none).
+# "engine batch variance": one row and a verify row pick differently;
+# "engine non-determinism": one-row decodes do not repeat.
 DIVERGENCE_CAUSES = ("engine batch variance", "engine non-determinism", "not established")
 
 
 class Rehearsing(ABC):
-    """Capability of a drafter whose proposals depend on the verify loop's
-    own output, such as the oracle, which replays a transcript: before the
-    timed pass of a greedy cell, :func:`lab.kit.speculative.generate` runs the
-    loop untimed and silent (no events, no clocks) and hands the drafter
-    what it produced, until the drafter wants no more or
-    ``max_rehearsals`` passes ran. Every pass, rehearsed or timed, starts
-    with ``begin`` as usual.
-    """
+    """Capability of a drafter whose proposals depend on the loop's own
+    output (the oracle): before a greedy cell's timed pass the loop runs
+    untimed and silent and hands it the output, until it wants no more or
+    ``max_rehearsals`` passes ran."""
 
     max_rehearsals: ClassVar[int] = 4
 
     @abstractmethod
     def wants_rehearsal(self, prompt_ids: Sequence[int], cell: Cell) -> bool:
-        """Whether another untimed pass of this cell should run before the
-        timed one."""
+        """Whether another untimed pass should run before the timed one."""
 
     @abstractmethod
     def rehearsed(self, output_ids: Sequence[int]) -> None:
@@ -675,10 +527,8 @@ class Rehearsing(ABC):
 
 @dataclass(frozen=True)
 class Draft:
-    """Tokens a drafter proposes. ``probs`` optionally holds, per drafted
-    token, the drafter's full probability distribution over the vocabulary;
-    without it the proposal is treated as certain (one-hot), which is exact for
-    deterministic drafters such as n-gram lookup."""
+    """Tokens a drafter proposes, with its distribution per token in
+    ``probs`` where it has one (else one-hot: exact for n-gram lookup)."""
 
     tokens: tuple[int, ...]
     probs: Sequence[np.ndarray] | None = None
@@ -695,38 +545,26 @@ class DrafterContext:
     threads: int
     seed: int
     temperature: float
-    # Baseline token ids of the same stack for (prompt name, round); None when
-    # no baseline has run. The oracle drafter replays these.
+    # baseline token ids of the same stack for (prompt name, round); None before one ran
     reference: Callable[[str, int], Sequence[int] | None]
     log: Callable[[str], None]
-    # The backend's draft-model factory when it is a DraftModelHost: a
-    # drafter that runs a model calls it instead of importing an engine.
+    # the DraftModelHost backend's draft-model factory, so a drafter imports no engine
     draft_model: DraftModelFactory | None = None
 
 
 class Drafter(ABC):
-    """Proposes up to k tokens that continue a token context.
-
-    ``begin`` is called once per cell with the prompt token ids (time spent
-    there counts as prompt processing); ``draft`` is called once per step with
-    the whole context (prompt + output so far, including the token the target
-    produced last) and returns at most k tokens. A drafter that keeps state
-    (a draft model's KV cache) must cope with the context being rolled back
-    after rejections: compare with what it saw last time.
-    """
+    """Proposes up to k tokens that continue a context: ``begin`` once per
+    cell with the prompt ids (prompt time), ``draft`` once per step with the
+    whole context so far. A stateful drafter must cope with rollbacks."""
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     options: ClassVar[tuple[Option, ...]] = ()
     # Stacks whose targets it can draft for; None means any (token-level drafters).
     stacks: ClassVar[frozenset[str] | None] = None
-    # Whether it replays a baseline arm's output (DrafterContext.reference):
-    # an arm using it then needs a baseline arm of the same stack.
+    # whether it replays a baseline's output (so its arm needs one of the same stack)
     needs_baseline: ClassVar[bool] = False
-    # Whether what it drafts for a cell depends on the cells before it (a
-    # cache it builds from earlier requests' text). Cold rounds (the default)
-    # call ``forget`` before each measured cell so every round drafts as the
-    # first did; warm rounds let it learn, and the report shows the trend.
+    # whether it learns across cells: cold rounds call ``forget`` before each
     keeps_state: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any], ctx: DrafterContext) -> None:
@@ -736,10 +574,8 @@ class Drafter(ABC):
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
-        """Problems with how the drafter's options go together (one line
-        each; empty: none), as :meth:`Backend.check_options` does for a
-        backend: refused at profile check time with file, line and the
-        arm's ``drafter_options`` key."""
+        """Problems with how the drafter's options go together, as
+        :meth:`Backend.check_options`."""
         return []
 
     def load(self) -> None:
@@ -766,17 +602,15 @@ ROUND_STATES = ("none", "reset", "restart")
 """What :meth:`Backend.round_state` may answer."""
 
 
-# Everything the core reads from a plugin class, per contract class, and
-# what kind of thing it must be (METHOD: something callable). The registry holds every registered class
-# to it at load (lab.registry), the one place a plugin class is inspected;
-# everywhere else the core reads these as plain attributes. Each is
-# declared above with its default, except the names a plugin must give.
+# Everything the core reads from a plugin class and its kind (METHOD: callable):
+# the registry holds each class to it at load, the one place a class is inspected.
 METHOD = "method"
 CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
     Backend: {
         "name": str, "stack": str, "description": str, "options": tuple, "accepts_drafters": bool,
         "sets_acceptance": METHOD, "reference_tool": METHOD,
         "max_overshoot_tokens": int, "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
+        "missing_engine": METHOD,
         "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
         "check_options": METHOD,
     },

@@ -87,7 +87,11 @@ class Registry:
         return checks
 
     def _unknown(self, kind: str, name: str, known: Iterable[str]) -> str:
-        msg = f"unknown {kind} {name!r}; installed: {', '.join(sorted(known)) or 'none'}"
+        import difflib
+
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        msg = f"unknown {kind} {name!r}; {hint}installed: {', '.join(sorted(known)) or 'none'}"
         failed = [e.entry_point for e in self.errors]
         if failed:
             msg += f" (failed to load: {', '.join(failed)}; see `lab plugins`)"

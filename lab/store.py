@@ -37,6 +37,7 @@ from lab.base.events import (
     StepEvent,
     finished_row,
 )
+from lab.base.machine import cpu_name, memory_bytes
 from lab.base.profile import Profile
 from lab.base.row import ResultRow
 from lab.base.rundir import (
@@ -193,6 +194,9 @@ class RunStore:
                 "machine": platform.machine(),
                 "python": sys.version.split()[0],
                 "cpu_count": os.cpu_count(),
+                # what `lab report --compare` tells machines apart by
+                "cpu": cpu_name(),
+                "memory_bytes": memory_bytes(),
             },
             "arm_reports": {},
         }

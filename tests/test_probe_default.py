@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
 import pytest
-from fakes import FakeBackend, fake_plugin
 
 from lab.api import Backend, Probing
 from lab.base import probe as probes
@@ -23,7 +22,8 @@ from lab.registry import Registry, load_registry
 from lab.render.report import load_for_report, render_markdown
 from lab.runner import Runner
 from lab.store import RunStore
-from lab.telemetry import bandwidth
+from lab.telemetry import bandwidth, contention
+from tests.fakes import FakeBackend, fake_plugin
 
 
 class ProbingFake(FakeBackend, Probing):
@@ -59,6 +59,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("LAB_CACHE_DIR", str(root))
     monkeypatch.setattr(bandwidth, "_measure", lambda threads: (5e9, "fixed for the test"))
+    # the load a cached probe is reused beside: held still, whatever else runs here
+    monkeypatch.setattr(contention, "others_busy_cores", lambda window_s=0.3: 0.0)
     ProbingFake.calls.clear()
     return root / "probes"
 
@@ -260,3 +262,34 @@ def test_a_probe_measured_on_a_busy_machine_serves_its_run_but_is_not_cached(
     assert list(cache.glob("bandwidth-*.json")) == []  # the bandwidth measured with it is dropped too
     driver.obtain(spec, registry)
     assert len(ProbingFake.calls) == 2 * driver.DEFAULT_REPEATS  # measured again, not read back
+
+
+def _stored(tmp_path: Path, others: float | None) -> probes.Probe:
+    origin: dict[str, Any] = {"source": "measured"}
+    if others is not None:
+        origin["others_cores"] = others
+    return probes.Probe(backend="fake-probing", model="", method="m", widths=(1, 2), seconds=((0.01, 0.012),),
+                        created="2026-12-06T00:00:00+0000", machine={}, origin=origin)
+
+
+@pytest.mark.parametrize(("then", "now", "reused"), [
+    (0.1, 0.3, True),    # quiet then, quiet now
+    (1.0, 0.0, False),   # measured beside a busy core, the machine is quiet now
+    (0.0, 1.9, False),   # measured quiet, the machine is busy now
+    (None, 0.2, True),   # saved before loads were kept: reused on a quiet machine
+    (None, 1.5, False),  # ... and measured again on a busy one
+])
+def test_a_cached_probe_is_reused_only_beside_the_load_it_was_measured_beside(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, then: float | None, now: float, reused: bool) -> None:
+    monkeypatch.setattr(contention, "others_busy_cores", lambda window_s=0.3: now)
+    assert driver._same_load(_stored(tmp_path, then)) is reused
+
+
+def test_threads_zero_is_keyed_by_the_cores_it_means(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.base import machine
+
+    cores = machine.available_cores()
+    spec = driver.ProbeSpec("llamacpp", "embedded:smollm2", 0, {}, (1, 2))
+    assert spec.key() == driver.ProbeSpec("llamacpp", "embedded:smollm2", cores, {}, (1, 2)).key()
+    if cores > 1:
+        assert spec.key() != driver.ProbeSpec("llamacpp", "embedded:smollm2", 1, {}, (1, 2)).key()

@@ -107,7 +107,9 @@ def test_summaries_explain_each_arm(run_dir: Path) -> None:
 def test_markdown_report(run_dir: Path) -> None:
     md = render(load_for_report(run_dir), "md")
     # the write-ups' table: arms down, prompts across, every round
-    assert "| arm | prose | code | acceptance (prose / code) | verdict |" in md
+    # each prompt's column says what its figures are: one tok/s per round, then the change
+    assert ("| arm | prose: tok/s r1 / r2 (change vs baseline) | code: tok/s r1 / r2 (change vs baseline) | "
+            "acceptance (prose / code) | verdict |") in md
     good_line = next(line for line in md.splitlines() if line.startswith("| good | "))
     assert good_line.count(" / ") >= 3 and "pays" in good_line
     assert "## Why: the step arithmetic" in md

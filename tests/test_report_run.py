@@ -85,7 +85,7 @@ def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
     data = load_for_report(a)
     assert data["probe"] is not None and data["steps"]
     md = render(data, "md")
-    assert "| arm | prose | acceptance (prose) | verdict |" in md
+    assert "| arm | prose: tok/s r1 / r2 (change vs baseline) | acceptance (prose) | verdict |" in md
     # the oracle replays the baseline: every draft position accepted
     assert "| oracle | prose | conditional" in md
     conditional = next(line for line in md.splitlines() if line.startswith("| oracle | prose | conditional"))

@@ -137,10 +137,94 @@ def warnings(data_a: Mapping[str, Any], data_b: Mapping[str, Any], rows: list[di
                 f"baseline {r['arm']} on {r['prompt']} moved {r['tok_per_s_change'] * 100:+.0f}% "
                 f"(noise ±{r['tok_per_s_noise'] * 100:.0f}%): the speedups of the arms measured against it "
                 "moved with the machine, not only with their drafters")
-    machine_a, machine_b = data_a.get("machine"), data_b.get("machine")
-    if machine_a and machine_b and machine_a != machine_b:
-        out.append("the runs come from different machines: " + "; ".join(
-            _changed_keys(machine_a, machine_b, sorted(set(machine_a) | set(machine_b)))))
+    identity = identity_differences(data_a, data_b)
+    if identity:
+        out.append("the runs come from different machines: " + "; ".join(identity))
+    conditions = condition_differences(data_a, data_b)
+    if conditions:
+        out.append("the runs ran under other conditions: " + "; ".join(conditions))
+    return out
+
+
+def machine_identity(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run's machine is, apart from how it ran: CPU model, cores,
+    memory, GPUs (from its rows), OS and architecture; a key the run did
+    not record is absent (an older run directory)."""
+    machine = data.get("machine") if isinstance(data.get("machine"), Mapping) else {}
+    assert isinstance(machine, Mapping)
+    out: dict[str, Any] = {k: machine[k] for k in ("cpu", "cpu_count", "memory_bytes", "platform", "machine")
+                           if machine.get(k) is not None}
+    gpus = sorted({str(r["gpu_name"]) for r in data.get("results") or () if isinstance(r, Mapping) and r.get("gpu_name")})
+    if gpus:
+        out["gpus"] = gpus
+    return out
+
+
+# What each identity key is called in words.
+_IDENTITY_WORDS = {"cpu": "CPU", "cpu_count": "cores", "memory_bytes": "memory", "platform": "OS",
+                   "machine": "architecture", "gpus": "GPU"}
+
+
+def _said(key: str, value: Any) -> str:
+    if value is None:
+        return "not recorded"
+    if key == "memory_bytes" and isinstance(value, (int, float)):
+        return f"{value / 2**30:.1f} GiB"
+    if key == "gpus":
+        return ", ".join(value) if value else "none"
+    return str(value)
+
+
+def identity_differences(data_a: Mapping[str, Any], data_b: Mapping[str, Any]) -> list[str]:
+    """How the two runs' machines differ, in words (``CPU 'X' in A, 'Y' in
+    B``); a key only one run recorded is not a difference, except GPUs
+    (a run on the CPU records none)."""
+    a, b = machine_identity(data_a), machine_identity(data_b)
+    out = []
+    for key, word in _IDENTITY_WORDS.items():
+        if key == "gpus":
+            va, vb = a.get(key, []), b.get(key, [])
+        elif key not in a or key not in b:
+            continue
+        else:
+            va, vb = a[key], b[key]
+        if va != vb:
+            out.append(f"{word} {_said(key, va)} in A, {_said(key, vb)} in B")
+    return out
+
+
+# Other processes' busy cores two runs may differ by and still ran alike.
+LOAD_SLACK_CORES = 0.5
+
+
+def condition_differences(data_a: Mapping[str, Any], data_b: Mapping[str, Any]) -> list[str]:
+    """How the two runs ran differently on their machines, in words: the
+    cores ``threads = 0`` gave the engines, the other work beside them,
+    the Python."""
+    def threads(data: Mapping[str, Any]) -> Mapping[str, Any]:
+        machine = data.get("machine") if isinstance(data.get("machine"), Mapping) else {}
+        t = machine.get("threads") if isinstance(machine, Mapping) else None
+        return t if isinstance(t, Mapping) else {}
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    ta, tb = threads(data_a), threads(data_b)
+    out = []
+    if number(ta.get("used")) and number(tb.get("used")) and ta["used"] != tb["used"]:
+        out.append(f"threads = 0 gave the engines {ta['used']} of {ta.get('cores', '?')} cores in A and "
+                   f"{tb['used']} of {tb.get('cores', '?')} in B")
+    oa, ob = ta.get("others_cores"), tb.get("others_cores")
+    if isinstance(oa, (int, float)) and isinstance(ob, (int, float)) and abs(oa - ob) > LOAD_SLACK_CORES:
+        out.append(f"other processes kept {oa:.2f} cores busy as A started and {ob:.2f} as B did")
+    busy_a = sum(1 for r in data_a.get("results") or () if isinstance(r, Mapping) and r.get("contended"))
+    busy_b = sum(1 for r in data_b.get("results") or () if isinstance(r, Mapping) and r.get("contended"))
+    if bool(busy_a) != bool(busy_b):
+        out.append(f"{busy_a} cells ran beside other work in A, {busy_b} in B")
+    ma, mb = data_a.get("machine") or {}, data_b.get("machine") or {}
+    if isinstance(ma, Mapping) and isinstance(mb, Mapping) and ma.get("python") and mb.get("python") \
+            and ma["python"] != mb["python"]:
+        out.append(f"Python {ma['python']} in A, {mb['python']} in B")
     return out
 
 

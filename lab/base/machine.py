@@ -31,6 +31,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def memory_bytes() -> int | None:
+    """The machine's physical memory, or None where it cannot be read."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - an unreadable figure is not recorded
+        return None
+
+
 def machine_info() -> dict[str, Any]:
     """What a saved probe records of the machine that measured it."""
     return {

@@ -89,8 +89,25 @@ def checked_profile(path: str, registry: Registry) -> Profile | None:
     try:
         profile = check_profile(path, registry)
     except ProfileError as exc:
-        print(f"lab: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"lab: {problem}", file=sys.stderr)
+        if len(exc.problems) > 1:
+            print(f"lab: {len(exc.problems)} problems in {printable(path)}", file=sys.stderr)
         return None
     for line in option_warnings(profile, registry):
         print(f"lab: warning: {printable(line)}", file=sys.stderr)
     return profile
+
+
+def engines_ready(profile: Profile, registry: Registry, then: str = "run") -> bool:
+    """Whether every arm's engine can load here; each one that cannot is
+    printed (the arms, what is missing, the command that installs it)."""
+    from lab.profile.engines import missing_engines
+
+    problems = missing_engines(profile, registry)
+    for problem in problems:
+        print(f"lab: {problem.line()}", file=sys.stderr)
+    if problems:
+        print(f"lab: {'nothing was run; ' if then == 'run' else ''}install what is missing "
+              f"(`lab doctor` lists every engine), then {then} again", file=sys.stderr)
+    return not problems

@@ -31,7 +31,8 @@ def run_checks(registry: Registry | None = None) -> list[Check]:
         path = models.embedded_smollm2()
         checks.append(Check("embedded:smollm2", True, str(path)))
     except models.ModelNotFound as exc:
-        checks.append(Check("embedded:smollm2", False, str(exc), exc.fix))
+        # the fix goes on its own line, once
+        checks.append(Check("embedded:smollm2", False, str(exc).split(" (fix: ")[0], exc.fix))
     checks.append(Check("plugins", not reg.errors, f"{len(reg.backends)} backends, {len(reg.drafters)} drafters, "
                         f"{len(reg.models)} models"
                         + (f"; load errors: {', '.join(e.entry_point for e in reg.errors)}" if reg.errors else ""),

@@ -1,5 +1,6 @@
 """``lab plugins``: the installed backends and drafters with their
-options, the limits every profile is held to, and plugins that failed."""
+options, the built-in models, the limits every profile is held to, and
+plugins that failed."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         say(f"  {name}  [{runs_on}; {state}]  {dcls.description}")
         for opt in dcls.options:
             say(f"      {opt.describe()}")
+    from lab.kit.models import known_models
+
+    say("models (built-in references a profile's model = ... may name; a path works too):")
+    for ref in known_models():
+        say(f"  {ref}")
     # what every profile is held to before an engine starts, beside the plugins' own ranges
     say("profile limits:")
     for key, bound in describe_limits().items():

@@ -7,9 +7,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from lab.base.events import Listener
+from lab.analysis.comparable import headline
+from lab.base.events import Listener, RunStarted
 from lab.base.textsafe import PrintableStream, printable
-from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Context, checked_profile, load_errors_line, sigterm_as_interrupt
+from lab.cli.context import (
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    Context,
+    checked_profile,
+    engines_ready,
+    load_errors_line,
+    sigterm_as_interrupt,
+)
 from lab.cli.progress import Progress, table
 from lab.render.report import ReportWriter
 from lab.runner import Runner
@@ -30,6 +39,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     profile = checked_profile(args.profile, registry)
     if profile is None:
         return 2
+    term: list[int] = []
+    try:
+        # an arm whose engine cannot load is refused before anything is measured or saved
+        with sigterm_as_interrupt() as term:
+            ready = engines_ready(profile, registry)
+    except KeyboardInterrupt:
+        print(f"\nlab: {'terminated (SIGTERM)' if term else 'interrupted'} before the run started", file=sys.stderr)
+        return EXIT_SIGTERM if term else EXIT_SIGINT
+    if not ready:
+        return 2
     try:
         store = RunStore(profile, args.out, on_moved=_say_moved)
     except StoreError as exc:
@@ -39,8 +58,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     listeners: list[Listener] = [report]
     if not args.quiet:
         listeners.append(Progress(PrintableStream(sys.stderr)))  # type: ignore[arg-type]
+    # how threads = 0 was resolved: the summary's headline needs it
+    started: list[RunStarted] = []
+    listeners.append(lambda event: started.append(event) if isinstance(event, RunStarted) else None)
     runner = Runner(profile, registry, store, listeners)
-    term: list[int] = []
     try:
         with sigterm_as_interrupt() as term:
             results = runner.run()
@@ -49,15 +70,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(f"\nlab: {how}; what was measured is in {printable(store.path)}, the rest is cancelled",
               file=sys.stderr)
         return EXIT_SIGTERM if term else EXIT_SIGINT
+    top = headline(results, started[0].threads if started else None)
+    if top:
+        print(printable(top))
     print(printable(table(results), keep="\n"))
     if report.error:
+        # a run whose report could not be written did not end well, whatever its rows
         print(f"lab: {printable(report.error)}", file=sys.stderr)
     if store.memory_only:
         print(f"\nlab: {printable(store.path)} holds the run only up to where writing failed (see above); "
               "the table above has every row", file=sys.stderr)
         return 1
     print(f"\nsaved: {printable(store.path)}")
-    return 0
+    return 1 if report.error else 0
 
 
 def _say_moved(failed: Path, now: Path | None, reason: str) -> None:

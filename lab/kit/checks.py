@@ -1,8 +1,12 @@
-"""What a plugin's ``lab_doctor_checks`` hook builds its checks from."""
+"""What plugins build their checks from: the doctor's lines (``lab_doctor_checks``) and
+whether an engine imports (``Backend.missing_engine``)."""
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
+import threading
 from importlib.metadata import PackageNotFoundError, version
 
 from lab.api import Check
@@ -18,3 +22,55 @@ def package_check(dist: str, module: str, fix: str, required: bool = False) -> C
     except PackageNotFoundError:
         v = "?"
     return Check(dist, True, f"{v}", "", required)
+
+
+# The child's script: import each module named on its command line, print the
+# first failure's type and message, exit 1 on one.
+_IMPORT_CHILD = (
+    "import importlib, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    try:\n"
+    "        importlib.import_module(name)\n"
+    "    except BaseException as exc:\n"
+    "        print(f'importing {name} failed: {type(exc).__name__}: {exc}'[:400])\n"
+    "        sys.exit(1)\n"
+)
+_import_results: dict[tuple[str, ...], str | None] = {}
+_import_lock = threading.Lock()
+
+
+def import_failure(*modules: str, found: tuple[str, ...] = (), timeout: float = 120.0) -> str | None:
+    """Why ``modules`` do not import in this environment (``importing mlx
+    failed: ImportError: ...``), or None when they all do. Tried in a child
+    interpreter, so that an engine's import (its native library, its
+    threads) never lands in the lab's process and a broken one cannot take
+    it down; remembered for the life of the process. The child is killed on
+    every way out (Ctrl-C, SIGTERM turned into one, a timeout). ``found``:
+    modules only looked up, not imported (one whose import costs seconds)."""
+    key = (*modules, "|", *found)
+    with _import_lock:
+        if key in _import_results:
+            return _import_results[key]
+    absent = [m.split(".")[0] for m in (*modules, *found) if not _installed(m.split(".")[0])]
+    if absent:
+        why: str | None = f"{absent[0]} is not installed"
+    else:
+        try:
+            done = subprocess.run([sys.executable, "-c", _IMPORT_CHILD, *modules], capture_output=True, text=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            why = f"importing {', '.join(modules)} took over {timeout:.0f} s"
+        else:
+            said = [ln for ln in done.stdout.splitlines() if ln.strip()]
+            lines = said or [ln for ln in done.stderr.splitlines() if ln.strip()]
+            why = None if done.returncode == 0 else (lines[-1] if lines else f"the import exited {done.returncode}")
+    with _import_lock:
+        _import_results[key] = why
+    return why
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False

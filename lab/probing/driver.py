@@ -255,7 +255,9 @@ class ProbeSpec:
         return at_depth | {
             "kind": KIND, "version": VERSION, "cache_version": CACHE_VERSION,
             "backend": self.backend, "model": self.model, "model_file": _model_file_identity(self.model),
-            "threads": self.threads, "options": {k: self.options[k] for k in sorted(self.options)},
+            # threads = 0 is keyed by the cores it means here: a curve of 1 thread never stands for 2
+            "threads": self.threads or machine.available_cores(),
+            "options": {k: self.options[k] for k in sorted(self.options)},
             "machine": machine_identity(),
         }
 
@@ -275,6 +277,23 @@ def _model_file_identity(model: str) -> list[Any] | None:
     except Exception:  # noqa: BLE001 - a model that does not resolve keys on its reference alone
         return None
     return [path.name, st.st_size, st.st_mtime_ns]
+
+
+# Other processes' busy cores a cached probe's may differ from now's and
+# still be reused: beyond, the curve was measured under other conditions.
+LOAD_SLACK_CORES = 0.5
+
+
+def _same_load(found: Probe) -> bool:
+    """Whether the machine is as loaded now as when ``found`` was measured
+    (a probe saved without its load is reused only on a quiet machine)."""
+    from lab.telemetry.contention import others_busy_cores
+
+    then = found.origin.get("others_cores")
+    now = others_busy_cores()
+    if not isinstance(then, (int, float)) or isinstance(then, bool):
+        return now <= LOAD_SLACK_CORES
+    return abs(now - float(then)) <= LOAD_SLACK_CORES
 
 
 def plan(arms: Sequence[Any], threads: int, registry: Registry,
@@ -368,6 +387,8 @@ def obtain(
     from lab.telemetry.bandwidth import machine_bandwidth
 
     found = cached(spec, root)
+    if found is not None and not _same_load(found):
+        found = None  # measured beside other work than now: not this run's conditions, measured again
     if found is not None:
         bw = machine_bandwidth(threads=spec.threads or None, root=root)
         import dataclasses
@@ -403,6 +424,8 @@ def obtain(
         "bandwidth": {"bytes_s": bw.bytes_s, "method": bw.method, "cached": bw.cached, "measured": bw.measured},
         "key": spec.key(), "identity": spec.identity(),
     }
+    # the load it was measured beside: a later run reuses it only beside the same
+    origin["others_cores"] = round(busy.others_cores, 2)
     if busy.contended:
         origin["busy"] = busy.note()
     p = dataclasses.replace(p, bandwidth_bytes_s=bw.bytes_s, origin=origin)

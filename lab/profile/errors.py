@@ -1,6 +1,9 @@
 """ProfileError and where it points: file, line, key path.
 
-Every refusal of a profile is one ProfileError. Profile text echoed in a
+Every refusal of a profile is one ProfileError; a profile with several
+independent problems is refused with all of them at once (a
+:class:`ProfileErrors`, filled by a :class:`Problems` as the checks go on
+past each part that failed). Profile text echoed in a
 message (names, values, paths) is escaped first, so a hostile profile cannot
 put terminal escape sequences or fake lines on the user's screen.
 """
@@ -8,7 +11,7 @@ put terminal escape sequences or fake lines on the user's screen.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from lab.base.textsafe import printable
 
@@ -16,6 +19,8 @@ KeyPath = Sequence["str | int"]
 
 # What a message quotes from a profile at most; the rest is elided.
 SHOWN_CHARS = 80
+# Problems a refusal prints at most (a generated profile can hold thousands).
+MAX_SHOWN_PROBLEMS = 50
 
 
 def clean(text: str) -> str:
@@ -59,6 +64,61 @@ class ProfileError(ValueError):
         where = f"{clean(path)}:{line}" if line else clean(path)
         at = f" [{clean(key)}]" if key else ""
         super().__init__(f"{where}:{at} {clean(message)}")
+
+    @property
+    def problems(self) -> tuple[ProfileError, ...]:
+        """Every problem this refusal holds, root causes first: this one alone."""
+        return (self,)
+
+
+class ProfileErrors(ProfileError):
+    """A profile refused for several problems: the first one's file, line
+    and key, and every problem, one line each, in :attr:`problems`."""
+
+    def __init__(self, errors: Sequence[ProfileError]) -> None:
+        first = errors[0]
+        super().__init__(first.path, first.key, first.message, first.line)
+        self._problems = tuple(errors)
+        shown_lines = [str(e) for e in errors[:MAX_SHOWN_PROBLEMS]]
+        if len(errors) > MAX_SHOWN_PROBLEMS:
+            shown_lines.append(f"... and {len(errors) - MAX_SHOWN_PROBLEMS} more problems")
+        self.args = ("\n".join(shown_lines),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    @property
+    def problems(self) -> tuple[ProfileError, ...]:
+        return self._problems
+
+
+T = TypeVar("T")
+
+
+class Problems:
+    """The problems found so far in one profile: :meth:`attempt` runs one
+    independent part of the check and keeps its refusal instead of raising
+    it, so the next part is checked too."""
+
+    def __init__(self) -> None:
+        self.errors: list[ProfileError] = []
+
+    def attempt(self, check: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        """``check(*args, **kwargs)``, or None when it refused (kept)."""
+        try:
+            return check(*args, **kwargs)
+        except ProfileError as exc:
+            seen = {str(e) for e in self.errors}
+            # the arms of one sweep share their entry's problems: each said once
+            self.errors.extend(e for e in exc.problems if str(e) not in seen)
+            return None
+
+    def raise_any(self) -> None:
+        """Refuse the profile with every problem kept, if any."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ProfileErrors(self.errors)
 
 
 class Locator:

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from lab.base.profile import Arm, Profile, Prompt, RunSettings
 from lab.profile.baselines import infer_baselines
-from lab.profile.errors import ProfileError, Source, shown
-from lab.profile.read import parse_toml, read_profile_text
-from lab.profile.sweeps import expand
+from lab.profile.errors import Problems, ProfileError, Source, shown
+from lab.profile.read import closest, parse_toml, read_profile_text
+from lab.profile.sweeps import ArmDraft, expand
+from lab.profile.urls import url_refusal
 from lab.profile.validate import check_arm, validate
 
 if TYPE_CHECKING:
@@ -35,27 +36,45 @@ __all__ = [
 ]
 
 
-def load_profile(path: str | Path, registry: Registry | None = None) -> Profile:
+def load_profile(path: str | Path, registry: Registry | None = None, models: bool = False) -> Profile:
     """Read and validate a profile. With a registry, backend and drafter names
-    and their options are checked too (the runner always passes one)."""
+    and their options are checked too (the runner always passes one);
+    ``models``: every model it names exists (:func:`check_profile`)."""
     text = read_profile_text(path)
-    return parse_profile(text, str(path), registry, default_name=Path(path).stem)
+    return parse_profile(text, str(path), registry, default_name=Path(path).stem, models=models)
 
 
 def parse_profile(
-    text: str, path: str = "<profile>", registry: Registry | None = None, default_name: str = "profile"
+    text: str, path: str = "<profile>", registry: Registry | None = None, default_name: str = "profile",
+    models: bool = False,
 ) -> Profile:
     """A profile from its TOML text; ``path`` names it in errors and anchors
-    the files it reads."""
+    the files it reads. Every independent problem is found before the
+    profile is refused (one ProfileError holding them all), root causes
+    first: an arm's own model and options before the baselines that pair
+    arms by them."""
     src = Source(path, text)
     data = parse_toml(src)
-    checked = validate(src, data, registry, default_name)
-    drafts = expand(src, checked.arms)
+    probs = Problems()
+    checked = validate(src, data, registry, default_name, probs)
+    drafts = probs.attempt(expand, src, checked.arms) or []
     for draft in drafts:
-        check_arm(src, draft, registry)
-    arms = infer_baselines(src, drafts, registry)
-    if checked.run.reference and registry is not None:
-        _check_reference(src, arms, registry)
+        probs.attempt(check_arm, src, draft, registry)
+    if registry is not None and models:
+        for draft in drafts:
+            probs.attempt(_check_arm_models, src, draft, registry)
+    own = len(probs.errors)
+    # in the file's order: each arm's own problems read top to bottom
+    probs.errors.sort(key=lambda e: e.line or 0)
+    arms = probs.attempt(infer_baselines, src, drafts, registry)
+    if arms is not None and checked.run.reference and registry is not None:
+        probs.attempt(_check_reference, src, arms, registry)
+    if own:
+        # pairing arms by stack and model goes wrong where an arm's own key did
+        probs.errors[own:] = [ProfileError(e.path, e.key, f"{e.message} (this may follow from a problem above)", e.line)
+                              for e in probs.errors[own:]]
+    probs.raise_any()
+    assert arms is not None
     return Profile(checked.name, path, checked.description, checked.run, checked.prompts, arms, text)
 
 
@@ -76,24 +95,25 @@ def check_profile(path: str | Path, registry: Registry) -> Profile:
     :func:`load_profile` with the plugins, then every model it names exists
     (a built-in ``embedded:`` / ``tiny:`` name the lab knows, or a path that
     is there). Built-in models are not built here."""
-    profile = load_profile(path, registry)
-    src = Source(str(path), profile.source)
-    entries = list(dict.fromkeys(a.group for a in profile.arms))
-    for arm in profile.arms:
-        key: list[str | int] = ["arms", entries.index(arm.group)]
-        if arm.model is not None:
-            _check_model(src, arm.model, [*key, "model"])
-        for table, values, declared in _model_options(arm, registry):
-            for name, value in values.items():
-                option = declared.get(name)
-                if isinstance(value, str) and option is not None and option.model_ref:
-                    _check_model(src, value, [*key, table, name])
-        # A backend may refuse a combination its options' types cannot say
-        # (llama-server bound beyond loopback without the profile allowing it).
-        refused = registry.backend(arm.backend).refuse_options(arm.options)
-        if refused:
-            raise src.error([*key, "options", refused[0]], refused[1])
-    return profile
+    return load_profile(path, registry, models=True)
+
+
+def _check_arm_models(src: Source, arm: ArmDraft, registry: Registry) -> None:
+    """Every model one expanded arm names exists; then what its backend
+    refuses of its options (llama-server bound beyond loopback without the
+    profile allowing it), which no option's type can say."""
+    key: list[str | int] = ["arms", arm.index]
+    if arm.model is not None:
+        _check_model(src, arm.model, [*key, "model"])
+    for table, values, declared in _model_options(arm, registry):
+        for name, value in values.items():
+            option = declared.get(name)
+            if isinstance(value, str) and option is not None and option.model_ref:
+                _check_model(src, value, [*key, table, name])
+    backend = registry.backend(arm.backend)
+    refused = url_refusal(backend.options, arm.options) or backend.refuse_options(arm.options)
+    if refused:
+        raise src.error([*key, "options", refused[0]], refused[1])
 
 
 def option_warnings(profile: Profile, registry: Registry) -> list[str]:
@@ -130,6 +150,10 @@ def _check_model(src: Source, ref: str, key: Sequence[str | int]) -> None:
     if there:
         return
     if re.match(r"[A-Za-z][A-Za-z0-9_-]+:", ref):
+        hint = closest(ref, known)
+        if hint:
+            raise src.error(key, f"no built-in model {shown(ref)}; did you mean {hint!r}? (`lab plugins` lists "
+                                 f"all {len(known)} built-in models)")
         raise src.error(key, f"no built-in model {shown(ref)}; known: {', '.join(known)}")
     raise src.error(key, f"model {shown(ref)}: no such file or directory (a model path is read from the "
                          "profile's directory)")

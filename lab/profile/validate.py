@@ -17,7 +17,7 @@ from lab.base import draft_policy
 from lab.base.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
 from lab.base.profile import Prompt, RunSettings
 from lab.profile import acceptance_key, files
-from lab.profile.errors import KeyPath, Source, shown
+from lab.profile.errors import KeyPath, Problems, Source, shown
 from lab.profile.errors import clean as clean_text
 from lab.profile.names import UniqueNames, name_problem
 from lab.profile.options import check_options, check_requires
@@ -68,15 +68,28 @@ class Checked:
     arms: tuple[ArmEntry, ...]
 
 
-def validate(src: Source, data: dict[str, Any], registry: Registry | None, default_name: str) -> Checked:
-    no_unknown(src, data, TOP_KEYS, [])
-    name, description = validate_meta(src, data.get("profile", {}), default_name)
-    run = validate_run(src, data.get("run", {}))
-    prompts = validate_prompts(src, data.get("prompts"), run)
-    arms = validate_arms(src, data.get("arms"), registry, run)
+def validate(src: Source, data: dict[str, Any], registry: Registry | None, default_name: str,
+             problems: Problems | None = None) -> Checked:
+    """The checked tables. With ``problems``, each table, prompt and arm is
+    checked on past the ones that failed, whose refusals are kept there (a
+    part that failed is left out of what is returned); without, the first
+    refusal is raised."""
+    probs = problems if problems is not None else Problems()
+    probs.attempt(no_unknown, src, data, TOP_KEYS, [])
+    meta = probs.attempt(validate_meta, src, data.get("profile", {}), default_name)
+    name, description = meta if meta is not None else (default_name, "")
+    raw_run = data.get("run", {})
+    # a [run] refused for one key still says whether files outside may be read: the
+    # prompts and arms are checked as it asked, not refused for what it allowed
+    run = probs.attempt(validate_run, src, raw_run) or RunSettings(
+        allow_outside_paths=isinstance(raw_run, dict) and raw_run.get("allow_outside_paths") is True)
+    prompts = probs.attempt(validate_prompts, src, data.get("prompts"), run, probs) or ()
+    arms = probs.attempt(validate_arms, src, data.get("arms"), registry, run, probs) or ()
     names = tuple(p.name for p in prompts)
     for entry in arms:
-        acceptance_key.check_prompts(src, entry.acceptance, names, ["arms", entry.index, "acceptance"])
+        probs.attempt(acceptance_key.check_prompts, src, entry.acceptance, names, ["arms", entry.index, "acceptance"])
+    if problems is None:
+        probs.raise_any()
     return Checked(name, description, run, prompts, arms)
 
 
@@ -119,7 +132,7 @@ def validate_run(src: Source, raw: Any) -> RunSettings:
     return settings
 
 
-def validate_prompts(src: Source, raw: Any, run: RunSettings) -> tuple[Prompt, ...]:
+def validate_prompts(src: Source, raw: Any, run: RunSettings, problems: Problems | None = None) -> tuple[Prompt, ...]:
     if raw is None:
         raise src.error(["prompts"], "a profile needs at least one [[prompts]] entry")
     if not isinstance(raw, list) or not raw:
@@ -131,63 +144,75 @@ def validate_prompts(src: Source, raw: Any, run: RunSettings) -> tuple[Prompt, .
     out: list[Prompt] = []
     names = UniqueNames()
     for i, item in enumerate(raw):
-        key: list[str | int] = ["prompts", i]
-        t = table(src, item, key)
-        if "suite" in t:
-            no_unknown(src, t, (*SUITE_KEYS, "text", "file"), key)
-            for p in expand_suite(src, t, key, allow):
-                earlier = names.clash(p.name)
-                if earlier is not None:
-                    raise src.error([*key, "suite"], f"suite prompt {shown(p.name)} clashes with prompt {shown(earlier)}; give the line a name = \"...\" prefix")
-                out.append(p)
-            if len(out) > MAX_PROMPTS:
-                raise src.error([*key, "suite"], f"{len(out)} prompts after this suite; a profile may have at most {MAX_PROMPTS}")
-            continue
-        no_unknown(src, t, (*PROMPT_KEYS, *SUITE_KEYS), key)
-        for k in SUITE_ONLY_KEYS:
-            if k in t:
-                raise src.error([*key, k], f"{k!r} goes with suite = \"...\" (a line that names a prompt suite)")
-        if "name" not in t:
-            raise src.error([*key, "name"], "missing key 'name'")
-        name = typed(src, t["name"], (str,), [*key, "name"])
-        problem = name_problem(name)
-        if problem:
-            raise src.error([*key, "name"], f"prompt name {shown(name)}: {problem}")
-        earlier = names.clash(name)
-        if earlier is not None:
-            how = "duplicate prompt name" if earlier == name else f"prompt name differs from {shown(earlier)} only by case:"
-            raise src.error([*key, "name"], f"{how} {shown(name)}")
-        if ("text" in t) == ("file" in t):
-            raise src.error([*key, "text"], "give exactly one of 'text' or 'file'")
-        if "file" in t:
-            text_key: KeyPath = [*key, "file"]
-            value = typed(src, t["file"], (str,), text_key)
-            text = files.read_prompt(src, base, value, text_key, allow)
+        if problems is None:
+            _prompt_entry(src, i, item, base, allow, names, out)
         else:
-            text_key = [*key, "text"]
-            text = typed(src, t["text"], (str,), text_key)
-        if not text.strip():
-            raise src.error(text_key, "prompt text is empty")
-        if "\x00" in text:
-            raise src.error(text_key, "prompt text holds a NUL character")
-        system = t.get("system")
-        if system is not None:
-            typed(src, system, (str,), [*key, "system"])
-            if "\x00" in system:
-                raise src.error([*key, "system"], "the system prompt holds a NUL character")
-        out.append(Prompt(name, text, system))
+            problems.attempt(_prompt_entry, src, i, item, base, allow, names, out)
     return tuple(out)
 
 
+def _prompt_entry(src: Source, i: int, item: Any, base: Any, allow: bool, names: UniqueNames,
+                  out: list[Prompt]) -> None:
+    """One ``[[prompts]]`` entry checked, its prompts added to ``out``."""
+    key: list[str | int] = ["prompts", i]
+    t = table(src, item, key)
+    if "suite" in t:
+        no_unknown(src, t, (*SUITE_KEYS, "text", "file"), key)
+        for p in expand_suite(src, t, key, allow):
+            earlier = names.clash(p.name)
+            if earlier is not None:
+                raise src.error([*key, "suite"], f"suite prompt {shown(p.name)} clashes with prompt {shown(earlier)}; give the line a name = \"...\" prefix")
+            out.append(p)
+        if len(out) > MAX_PROMPTS:
+            raise src.error([*key, "suite"], f"{len(out)} prompts after this suite; a profile may have at most {MAX_PROMPTS}")
+        return
+    no_unknown(src, t, (*PROMPT_KEYS, *SUITE_KEYS), key)
+    for k in SUITE_ONLY_KEYS:
+        if k in t:
+            raise src.error([*key, k], f"{k!r} goes with suite = \"...\" (a line that names a prompt suite)")
+    if "name" not in t:
+        raise src.error([*key, "name"], "missing key 'name'")
+    name = typed(src, t["name"], (str,), [*key, "name"])
+    problem = name_problem(name)
+    if problem:
+        raise src.error([*key, "name"], f"prompt name {shown(name)}: {problem}")
+    earlier = names.clash(name)
+    if earlier is not None:
+        how = "duplicate prompt name" if earlier == name else f"prompt name differs from {shown(earlier)} only by case:"
+        raise src.error([*key, "name"], f"{how} {shown(name)}")
+    if ("text" in t) == ("file" in t):
+        raise src.error([*key, "text"], "give exactly one of 'text' or 'file'")
+    if "file" in t:
+        text_key: KeyPath = [*key, "file"]
+        value = typed(src, t["file"], (str,), text_key)
+        text = files.read_prompt(src, base, value, text_key, allow)
+    else:
+        text_key = [*key, "text"]
+        text = typed(src, t["text"], (str,), text_key)
+    if not text.strip():
+        raise src.error(text_key, "prompt text is empty")
+    if "\x00" in text:
+        raise src.error(text_key, "prompt text holds a NUL character")
+    system = t.get("system")
+    if system is not None:
+        typed(src, system, (str,), [*key, "system"])
+        if "\x00" in system:
+            raise src.error([*key, "system"], "the system prompt holds a NUL character")
+    out.append(Prompt(name, text, system))
+
+
 def validate_arms(
-    src: Source, raw: Any, registry: Registry | None, run: RunSettings | None = None
+    src: Source, raw: Any, registry: Registry | None, run: RunSettings | None = None, problems: Problems | None = None
 ) -> tuple[ArmEntry, ...]:
     if raw is None:
         raise src.error(["arms"], "a profile needs at least one [[arms]] entry")
     if not isinstance(raw, list) or not raw:
         raise src.error(["arms"], "expected an array of tables ([[arms]])")
     allow = files.outside_allowed(run.allow_outside_paths if run is not None else False)
-    return tuple(validate_arm(src, i, item, registry, allow) for i, item in enumerate(raw))
+    if problems is None:
+        return tuple(validate_arm(src, i, item, registry, allow) for i, item in enumerate(raw))
+    checked = (problems.attempt(validate_arm, src, i, item, registry, allow) for i, item in enumerate(raw))
+    return tuple(entry for entry in checked if entry is not None)
 
 
 def _text(src: Source, t: dict[str, Any], k: str, key: KeyPath) -> str | None:

@@ -15,6 +15,7 @@ from lab.api import (
     EngineOOM,
     Generation,
     GenerationRequest,
+    MissingEngine,
     Option,
     Probing,
     Referencing,
@@ -61,6 +62,14 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
     @classmethod
     def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
         return True  # lab check refuses an arm without one
+
+    @classmethod
+    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        from lab.kit.checks import import_failure
+
+        # importing llama_cpp loads its shared library: both are checked
+        why = import_failure("llama_cpp")
+        return MissingEngine("llama_cpp", why, "bash scripts/setup.sh llamacpp") if why else None
 
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:

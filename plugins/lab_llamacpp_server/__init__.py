@@ -36,10 +36,13 @@ def lab_register_models(register: Callable[..., None]) -> None:
 @hookimpl
 def lab_doctor_checks(register: Callable[[Check], None]) -> None:
     from lab.api import Check
+    from lab.kit.llama_tools import build_command
     from lab_llamacpp_server.binary import ServerNotFound, server_info
 
     # the lookup order arms use: the binary, its build and the spec types it accepts
     try:
         register(Check("llama-server", True, server_info().describe()))
-    except ServerNotFound as exc:
-        register(Check("llama-server", False, str(exc), 'pip install -e ".[llamacpp]" (or brew install llama.cpp)'))
+    except ServerNotFound:
+        # one fix, the command that builds it here; the detail says only what is missing
+        register(Check("llama-server", False, "not found on PATH or in this environment's llama.cpp build "
+                       "(an arm may also name one: options = { server = \"PATH\" })", build_command()))

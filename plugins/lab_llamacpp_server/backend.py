@@ -19,10 +19,20 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option, Probing, Referencing
+from lab.api import (
+    BackendContext,
+    EngineFailure,
+    Generation,
+    GenerationRequest,
+    MissingEngine,
+    Option,
+    Probing,
+    Referencing,
+)
 from lab.base.events import Emit, Status, StatusChanged, TokenEvent, arm_cell, now
 from lab.base.set_acceptance import draw_seed
 from lab.kit import models
+from lab.kit.llama_tools import build_command
 from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
 from lab.kit.server import attach
 from lab.kit.server.attach import ATTACH_OPTIONS
@@ -30,9 +40,9 @@ from lab.kit.server.client import HttpFailure, raise_for_status
 from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
 from lab.kit.server.lifecycle import ServerBackend
 from lab.kit.server.process import ServerProcess, free_port
-from lab.kit.server.sse import parse_sse_lines
+from lab.kit.server.sse import STREAM_OPTIONS, parse_sse_lines
 from lab_llamacpp_server import crosscheck, failures
-from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, server_info
+from lab_llamacpp_server.binary import ServerInfo, ServerNotFound, locate, server_info
 from lab_llamacpp_server.client import LlamaServerClient
 from lab_llamacpp_server.command import (
     COMMON_OPTIONS,
@@ -73,6 +83,7 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
         *COMMON_OPTIONS,
         *ATTACH_OPTIONS,
         *CONCURRENCY_OPTIONS,
+        *STREAM_OPTIONS,
     )
     fixed_spec_type: ClassVar[str | None] = None
     # The server is another process, but on the same cores.
@@ -89,6 +100,16 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
     @classmethod
     def warn_options(cls, arm_options: Mapping[str, Any]) -> list[str]:
         return warn_options(arm_options)
+
+    @classmethod
+    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        if arm_options.get("url"):
+            return None  # an attached server is already running
+        try:
+            locate(arm_options.get("server"))
+        except ServerNotFound as exc:
+            return MissingEngine("llama-server", str(exc).split(": run `")[0], build_command())
+        return None
 
     @classmethod
     def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
@@ -418,7 +439,8 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
 
         try:
             with client.completion(body, stop=cancelled) as lines:
-                streamed = consume(parse_sse_lines(lines), t_sent, live.feed, landed, cancelled)
+                streamed = consume(parse_sse_lines(lines), t_sent, live.feed, landed, cancelled,
+                                   limit=request.max_tokens + self.max_overshoot_tokens)
             log_complete = self._await_request_log(server, req)
             steps = live.finish()
         except (httpx.HTTPError, HttpFailure, StreamError) as exc:
@@ -440,6 +462,9 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
             draft_ms=draft_ms, draft_calls=draft_calls,
         )
         gen.engine_report["server_log_complete"] = log_complete
+        if client.metrics_dropped:
+            gen.engine_report["metrics_dropped"] = (
+                f"/metrics counters that were no finite number, left out: {', '.join(client.metrics_dropped)}")
         gen.engine_report["engine_buffers"] = dict(self.server_log.buffers)
         gen.engine_report.update(self.rendered.report())
         gen.engine_bytes = self.engine_bytes()
@@ -529,6 +554,7 @@ class LlamaMtpBackend(LlamaServerBackend):
         *COMMON_OPTIONS,
         *ATTACH_OPTIONS,
         *CONCURRENCY_OPTIONS,
+        *STREAM_OPTIONS,
     )
 
     def draft_model_ref(self) -> str | None:
@@ -544,4 +570,5 @@ class LlamaDFlashBackend(LlamaServerBackend):
         *COMMON_OPTIONS,
         *ATTACH_OPTIONS,
         *CONCURRENCY_OPTIONS,
+        *STREAM_OPTIONS,
     )

@@ -37,7 +37,11 @@ def lab_register_models(register: RegisterModel) -> None:
 
 @hookimpl
 def lab_doctor_checks(register: Callable[[Check], None]) -> None:
-    from lab.kit.checks import package_check
+    from lab.api import Check
+    from lab.kit.checks import import_failure, package_check
 
-    register(package_check("mlx", "mlx", 'pip install -e ".[mlx]"'))
-    register(package_check("mlx-lm", "mlx_lm", 'pip install -e ".[mlx]"'))
+    # as `lab check` asks (MlxSession.missing_engine): an mlx that is there but does not import is missing
+    fix = "bash scripts/setup.sh mlx"
+    why = import_failure("mlx.core")
+    register(Check("mlx", False, why, fix) if why else package_check("mlx", "mlx", fix))
+    register(package_check("mlx-lm", "mlx_lm", fix))

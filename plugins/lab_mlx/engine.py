@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from queue import Queue
 from typing import Any, Callable, TypeVar
 
@@ -21,14 +22,20 @@ class EngineThread:
     def __init__(self, name: str) -> None:
         self.name = name
         self.stream: Any = None
+        # why the thread could not start MLX: every call raises it
+        self._failed: BaseException | None = None
         self._jobs: Queue[Any] = Queue()
         self._thread = threading.Thread(target=self._loop, name=f"mlx-{name}", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        import mlx.core as mx
+        try:
+            import mlx.core as mx
 
-        self.stream = mx.new_stream(mx.default_device())
+            self.stream = mx.new_stream(mx.default_device())
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller, never a silent dead thread
+            self._failed = exc
+            return
         while True:
             job = self._jobs.get()
             if job is _STOP:
@@ -49,7 +56,22 @@ class EngineThread:
             return fn()
         fut: Future[T] = Future()
         self._jobs.put((fn, fut))
-        return fut.result()
+        # a thread that died (MLX would not import) never answers: waiting
+        # for it would hold the run, and its clean-up, forever
+        while True:
+            try:
+                return fut.result(timeout=0.2)
+            except FutureTimeout:
+                if not self._thread.is_alive() and not fut.done():
+                    if self._failed is not None:
+                        raise self._failed from None
+                    raise RuntimeError(f"the MLX engine thread of {self.name} has ended") from None
+
+    @property
+    def started(self) -> bool:
+        """Whether MLX imported and the thread took work (False once it
+        failed to start)."""
+        return self._failed is None
 
     def close(self) -> None:
         if self._thread.is_alive():

@@ -19,7 +19,15 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from lab.api import BackendContext, EngineCrashed, EngineFailure, EngineOOM, Generation, GenerationRequest
+from lab.api import (
+    BackendContext,
+    EngineCrashed,
+    EngineFailure,
+    EngineOOM,
+    Generation,
+    GenerationRequest,
+    MissingEngine,
+)
 from lab.base.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
 from lab.kit.prompting import ids_report
 from lab.kit.server import attach
@@ -28,7 +36,7 @@ from lab.kit.server.client import HttpFailure, ServerClient, raise_for_status
 from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
 from lab.kit.server.lifecycle import ServerBackend, poll_ready
 from lab.kit.server.process import ServerProcess, free_port
-from lab.kit.server.sse import parse_sse_lines
+from lab.kit.server.sse import STREAM_OPTIONS, parse_sse_lines
 from lab_vllm import metrics
 from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
 from lab_vllm.steptiming import time_steps
@@ -57,11 +65,22 @@ class VllmBackend(ServerBackend[ServerClient]):
     name = "vllm"
     stack = STACK
     description = "a vLLM server (speculative_config: ngram, draft_model, eagle, mtp, ...); counts from its own counters"
-    options: ClassVar = (*OPTIONS, *ATTACH_OPTIONS, *CONCURRENCY_OPTIONS)
+    options: ClassVar = (*OPTIONS, *ATTACH_OPTIONS, *CONCURRENCY_OPTIONS, *STREAM_OPTIONS)
 
     @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return str(arm_options.get("spec_method") or "none") != "none"
+
+    @classmethod
+    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        import importlib.util
+
+        if arm_options.get("url") or arm_options.get("python"):
+            return None  # an attached server, or vLLM in an interpreter of the user's choosing
+        # only looked up: importing vLLM takes tens of seconds (`lab doctor` imports it)
+        if importlib.util.find_spec("vllm") is None:
+            return MissingEngine("vllm", "vllm is not installed", "bash scripts/setup.sh llamacpp,vllm")
+        return None
 
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
@@ -326,6 +345,7 @@ class VllmBackend(ServerBackend[ServerClient]):
 
         assert self._client is not None
         client = ServerClient(self._client.base_url, self._client.headers)
+        client.first_event_s, client.idle_s = self._client.first_event_s, self._client.idle_s
         try:
             start.wait(timeout=60)
             record.t_sent = now()

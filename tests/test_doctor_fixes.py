@@ -1,0 +1,75 @@
+"""``lab doctor``: one fix per problem, and the fix is the command that
+installs what is missing (the llama-server line once said one command in
+its message and another, which does not build it, as its fix)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lab.api import Check
+from lab.kit import llama_tools
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _plugin_checks(plugin: Any) -> list[Check]:
+    """One plugin's doctor lines, through its hook as the registry calls it."""
+    got: list[Check] = []
+    plugin.lab_doctor_checks(register=got.append)
+    return got
+
+
+def test_missing_llama_server_has_one_fix_that_builds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import lab_llamacpp_server
+    import lab_llamacpp_server.binary as binary
+
+    monkeypatch.setattr(binary, "find_llama_tool", lambda name: None)
+    check = next(c for c in _plugin_checks(lab_llamacpp_server) if c.name == "llama-server")
+    assert not check.ok
+    assert check.fix == llama_tools.build_command()
+    # the message says what is missing, not a second command
+    assert "build_llama.sh" not in check.detail and "pip install" not in check.detail
+    # the fix runs the project's build script with a step it has
+    script = llama_tools.BUILD_SCRIPT
+    assert script.exists() and str(script) in check.fix and check.fix.endswith(" tools")
+    assert "bash scripts/build_llama.sh tools" in script.read_text(encoding="utf-8")
+
+
+def test_a_broken_mlx_is_missing_in_doctor_as_in_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An mlx that is installed but does not import is reported missing,
+    with the one command that installs it."""
+    from lab.kit import checks
+
+    monkeypatch.setattr(checks, "_import_results", {("mlx.core", "|"): "importing mlx.core failed: ImportError: x"})
+    import lab_mlx
+
+    check = next(c for c in _plugin_checks(lab_mlx) if c.name == "mlx")
+    assert not check.ok and "ImportError" in check.detail
+    assert check.fix == "bash scripts/setup.sh mlx"
+    assert (ROOT / "scripts" / "setup.sh").exists()
+
+
+@pytest.mark.slow
+def test_every_failed_check_has_one_fix_line_not_repeated_in_its_message(registry, capsys) -> None:
+    """The whole doctor (it imports vLLM in a child: seconds)."""
+    from lab.cli import main
+
+    main(["doctor"], registry=registry)
+    out = capsys.readouterr().out.splitlines()
+    for i, line in enumerate(out):
+        if line.startswith("-- "):
+            fixes = [x for x in out[i + 1:i + 3] if x.strip().startswith("fix:")]
+            assert len(fixes) <= 1, out[i:i + 3]
+            if fixes:
+                assert "fix:" not in line and "(fix" not in line, line
+
+
+def test_setup_script_takes_the_extras_the_fixes_name() -> None:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    for extra in ("mlx", "llamacpp", "vllm"):
+        assert f"\n{extra} = [" in text, extra
+    assert sys.executable
