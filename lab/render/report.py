@@ -16,10 +16,11 @@ import io
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab.analysis import categories, lossless_loader, pass_kinds
+from lab.analysis import categories, comparable, lossless_loader, pass_kinds
 from lab.analysis import run as analysis
 from lab.analysis.reference import compare_references
 from lab.base import economics as breakeven
+from lab.base import rundir
 from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
 from lab.base.row import COLD_FIRST_ROUND, CSV_KEYS
@@ -27,6 +28,8 @@ from lab.base.textsafe import printable
 from lab.base.verdict import BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning
 from lab.render import categories as category_section
 from lab.render import conditions, divergence, serving, set_acceptance
+from lab.render import engines as engines_section
+from lab.render import figure_data as fd
 from lab.render import gpu as gpu_report
 from lab.render import latency as latency_section
 from lab.render import lossless as lossless_lines
@@ -78,7 +81,7 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
         # to the profile's own directory.
         named = (data["profile"].get("run") or {}).get("probe") or data["profile"].get("probe")
         # true / false switch the run's own probe on and off: not a file
-        if isinstance(named, str) and named and p.is_dir() and not (p / probes.PROBE_FILE).exists():
+        if isinstance(named, str) and named and p.is_dir() and not rundir.exists(p / probes.PROBE_FILE):
             where = Path(str(data["profile"].get("path") or ".")).parent
             probe = where / str(named)
             named_by_run = True
@@ -102,6 +105,12 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
         data["probe"] = data["probes"][0] if data["probes"] else None
     if unreadable:
         data["unreadable"] = unreadable
+    if p.is_dir():
+        from lab.render import figures
+
+        drawn = figures.existing(p)
+        if drawn is not None:
+            data["figure_lines"] = figures.markdown_lines(drawn)
     return data
 
 
@@ -109,12 +118,30 @@ def write_report(run_dir: str | Path, data: Mapping[str, Any] | None = None) -> 
     """Render a run directory's report.md from what it saved, with its steps
     and any probe attached (so the per-position acceptance and the
     prediction are in it too)."""
-    path = Path(run_dir) / "report.md"
+    path = Path(run_dir) / rundir.REPORT_FILE
     # a report is read with cat as often as in an editor: whatever a server or
     # a saved run put in it (escape sequences, OSC 52) is written escaped
     shown = load_for_report(run_dir) if data is None else data
+    shown = {**shown, "figure_lines": write_figures(run_dir, shown)}
     path.write_text(printable(render_markdown(shown), keep="\n\t"), encoding="utf-8")
     return path
+
+
+def write_figures(run_dir: str | Path, data: Mapping[str, Any]) -> list[str]:
+    """Draw the run's figures beside its report (lab.render.figures) and
+    return the report's Figures section; figures that cannot be drawn cost
+    themselves, never report.md."""
+    from lab.render import figures
+
+    try:
+        return figures.markdown_lines(figures.write(run_dir, data))
+    except ImportError as exc:
+        return [f"No figures: matplotlib could not be imported ({exc}); `pip install matplotlib` and "
+                "`lab report RUN_DIR --figures` draws them."]
+    except OSError as exc:
+        return [f"No figures: they could not be written in {run_dir} ({exc.strerror or exc})."]
+    except Exception as exc:  # noqa: BLE001 - figures are never worth losing report.md
+        return [f"No figures: drawing failed ({type(exc).__name__}: {str(exc)[:200]})."]
 
 
 def write_acceptance(run_dir: str | Path, data: Mapping[str, Any] | None = None) -> Path | None:
@@ -159,6 +186,9 @@ class ReportWriter:
         except OSError as exc:
             self.error = f"report.md not written in {run_dir}: {exc.strerror or exc}"
             return
+        except Exception as exc:  # noqa: BLE001 - a results file it refuses (too large, damaged) is said, not raised
+            self.error = f"report.md not written in {run_dir}: {type(exc).__name__}: {exc}"
+            return
         try:
             write_acceptance(run_dir, data)
         except OSError as exc:
@@ -178,9 +208,12 @@ def _probe(data: Mapping[str, Any]) -> Any:
 
 # -- Markdown -------------------------------------------------------------------
 
-def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]],
+                   not_comparable: bool = False) -> list[str]:
     """Arms down, prompts across, every round's tok/s and the change against
-    the baseline: the write-ups' results table."""
+    the baseline: the write-ups' results table. ``not_comparable``: the run
+    is not a quiet machine's (:mod:`lab.analysis.comparable`), and every
+    speculative verdict says so."""
     prompts: list[str] = []
     arms: list[str] = []
     for r in results:
@@ -190,7 +223,11 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
             arms.append(r["arm"])
     by = {(s["arm"], s["prompt"]): s for s in summaries}
     drifted = rounds_section.flagged(results)
-    head = "| arm | " + " | ".join(prompts) + f" | acceptance ({' / '.join(prompts)}) | verdict |"
+    # the cells hold one tok/s per round: the header says which is which
+    n_rounds = max((int(r["round"]) for r in results if isinstance(r.get("round"), int) and r["round"] >= 1), default=1)
+    per_round = "tok/s " + (" / ".join(f"r{i}" for i in range(1, n_rounds + 1)) if n_rounds > 1 else "r1")
+    head = ("| arm | " + " | ".join(f"{p}: {per_round} (change vs baseline)" for p in prompts)
+            + f" | acceptance ({' / '.join(prompts)}) | verdict |")
     lines = [head, "|" + "---|" * (len(prompts) + 3)]
     for arm in arms:
         cells = []
@@ -224,6 +261,8 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
             verdict += set_acceptance.verdict_mark(first)
         if any(busy_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
             verdict += f" {BUSY_WARNING}"
+        elif not_comparable and first is not None and not first["is_baseline"]:
+            verdict += " ⚠ not comparable"
         if any(counts_warning(by[(arm, p)]) for p in prompts if (arm, p) in by):
             verdict += f" {COUNTS_WARNING}"
         if arm in drifted:
@@ -285,9 +324,10 @@ def _economics_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-# The two per-position measures, labelled so that neither is read as the other.
-CONDITIONAL_LABEL = "conditional: kept at i given i-1 kept"
-UNCONDITIONAL_LABEL = "unconditional: kept at i of all drafting steps (llama.cpp, vLLM)"
+# The two per-position measures, labelled so that neither is read as the
+# other; the acceptance figure's key uses the same words.
+CONDITIONAL_LABEL = fd.CONDITIONAL_LABEL
+UNCONDITIONAL_LABEL = fd.UNCONDITIONAL_LABEL
 
 
 def _position_lines(data: Mapping[str, Any]) -> list[str]:
@@ -628,6 +668,16 @@ def _divergence_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
     return divergence.markdown_lines(divs, results)
 
 
+def _left_behind_lines(reports: Any) -> list[str]:
+    """What each arm's plugins left once closed (lab.telemetry.leftovers)."""
+    from lab.telemetry.leftovers import Leftovers
+
+    if not isinstance(reports, Mapping):
+        return []
+    return [f"- **{arm}**: {printable(Leftovers.line(r['left_behind']))}" for arm, r in reports.items()
+            if isinstance(r, Mapping) and isinstance(r.get("left_behind"), Mapping)]
+
+
 def render_markdown(data: Mapping[str, Any]) -> str:
     profile = data["profile"]
     run = profile.get("run", {})
@@ -644,9 +694,14 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         "",
     ]
     lines += [rounds_section.mode_line(results), ""]
-    lines += _writeup_table(results, summaries)
+    top = comparable.headline(results, (data.get("machine") or {}).get("threads"))
+    if top:
+        lines += [f"**{top}**", ""]
+    lines += _writeup_table(results, summaries, not_comparable=top is not None)
     drifted = rounds_section.drift_lines(results)
     lines += ["", *drifted] if drifted else []
+    if data.get("figure_lines"):
+        lines += ["", "## Figures", "", *data["figure_lines"]]
     lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
     lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
     outputs = conditions.output_lines(results)
@@ -675,6 +730,8 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         lines += ["", "## Per category", ""] + category_section.markdown_lines(results, profile.get("prompts") or ())
     lines += ["", "## Latency", ""] + latency_section.markdown_lines(results)
     lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
+    beside = engines_section.markdown_lines(data)
+    lines += ["", "## Engines beside the lab's loop", "", *beside] if beside else []
     lines += lossless_lines.markdown_lines(data.get("lossless"))
     for title, section in (("Concurrency", serving.concurrency_lines(results)),
                            ("Servers the lab attached to", serving.attached_lines(results)),
@@ -714,6 +771,8 @@ def render_markdown(data: Mapping[str, Any]) -> str:
             first_line = (str(r.get("detail") or "").splitlines() or [""])[0]
             cells = f" ({count} cells)" if count > 1 else ""
             lines.append(f"- **{r['arm']}** {r['status']}{cells}: {first_line}".rstrip(": "))
+    left = _left_behind_lines(data.get("arm_reports"))
+    lines += ["", "## Left running by plugins", "", *left] if left else []
     lines += [
         "",
         "Speedup is against each arm's own stack baseline, same prompt and round. Step cost is a step's "
@@ -787,7 +846,7 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render_json(data: Mapping[str, Any]) -> str:
-    saved = {k: v for k, v in data.items() if k not in ("steps", "probe", "probes")}
+    saved = {k: v for k, v in data.items() if k not in ("steps", "probe", "probes", "figure_lines")}
     from lab.base.strictjson import dumps
 
     # strict JSON, as the run's own files: a non-finite figure is null

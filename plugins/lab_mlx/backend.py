@@ -14,6 +14,7 @@ from lab.api import (
     EngineOOM,
     Generation,
     GenerationRequest,
+    MissingEngine,
     Option,
     Probing,
 )
@@ -47,6 +48,14 @@ class MlxSession(Backend, Probing):
     @classmethod
     def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
         return True  # lab check refuses an arm without one
+
+    @classmethod
+    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        from lab.kit.checks import import_failure
+
+        # mlx_lm is only looked up: importing it brings transformers in (seconds)
+        why = import_failure("mlx.core", found=("mlx_lm",))
+        return MissingEngine("mlx", why, "bash scripts/setup.sh mlx") if why else None
 
     @classmethod
     def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:
@@ -125,6 +134,8 @@ class MlxSession(Backend, Probing):
         gen.engine_bytes = mem["mlx_active_bytes"]
         gen.engine_report.update(mem)
         gen.engine_report["rollback_forwards"] = target.rollback_forwards
+        # the greedy tokens, for an engine's own loop set beside this one (lab.render.engines)
+        gen.engine_report["output_ids"] = list(gen.ids)
         gen.engine_report.update(self.rendered.report())
         return gen
 
@@ -149,7 +160,8 @@ class MlxSession(Backend, Probing):
             mx.clear_cache()
 
         try:
-            self.engine.call(release)
+            if self.engine.started:
+                self.engine.call(release)
         finally:
             self.engine.close()
             self.engine = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -11,6 +10,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, OptionList
 from textual.widgets.option_list import Option
+
+from lab.base import rundir
+from lab.store import MAX_RESULTS_BYTES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,12 +35,13 @@ def list_profiles(folder: Path) -> list[tuple[Path, str]]:
 
 
 def list_runs(folder: Path, limit: int = 20) -> list[tuple[Path, str]]:
-    runs = [p for p in folder.glob("*/results.json")] if folder.is_dir() else []
+    runs = [rundir.located(d / rundir.RESULTS_FILE) for d in folder.iterdir() if rundir.is_run_dir(d)] \
+        if folder.is_dir() else []
     runs.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     out = []
     for path in runs[:limit]:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data, _ = rundir.read_json(path, MAX_RESULTS_BYTES, "results file")
             n = len(data.get("results", []))
             state = "cancelled" if data.get("cancelled") else ("finished" if data.get("finished") else "unfinished")
             desc = f"{data.get('profile', {}).get('name', '?')} · {n} results · {state}"

@@ -1,16 +1,18 @@
 """Plots of one arm in the terminal: accepted length per step, step cost
-over time, tok/s over time."""
+over time, tok/s over time. Their labels and per-step series are the saved
+figures' (lab.render.figure_data), so a plot here and a figure of the same
+run show the same numbers under the same words."""
 
 from __future__ import annotations
 
 import math
 
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from lab.base import metrics
+from lab.render import figure_data as fd
 from lab.tui.series import ArmSeries
 
 
@@ -30,18 +32,38 @@ def count_ticks(top: float, most: int = 5) -> list[float]:
         scale *= 10
 
 
-class AcceptedLengthPlot(PlotextPlot):
+def title_for(width: int, *titles: str) -> str:
+    """The first of ``titles`` (longest first) that fits a plot ``width``
+    cells wide; plotext leaves out a title it cannot fit."""
+    return next((t for t in titles if len(t) <= width - 4), titles[-1])
+
+
+class TitledPlot(PlotextPlot):
+    """A plot whose title is the longest of its candidates that fits the
+    width it renders at (a draw can come before the layout that sizes it)."""
+
+    titles: tuple[str, ...] = ("",)
+
+    def set_titles(self, *titles: str) -> None:
+        self.titles = titles
+
+    def render(self) -> RenderResult:
+        self.plt.title(title_for(self.size.width, *self.titles))
+        return super().render()
+
+
+class AcceptedLengthPlot(TitledPlot):
     """Histogram of tokens landed per speculative step (accepted + 1)."""
 
     def draw(self, series: ArmSeries | None) -> None:
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title("tokens landed per step")
+        self.set_titles(fd.LANDED_TITLE, "tokens/step")
         if series is None or not series.landed:
             plt.xlabel("no speculative steps")
         else:
-            hist = series.histogram()
+            hist = fd.landed_histogram(series.landed, series.max_yield)
             counts = [c for _, c in hist]
             plt.bar([str(n) for n, _ in hist], counts)
             ticks = count_ticks(max(counts))
@@ -51,7 +73,7 @@ class AcceptedLengthPlot(PlotextPlot):
         self.refresh()
 
 
-class StepCostPlot(PlotextPlot):
+class StepCostPlot(TitledPlot):
     """Step seconds in baseline-token equivalents, step by step, against the
     most a step can land; in milliseconds while no baseline is known."""
 
@@ -60,33 +82,33 @@ class StepCostPlot(PlotextPlot):
         plt.clear_data()
         plt.clear_figure()
         if series is None or not series.step_s:
-            plt.title("step cost")
+            self.set_titles("step cost")
             plt.xlabel("no speculative steps")
         elif base_tok_per_s:
-            plt.title("step cost (baseline tokens)")
+            self.set_titles(fd.STEP_COST_TITLE, "step cost (base tok)", "step cost")
             xs = list(range(1, len(series.step_s) + 1))
-            plt.plot(xs, [metrics.step_cost_tokens(s, base_tok_per_s) or 0.0 for s in series.step_s], marker="braille")
+            plt.plot(xs, [c or 0.0 for c in fd.step_costs(series.step_s, base_tok_per_s)], marker="braille")
             plt.xticks(count_ticks(len(xs))[1:] or [1])
             if series.max_yield:
                 plt.hline(series.max_yield, "red")
-            plt.xlabel("step" + (f" · max yield {series.max_yield}" if series.max_yield else ""))
+            plt.xlabel(fd.STEP_AXIS + (f" · {fd.MAX_YIELD_LABEL} {series.max_yield}" if series.max_yield else ""))
         else:
-            plt.title("step cost (ms, no baseline yet)")
+            self.set_titles(fd.STEP_COST_MS_TITLE, "step cost (ms)")
             xs = list(range(1, len(series.step_s) + 1))
             plt.plot(xs, [s * 1000 for s in series.step_s], marker="braille")
             plt.xticks(count_ticks(len(xs))[1:] or [1])
-            plt.xlabel("step")
+            plt.xlabel(fd.STEP_AXIS)
         self.refresh()
 
 
-class TokRatePlot(PlotextPlot):
+class TokRatePlot(TitledPlot):
     """tok/s over generation time, cell after cell."""
 
     def draw(self, series: ArmSeries | None) -> None:
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title("tok/s over time")
+        self.set_titles(fd.TOK_RATE_TITLE, "tok/s")
         if series is None or not series.rate:
             plt.xlabel("no tokens yet")
         else:
