@@ -122,6 +122,11 @@ class FakeServer(ThreadingHTTPServer):
 
 @pytest.fixture
 def serve() -> Iterator[Callable[..., FakeServer]]:
+    yield from serving()
+
+
+def serving() -> Iterator[Callable[..., FakeServer]]:
+    """Start fake servers on loopback; every one is stopped when this ends."""
     started: list[tuple[FakeServer, threading.Thread]] = []
 
     def start(completion: Completion, **kw: Any) -> FakeServer:

@@ -16,14 +16,20 @@ import time
 import zlib
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from tests.hostile_gen import contained_run
-from tests.test_hostile_servers import FakeServer, Handler, chunk, good_stream, serve  # noqa: F401 - the fixture
+from tests.test_hostile_servers import FakeServer, Handler, chunk, good_stream, serving
 
 MiB = 1 << 20
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., FakeServer]]:
+    yield from serving()
+
 # The child's own floor (Python, httpx, the plugins) is about 100 MiB; a bomb read whole is GiBs.
 RSS_BOUND = 600 * MiB
 
@@ -204,8 +210,9 @@ def test_a_stream_that_stalls_ends_at_its_idle_limit(serve: Callable[..., FakeSe
 
 
 def test_the_idle_limits_are_arm_options_with_documented_defaults() -> None:
-    from lab.kit.server.sse import FIRST_EVENT_S, IDLE_S
     from lab_llamacpp_server.backend import LlamaServerBackend
+
+    from lab.kit.server.sse import FIRST_EVENT_S, IDLE_S
 
     names = {o.name: o.default for o in LlamaServerBackend.options}
     assert names["first_token_timeout_s"] == FIRST_EVENT_S >= 600
