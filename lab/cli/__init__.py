@@ -1,18 +1,7 @@
 """The ``lab`` command: one module per command, each with
-``add_arguments(parser)``, ``run(args, ctx)`` and, if it wants one, a ``DESCRIPTION``.
-
-lab                         open the TUI on profiles/demo.toml
-lab PROFILE.toml            open the TUI on a profile
-lab run PROFILE [--out DIR] run headless, print progress and the comparison
-lab report RUN_DIR [--format md|csv|json] [--compare RUN_B] [--probe FILE]
-lab probe [--backend B] [--model M] [--option K=V] [--profile P [--arm A]] [--widths 1-16] [--method M] [--out FILE]
-lab acceptance RUN_DIR [-o FILE]  a run's acceptance per draft position, portable
-lab predict ACCEPTANCE --probe FILE [--draft-probe FILE] [--loop-us US]  would it pay on that machine?
-lab check PROFILE           validate a profile without loading a model
-lab lossless [-d DRAFTER]   test at temperature > 0 that drafters keep the target's distribution
-lab plugins                 backends, drafters, their options, load errors
-lab new-drafter NAME [--dir DIR]  write a drafter plugin package to start from
-lab doctor                  engines, tools and models, and how to fix what is missing
+``add_arguments(parser)``, ``run(args, ctx)`` and, if it wants one, a
+``DESCRIPTION``. :func:`usage_lines` lists every command's usage as its
+parser states it (the README's command list follows it).
 
 Only the module of the command that runs is imported, so ``lab -h`` loads
 no engine, plugin or statistics package, and one command never pays for
@@ -24,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 from typing import Callable, Sequence
@@ -73,6 +63,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def usage_lines() -> list[str]:
+    """One usage line per command, the TUI's first, from the parsers
+    themselves (imports every command module)."""
+    def usage(parser: argparse.ArgumentParser) -> str:
+        return " ".join(parser.format_usage().split()).removeprefix("usage: ")
+
+    lines = [usage(tui.parser())]
+    for name in COMMANDS:
+        parser = argparse.ArgumentParser(prog=f"lab {name}")
+        command_module(name).add_arguments(parser)
+        lines.append(usage(parser))
+    return lines
+
+
 def main(argv: Sequence[str] | None = None, registry: Registry | None = None) -> int:
     """Run one command; ``registry`` stands in for the installed plugins
     (tests, programs that embed the lab), else they load when asked."""
@@ -82,7 +86,27 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
         tui_args = tui.parser().parse_args(args_list)
         return _plugin_errors_end_in_a_message(lambda: tui.run(tui_args, ctx))
     args = build_parser(args_list[0]).parse_args(args_list)
-    return _plugin_errors_end_in_a_message(lambda: int(args.func(args, ctx)))
+    code = _plugin_errors_end_in_a_message(lambda: int(args.func(args, ctx)))
+    if argv is None:
+        _end_past_lingering_threads(code)
+    return code
+
+
+def _end_past_lingering_threads(code: int) -> None:
+    """As the program (argv from the command line), end now when a plugin
+    left a non-daemon thread running: Python would wait for it at exit,
+    for ever if it never ends. The run's files are written by then."""
+    from lab.telemetry.leftovers import lingering_threads
+
+    left = lingering_threads()
+    if not left:
+        return
+    names = ", ".join(t.name for t in left[:5])
+    print(f"lab: {len(left)} thread(s) a plugin started still run ({printable(names)}); ending without them",
+          file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _plugin_errors_end_in_a_message(command: Callable[[], int]) -> int:
