@@ -25,7 +25,6 @@ where each of its inputs came from.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +32,12 @@ from typing import Any, Mapping, Sequence
 
 from lab.analysis import predict
 from lab.analysis.measured_acceptance import PositionAcceptance, per_position
+from lab.base import rundir
 from lab.base.probe import Probe
 
 KIND = "speclab.acceptance"
 VERSION = 1
-ACCEPTANCE_FILE = "acceptance.json"
+ACCEPTANCE_FILE = rundir.ACCEPTANCE_FILE
 # A profile is a few kilobytes; the cap keeps a wrong file from being read whole.
 MAX_BYTES = 8 * 1024 * 1024
 PROMPT = "prompt"
@@ -310,25 +310,21 @@ def from_json(data: Any, path: str = "acceptance profile") -> AcceptanceFile:
 
 def load(path: str | Path) -> AcceptanceFile:
     """An acceptance profile file, or the acceptance.json of a run directory."""
-    from lab.base.strictjson import FileRefused, load_json_file
+    from lab.base.rundir import JsonFileError, read_json, run_file
+    from lab.base.strictjson import FileRefused
 
     p = Path(path)
-    if p.is_dir():
-        p = p / ACCEPTANCE_FILE
     try:
-        data, beyond = load_json_file(p, MAX_BYTES, "acceptance profile")
-    except FileNotFoundError:
-        raise AcceptanceFileError(f"{p}: no acceptance profile here (`lab acceptance RUN_DIR -o FILE` writes one)") from None
+        if p.is_dir():
+            p = run_file(p, ACCEPTANCE_FILE)
+        data, beyond = read_json(p, MAX_BYTES, "acceptance profile")
     except FileRefused as exc:
         raise AcceptanceFileError(str(exc)) from None
-    except OSError as exc:
-        raise AcceptanceFileError(f"{p}: cannot read ({exc.strerror or type(exc).__name__})") from None
-    except UnicodeDecodeError:
-        raise AcceptanceFileError(f"{p}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise AcceptanceFileError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:
-        raise AcceptanceFileError(f"{p}: not an acceptance profile ({type(exc).__name__})") from None
+    except JsonFileError as exc:
+        if exc.kind == JsonFileError.MISSING:
+            raise AcceptanceFileError(f"{exc.path}: no acceptance profile here "
+                                      "(`lab acceptance RUN_DIR -o FILE` writes one)") from None
+        raise AcceptanceFileError(str(exc)) from None
     if beyond:
         raise AcceptanceFileError(f"{p}: malformed acceptance profile (numbers out of range in it)")
     return from_json(data, str(p))

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.base.strictjson import load_json_file
+from lab.base.rundir import LOSSLESS_FILE, read_json, run_file
 
-FILE = "lossless.json"
+FILE = LOSSLESS_FILE
 # A check's verdicts are kilobytes; a device or a huge file is not read.
 MAX_BYTES = 64 * 1024 * 1024
 
@@ -19,9 +19,8 @@ def load(run_dir: str | Path) -> dict[str, Any] | None:
     """The check saved in ``run_dir``, or None when there is none (or it
     cannot be read, is no regular file or is over MAX_BYTES: the report then
     says nothing of it)."""
-    path = Path(run_dir) / FILE
     try:
-        data, _ = load_json_file(path, MAX_BYTES, "lossless check")
+        data, _ = read_json(run_file(run_dir, FILE), MAX_BYTES, "lossless check")
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("verdicts"), list) else None

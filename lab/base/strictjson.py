@@ -106,13 +106,3 @@ class BoundedNumbers:
 
     def loads(self, text: str | bytes) -> Any:
         return json.loads(text, parse_constant=self.constant, parse_float=self.float, parse_int=self.int)
-
-
-def load_json_file(path: str | os.PathLike[str], cap: int, what: str = "file") -> tuple[Any, list[str | int]]:
-    """A JSON file read within ``cap`` bytes (:func:`read_bounded`) with its
-    numbers bounded (:class:`BoundedNumbers`): the value and what was read as
-    null. Raises OSError, FileRefused, UnicodeDecodeError, ValueError
-    (``json.JSONDecodeError``) and RecursionError as they come."""
-    numbers = BoundedNumbers()
-    value = numbers.loads(read_bounded(path, cap, what).decode("utf-8"))
-    return value, numbers.seen

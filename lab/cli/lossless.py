@@ -10,6 +10,7 @@ from typing import Sequence, TextIO
 
 from lab.analysis.lossless_loader import FILE
 from lab.api import EngineFailure
+from lab.base import rundir
 from lab.base.strictjson import dumps
 from lab.cli.context import Context
 from lab.lossless import (
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 def main(args: argparse.Namespace, out: TextIO | None = None, registry: Registry | None = None) -> int:
     out = out if out is not None else sys.stdout
     if getattr(args, "run", None):
-        if not (Path(args.run) / "results.json").is_file():
+        if not rundir.is_run_dir(args.run):
             print(f"lab lossless: --run {args.run}: not a run directory (no results.json)", file=sys.stderr)
             return 2
     try:
