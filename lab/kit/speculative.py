@@ -205,6 +205,13 @@ class OutputStream:
         self._queued: list[Event | tuple[tuple[int, ...], bool, float]] = []
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
+    def land_step(self, drafted: Sequence[int], accepted: int, correction: int) -> list[int]:
+        """Land a step's kept drafts and the target's own token; the tokens landed."""
+        landed = list(drafted[:accepted]) + [correction]
+        self.land(landed[:-1], from_draft=True)
+        self.land(landed[-1:], from_draft=False)
+        return landed
+
     def land(self, ids: Sequence[int], from_draft: bool) -> None:
         if not ids:
             return
@@ -455,9 +462,7 @@ def _run(
         if trace is not None:
             trace.append(TraceStep(out_index, base, (pending, *drafted), accepted))
 
-        landed = list(drafted[:accepted]) + [correction]
-        out.land(landed[:-1], from_draft=True)
-        out.land(landed[-1:], from_draft=False)
+        landed = out.land_step(drafted, accepted, correction)
         context.extend(landed)
         pending = correction
         stats.steps += 1

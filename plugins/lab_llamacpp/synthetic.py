@@ -261,6 +261,13 @@ def _q4_0_rows(rng: np.random.Generator, rows: int, cols: int, value_std: float)
     return pool.raw[: rows * cols // Q4_0_BLOCK].reshape(rows, cols // Q4_0_BLOCK * Q4_0_BYTES)
 
 
+def add_heads(w: Any, arch: str, sizes: Sizes) -> None:
+    w.add_uint32(f"{arch}.attention.head_count", sizes.n_head)
+    w.add_uint32(f"{arch}.attention.head_count_kv", sizes.n_head_kv)
+    w.add_uint32(f"{arch}.attention.key_length", sizes.head_dim)
+    w.add_uint32(f"{arch}.attention.value_length", sizes.head_dim)
+
+
 def add_vocab(w: Any, voc: Vocab) -> None:
     w.add_tokenizer_model("llama")
     w.add_token_list(voc.tokens)
@@ -287,10 +294,7 @@ def write(shape: Shape, out: Path | str) -> None:
     w.add_uint32(f"{arch}.context_length", 32768)
     w.add_uint32(f"{arch}.embedding_length", shape.n_embd)
     w.add_uint32(f"{arch}.feed_forward_length", shape.n_ff)
-    w.add_uint32(f"{arch}.attention.head_count", shape.n_head)
-    w.add_uint32(f"{arch}.attention.head_count_kv", shape.n_head_kv)
-    w.add_uint32(f"{arch}.attention.key_length", shape.head_dim)
-    w.add_uint32(f"{arch}.attention.value_length", shape.head_dim)
+    add_heads(w, arch, shape)
     w.add_uint32(f"{arch}.rope.dimension_count", shape.head_dim)
     w.add_float32(f"{arch}.rope.freq_base", shape.rope_base)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)

@@ -144,9 +144,7 @@ def generate_dflash(
         proposer.add_context(verify_hidden[:, : accepted + 1])
         t_d = now()
 
-        landed = list(drafted[:accepted]) + [correction]
-        out.land(landed[:-1], from_draft=True)
-        out.land(landed[-1:], from_draft=False)
+        landed = out.land_step(drafted, accepted, correction)
         pending = correction
         stats.steps += 1
         split = split_clock or req.temperature > 0

@@ -161,9 +161,7 @@ def generate_mtp(target: MlxTarget, head: Any, embed: Any, lm_head: Any, ids: li
         h = hidden(slice(accepted, accepted + 1))
         target.truncate(base + 1 + accepted)
         t_d = now()
-        landed = list(drafted[:accepted]) + [correction]
-        out.land(landed[:-1], from_draft=True)
-        out.land(landed[-1:], from_draft=False)
+        landed = out.land_step(drafted, accepted, correction)
         pending = correction
         stats.steps += 1
         stats.draft_s += t_b - t_a
