@@ -27,6 +27,11 @@ def ms_from_s(seconds: Any, spec: str = ".1f", unit: bool = False) -> str:
     return f"{seconds * 1000:{spec}}{' ms' if unit else ''}" if _real(seconds) else DASH
 
 
+def milliseconds(ms: Any, spec: str = ".1f") -> str:
+    """12.3 (already in ms) -> "12.3 ms"."""
+    return f"{ms:{spec}} ms" if _real(ms) else DASH
+
+
 def mib_from_bytes(count: Any) -> str:
     """Whole MiB; 0 bytes means not measured and shows as DASH."""
     return f"{count / 2**20:.0f} MiB" if _real(count) and count else DASH
