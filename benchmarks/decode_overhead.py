@@ -31,7 +31,7 @@ in a fresh process never did (results/lab-cost-h200/).
 
 ``--split`` also splits each lab baseline token into
 llama_decode's host work, the device's part, the pick and the loop's own
-Python (benchmarks/gpu_decode_gap/token_split.py), beside llama-bench's token.
+Python (benchmarks/token_split.py), beside llama-bench's token.
 
 ``--batch-invariant on`` pads every lone token to two rows so greedy
 speculation stays token-identical to the baseline; ``off`` (the backend's
@@ -60,7 +60,7 @@ from typing import Iterator
 
 from benchmarks.common import ROOT, last_json_line
 from benchmarks.common import spread as _spread
-from benchmarks.gpu_decode_gap.token_split import split_clocks
+from benchmarks.token_split import split_clocks
 from lab.base.events import ArmReported, TokenEvent, now
 from lab.kit import models
 from lab.profile.load import parse_profile

@@ -38,7 +38,7 @@ PROMPT = "Write a Python class LRUCache with get and put methods in O(1) time, u
 
 
 def _ensure_tiny() -> None:
-    models._register_builtin()
+    # An install made before pyproject declared lab_mlx's entry point.
     if "tiny:qwen3" not in models._BUILDERS:
         from lab_mlx.models import register_models
 

@@ -101,6 +101,7 @@ rounds = {repeats}
 warmup = 1
 n_ctx = 2048
 threads = {threads}
+probe = false
 [[prompts]]
 name = "prose"
 text = "{PROMPT}"

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_decode_gap/token_split.py splits a real lab baseline token into its parts:
+"""benchmarks/token_split.py splits a real lab baseline token into its parts:
 every generation-phase decode is seen once, and no part is counted twice
 (what a device figure from it rests on)."""
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.engine
 
 def test_a_baseline_cell_splits_into_parts_that_add_up() -> None:
     from benchmarks.decode_overhead import lab_run
-    from benchmarks.gpu_decode_gap.token_split import split_clocks
+    from benchmarks.token_split import split_clocks
 
     with split_clocks() as clocks:
         rate, _, picks = lab_run("embedded:smollm2", 24, 2, False)
@@ -30,7 +30,7 @@ def test_the_engine_is_as_it_was_after_the_block() -> None:
     from lab_llamacpp import engine, gpu_pick
     from lab_llamacpp.backend import LlamaCppBackend
 
-    from benchmarks.gpu_decode_gap.token_split import split_clocks
+    from benchmarks.token_split import split_clocks
 
     before = (engine.Context.decode, engine.Context.wait, engine.Context.argmax, gpu_pick.BackendGreedy.pick,
               LlamaCppBackend.generate)

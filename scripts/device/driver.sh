@@ -5,7 +5,7 @@
 # lands in $W/results and $W/runs (packed by wait.sh). Each stage leaves a
 # line in $W/driver.log; a failing stage is logged and the next runs.
 #   no arguments:  overhead probe oracle_run draft_run          (call 1)
-#   stage names:   those, e.g. overhead_host probe_interleaved bench step_costs moe  (call 2)
+#   stage names:   those, e.g. overhead_host probe_interleaved bench moe  (call 2)
 #                  twins_dflash, twins_mtp (or twins on a warm machine): the write-ups' twins;
 #                  twins_a3b: the same cells on the MoE hybrid
 set -u
@@ -136,44 +136,11 @@ overhead_fresh() {
     --variants fresh --split > "$R/decode-overhead-fresh.txt" 2> "$W/overhead-fresh.log"
 }
 
-reload_state() {
-  # the engine alone after each kind of earlier load (another process's, a free in this process, a kept
-  # model, idle time), and a lab run of three identical baseline arms: does an arm's place in a run count
-  bench_py gpu_decode_gap/reload_state.py --model synthetic:llama-8b --other synthetic:llama-1b --n-gpu-layers 999 --cycles 3 \
-    > "$R/reload-state.txt" 2> "$W/reload-state.log"
-}
-
-log_cost() {
-  # one llama.cpp log line through the lab's quiet callback and through llama-cpp-python's printing one,
-  # its lines written where the stages' logs go
-  bench_py gpu_decode_gap/log_cost.py > "$R/log-cost.txt" 2> "$W/log-cost-lines.log"
-}
-
-split_picks() {
-  # a one-row decode split into launch, wait and pick, host and device picks alternating, llama-bench between
-  bench_py gpu_decode_gap/decode_split.py --model synthetic:llama-8b --n-gpu-layers 999 --passes 8 --picks host,gpu --bench-every 2 \
-    > "$R/decode-split-picks.txt" 2> "$W/split-picks.log"
-}
-
-anatomy_host() {
-  # a baseline token layer by layer with the picks a baseline makes under gpu_pick auto
-  bench_py gpu_decode_gap/decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 5 --tokens 256 --gpu-pick off \
-    > "$R/decode-anatomy-host-pick.txt" 2> "$W/anatomy.log"
-}
-
 machine() {
   # the host CPU and the card's clocks, power and temperature, before the measurements and after
   local when=$1
   lscpu > "$R/machine-cpu.txt" 2>&1
   nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE > "$R/machine-gpu-$when.txt" 2>&1
-}
-
-anatomy() {
-  # a baseline token's time layer by layer, llama-bench to the lab run; picks as each would run them
-  bench_py gpu_decode_gap/decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick on \
-    > "$R/decode-anatomy-gpu-pick.txt" 2> "$W/anatomy.log"
-  bench_py gpu_decode_gap/decode_anatomy.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 3 --tokens 256 --gpu-pick off \
-    > "$R/decode-anatomy-host-pick.txt" 2>> "$W/anatomy.log"
 }
 
 probe() {
@@ -240,10 +207,6 @@ bench() {
   llama-bench -m "$m8" -ngl 99 -p 1,2,4,8,16,32 -n 128 -d 0,512 -r 5 -o json > "$R/llama-bench-8b.json" 2>/dev/null
   llama-bench -m "$m1" -ngl 99 -p 1,8 -n 128 -r 5 -o md > "$R/llama-bench-1b.md" 2>&1
   llama-batched-bench -m "$m8" -ngl 99 -c 16384 -npp 512 -ntg 128 -npl 1,2,4,8,16 > "$R/batched-bench-8b.txt" 2>&1
-}
-
-step_costs() {
-  bench_py gpu_decode_gap/step_costs.py --model synthetic:llama-8b --n-gpu-layers 999 > "$R/step-costs.txt" 2> "$W/step-costs.log"
 }
 
 moe() {
