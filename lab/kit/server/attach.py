@@ -1,17 +1,9 @@
-"""Arms that attach to a server already running (``url = "http://..."``)
-instead of starting one.
-
-The lab cannot restart such a server, read its log or stop it: what it
-knows comes from the server's HTTP side alone. Which server answers decides
-how it is read, so the kind is detected, never assumed from the arm's
-backend: llama-server answers ``/props`` with its build and slots, vLLM
-exposes ``vllm:`` Prometheus counters, SGLang answers ``/get_server_info``.
-
-Only loopback addresses are accepted unless the arm says otherwise
-(``allow_remote = true``): a shared profile must not send prompts, or an
-API key, to a host its reader did not choose. The key itself never sits in
-a profile: the arm names an environment variable that holds it.
-"""
+"""Arms that attach to a server already running (``url = "http://..."``):
+the lab neither restarts nor stops it and reads only its HTTP side; the
+kind is detected from its answers, never assumed. Only loopback unless
+``allow_remote = true``, so a shared profile sends no prompt or key to a
+host its reader did not choose; the key comes from an environment variable
+the arm names."""
 
 from __future__ import annotations
 
@@ -63,12 +55,9 @@ def _redacted(url: str, parts: Any) -> str:
 
 
 def check_url(url: str, allow_remote: bool = False) -> tuple[str, bool]:
-    """The base URL (no trailing slash, no path) and whether it is loopback.
-
-    Raises:
-        AttachError: not http(s), no host, a path, query or credentials in
-            it, or a host other than loopback without ``allow_remote``.
-    """
+    """The base URL (no trailing slash, no path) and whether it is loopback;
+    AttachError for a scheme other than http(s), no host, a path, query or
+    credentials, or a remote host without ``allow_remote``."""
     parts = urlsplit(url.strip())
     # a password in the URL is never repeated in a message
     url = _redacted(url.strip(), parts)
@@ -108,12 +97,8 @@ def key_problem(key: str) -> str | None:
 
 
 def auth_headers(api_key_env: str | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The Authorization header from the variable the arm names, if any.
-
-    Raises:
-        AttachError: the variable is unset, or its key cannot be sent (a
-            newline in it made every request fail, seen as a server never ready).
-    """
+    """The Authorization header from the variable the arm names, if any;
+    AttachError when it is unset or holds a key no request could carry."""
     if not api_key_env:
         return {}
     env = os.environ if environ is None else environ
@@ -146,10 +131,8 @@ def target(options: dict[str, Any] | Any) -> Target:
 
 
 def local_listener_pid(base_url: str) -> int | None:
-    """The pid of the process listening on ``base_url``'s port when the
-    host is this machine's loopback, found through psutil; None for a remote
-    host, a port nobody here listens on, or a listener whose owner this
-    user may not see."""
+    """The pid listening on ``base_url``'s port on this machine's loopback, or
+    None (remote, nobody listening, or an owner this user may not see)."""
     parts = urlsplit(base_url)
     if not parts.hostname or not _is_loopback(parts.hostname):
         return None
@@ -167,11 +150,8 @@ def local_listener_pid(base_url: str) -> int | None:
 
 
 def detect(client: ServerClient) -> tuple[str, dict[str, Any]]:
-    """The kind of server behind ``client`` and what it said about itself.
-
-    Raises:
-        AttachError: the server refused the key (or wants one).
-    """
+    """The kind of server behind ``client`` and what it said about itself;
+    AttachError when it refused the key."""
     import httpx
 
     def get(path: str) -> httpx.Response | None:

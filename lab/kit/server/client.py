@@ -1,17 +1,10 @@
-"""An HTTP server's client: plain GETs and JSON POSTs answered as the server
+"""An HTTP server's client: GETs and JSON POSTs answered as the server
 answers, a streamed POST read line by line, and the server's own message for
-an error status. What a particular server adds (llama-server's /health body,
-/tokenize, /apply-template, its /metrics names) belongs to its plugin.
-
-A server may answer anything, so every answer is read within bounds: a
-plain request's whole answer (headers and body) within its own deadline,
-its body to :data:`MAX_ANSWER_BYTES` after decompression (gzip and deflate
-are inflated here a bounded piece at a time; other encodings are refused),
-and a stream's pieces likewise (:func:`decoded_pieces`).
-
-httpx is imported when a client is made, so importing this module stays
-cheap.
-"""
+an error status; what a particular server adds belongs to its plugin. Every
+answer is read within bounds: a deadline, :data:`MAX_ANSWER_BYTES` after
+decompression (gzip and deflate inflated a bounded piece at a time, other
+encodings refused), and the same for a stream's pieces. httpx is imported
+when a client is made."""
 
 from __future__ import annotations
 
@@ -69,15 +62,9 @@ class ServerClient:
             pass
 
     def get(self, path: str, timeout: float = 5.0, max_bytes: int | None = None) -> httpx.Response:
-        """A plain GET, answered as the server answers, whole within
-        ``timeout`` seconds and ``max_bytes`` (default
-        :data:`MAX_ANSWER_BYTES`) decompressed.
-
-        Raises:
-            httpx.TimeoutException: no complete answer within ``timeout``.
-            httpx.DecodingError: the answer went past its bytes, or came in
-                an encoding the lab does not inflate.
-        """
+        """A plain GET, whole within ``timeout`` seconds and ``max_bytes`` (default
+        :data:`MAX_ANSWER_BYTES`) decompressed; httpx.TimeoutException or
+        httpx.DecodingError otherwise."""
         return self._bounded("GET", path, timeout, max_bytes or MAX_ANSWER_BYTES)
 
     def post(self, path: str, json: dict[str, Any], timeout: float = POST_DEADLINE_S,
@@ -132,20 +119,11 @@ class ServerClient:
     def completion(self, body: dict[str, Any], path: str = "/completion", deadline: float | None = None,
                    stop: Callable[[], bool] | None = None, first_event_s: float | None = None,
                    idle_s: float | None = None) -> Iterator[Iterator[str]]:
-        """The lines of a streamed /completion (or another streamed POST:
-        an OpenAI-compatible server's /v1/completions), read within bounds:
-        ``deadline`` (on the :func:`lab.base.events.now` clock; default
-        :data:`~lab.kit.server.sse.STREAM_DEADLINE_S` from now) and ``stop``
-        are checked on every piece received, lines and the body are capped,
-        and the stream is held to its idle limits (``first_event_s``,
-        ``idle_s``: :func:`lab.kit.server.sse.bounded_lines`); a server
-        that sends nothing at all is cut by the read timeout, the larger
-        of the two.
-
-        Raises:
-            HttpFailure: any status but 2xx (a redirect is not followed).
-            StreamBroken: a bound was passed while reading.
-        """
+        """The lines of a streamed POST (/completion, /v1/completions) read within
+        bounds: ``deadline`` and ``stop`` checked on every piece, lines and body
+        capped, idle limits ``first_event_s`` and ``idle_s``
+        (:func:`lab.kit.server.sse.bounded_lines`). HttpFailure for a status but
+        2xx (redirects are not followed), StreamBroken for a bound passed."""
         if deadline is None:
             deadline = now() + STREAM_DEADLINE_S
         import httpx
@@ -167,13 +145,8 @@ class ServerClient:
 
 
 def decoded_pieces(r: httpx.Response, piece: int = PIECE_BYTES) -> Iterator[bytes]:
-    """The body's bytes as sent, inflated where it says gzip or deflate, no
-    piece larger than ``piece``: a gzip of a GiB of zeros never stands in
-    memory whole.
-
-    Raises:
-        httpx.DecodingError: another content encoding, or a body that does not inflate.
-    """
+    """The body's bytes, inflated where it says gzip or deflate, no piece larger
+    than ``piece``; httpx.DecodingError for another encoding or a bad body."""
     import httpx
 
     encoding = r.headers.get("content-encoding", "").strip().lower()

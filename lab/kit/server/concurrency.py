@@ -1,15 +1,7 @@
-"""N streams of one cell at once, and what they add up to.
-
-``concurrency = N`` on a server arm sends N streams of the cell's prompt at
-once. Each stream is kept as it arrived (:class:`StreamRecord`); the row's
-concurrency keys (:func:`stream_figures`) say what N users get: per-stream
-and aggregate tok/s, time to first token, inter-token latency, and what the
-server drafted and accepted for all of them. How a stream is read, and how
-its steps are checked against the server's counters, is the backend's.
-
-The load is bounded: N streams (at most :data:`MAX_CONCURRENCY`) and a
-deadline for all of them (``concurrency_timeout_s``).
-"""
+"""N streams of one cell at once (``concurrency = N``), each kept as it
+arrived (:class:`StreamRecord`), and what they add up to
+(:func:`stream_figures`: per-stream and aggregate tok/s, latency, drafts);
+at most :data:`MAX_CONCURRENCY` streams within ``concurrency_timeout_s``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""One life cycle for a backend whose engine is a server: it starts the
-server process for the arm, or attaches to one already running by URL.
-
-Started: the process is held before it starts, the run's log names its pid,
-port and log file, and the arm waits until the server says it serves; the
-process is stopped, with its workers, by :meth:`ServerBackend.close`, which
-the runner calls on every path (a failed or partial load included).
-Attached: the lab starts nothing, so it stops nothing; it closes its client.
-"""
+"""One life cycle for a backend whose engine is a server it starts (held,
+logged with pid, port and log file, waited on until it serves, stopped with
+its workers by :meth:`ServerBackend.close` on every path) or attaches to
+by URL (nothing started, nothing stopped)."""
 
 from __future__ import annotations
 
@@ -28,13 +23,8 @@ ClientT = TypeVar("ClientT", bound=ServerClient)
 
 def poll_ready(ready: Callable[[], bool], alive: Callable[[], bool], timeout: float, interval: float,
                not_ready: str, waiting: Callable[[], None] | None = None) -> bool:
-    """Poll ``ready`` every ``interval`` seconds until it says the server
-    serves (True) or the process exited (False).
-
-    Raises:
-        TimeoutError: ``"{not_ready} after {timeout} s"`` once ``timeout``
-            seconds passed.
-    """
+    """Poll ``ready`` every ``interval`` seconds until the server serves
+    (True) or its process exited (False); TimeoutError after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         if not alive():
@@ -78,14 +68,9 @@ class ServerBackend(Backend, Generic[ClientT]):
 
     def launch(self, server: ServerProcess, client: ClientT, emit: Emit, *, what: str, port: int,
                ready: Callable[[], bool], timeout: float, interval: float, not_ready: str) -> bool:
-        """Start ``server`` and wait until ``ready()`` says it serves: True,
-        or False when its process exited while loading (the caller reads why
-        from its log).
-
-        Raises:
-            EngineFailure: not ready after ``timeout`` seconds, with the
-                log's last lines.
-        """
+        """Start ``server`` and wait until ``ready()`` says it serves: True, or
+        False when its process exited while loading (its log says why);
+        EngineFailure with the log's last lines after ``timeout`` seconds."""
         cell = arm_cell(self.arm.name)
         # held before it starts: close() stops and closes them whatever happens next
         self.server = server

@@ -1,13 +1,7 @@
-"""One server process (llama-server, vLLM): start, wait until it serves,
-read its log live, stop it by its own pid on every path.
-
-The server is started directly (no shell, no wrapper), so the pid we hold is
-the server's: SIGINT reaches it, not a ``time`` or ``sh`` in between (the
-write-ups lost a server to exactly that). On Linux the child also asks the
-kernel to kill it when the thread that started it dies, which covers a crash
-of the lab itself; an atexit hook stops whatever is still running when the
-interpreter exits normally or on an unhandled exception.
-"""
+"""One server process (llama-server, vLLM): started directly (no shell, so
+the pid held is the server's), waited on until it serves, its log read
+live, stopped by its own pid on every path; on Linux the kernel kills it
+if the starting thread dies, and an atexit hook stops what still runs."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""Server-sent events as a streaming completion sends them.
-
-A server the lab attached to may send anything, so the stream is read
-within bounds: :func:`bounded_lines` checks a deadline and a stop request on
-every piece the network delivers (an SSE comment such as ``: ping`` counts,
-though it yields no event), and caps the length of one line and of the
-whole body. It also holds the stream to idle limits: the first event
-within ``first_event_s`` of the request (prompt processing), then each
-next one within ``idle_s`` of the last; comments and bytes that complete
-no event are no progress. Going past a bound raises :class:`StreamLimit`.
-"""
+"""Server-sent events as a streaming completion sends them, read within
+bounds (:func:`bounded_lines`): a deadline and a stop request checked on
+every piece, line and body length capped, and idle limits (the first event
+within ``first_event_s``, each next within ``idle_s``; comments are no
+progress). Past a bound: :class:`StreamLimit`."""
 
 from __future__ import annotations
 
@@ -48,14 +42,9 @@ def bounded_lines(pieces: Iterable[bytes], deadline: float | None = None,
                   stop: Callable[[], bool] | None = None,
                   max_line: int = MAX_LINE_BYTES, max_body: int = MAX_BODY_BYTES,
                   first_event_s: float | None = None, idle_s: float | None = None) -> Iterator[str]:
-    """The lines of a byte stream (``\\n`` or ``\\r\\n``), read within bounds.
-
-    ``deadline`` is on the :func:`lab.base.events.now` clock; ``stop`` raises
-    :class:`lab.api.Cancelled` when it turns true. Both are checked on every
-    piece received, whatever it holds, as are the idle limits: an event (a
-    ``data:`` or ``error:`` line) within ``first_event_s`` of the call, then
-    within ``idle_s`` of the one before.
-    """
+    """The lines of a byte stream (``\\n`` or ``\\r\\n``) within the module's
+    bounds; ``deadline`` on the :func:`lab.base.events.now` clock, ``stop``
+    raising :class:`lab.api.Cancelled`."""
     buf = b""
     total = 0
     last_event = now()
