@@ -1,18 +1,12 @@
 """The runner: arms in order (baselines first), one engine loaded at a time,
-warmup unrecorded, then every prompt x round. It knows nothing of Textual
-or of where a run is saved: it emits events to whoever listens (the store,
-CLI progress, the TUI), see :mod:`lab.base.events`.
+warmup unrecorded, then every prompt x round, emitting events to whoever
+listens (:mod:`lab.base.events`) and keeping the only list of result rows.
 
-It builds every result row (:class:`lab.rows.build.ResultRow`) and keeps the
-only list of them. Failures are results: an arm that fails to load or whose
-engine runs out of memory or crashes gets that status in its rows and the
-run goes on. Every backend is closed on every path, Ctrl-C included.
-
-A plugin cannot end the run: whatever any of its calls raises, SystemExit
-included (only Ctrl-C and SIGTERM go on up), is that arm's error, and what
-it leaves running once closed (processes it started, threads) is ended or
-named in the arm's report (lab.telemetry.leftovers).
-"""
+Failures are results: an arm that fails to load, runs out of memory or
+crashes gets that status and the run goes on; whatever a plugin raises
+(only Ctrl-C and SIGTERM go on up) is its arm's error, every backend is
+closed on every path, and what it leaves running is ended or named
+(lab.telemetry.leftovers)."""
 
 from __future__ import annotations
 
@@ -199,15 +193,9 @@ class Runner:
 
     # -- events -------------------------------------------------------------
     def emit(self, event: RunEvent) -> None:
-        """Hand ``event`` to every listener, in the order they subscribed.
-
-        Safe from any thread, by construction: the runner's worker, an
-        engine's own thread (MLX) and the memory sampler all emit, and one
-        lock around the dispatch lets a single event reach every listener
-        before the next one starts. No listener is ever called from two
-        threads at once, and all of them hear the events in one order. The
-        lock is re-entrant so a listener may emit on its own thread.
-        """
+        """Hand ``event`` to every listener in subscription order, from any thread:
+        one re-entrant lock around the dispatch, so each event reaches every
+        listener before the next starts and no listener runs on two threads at once."""
         with self._emit_lock:
             for listener in self.listeners:
                 try:
@@ -264,11 +252,9 @@ class Runner:
         return list(self.rows())
 
     def _fit_threads(self) -> dict[str, Any] | None:
-        """``[run] threads = 0`` means threads that fit the machine: every
-        core unless other processes keep some busy as the run starts, when
-        the engines get the cores left (oversubscribed llama.cpp threads
-        collapse: 0.4 tok/s against 8.9 on 2 cores beside one busy process).
-        The run then goes on with that count, and says so."""
+        """``[run] threads = 0``: threads that fit the machine, every core unless
+        other processes keep some busy as the run starts (oversubscribed engine
+        threads collapse); the run says which count it took."""
         run = self.profile.run
         if run.threads:
             return None
@@ -555,11 +541,9 @@ class Runner:
         return False
 
     def _measure_reference(self, arm: Arm, backend: Backend) -> None:
-        """Time the baseline's plain decoding with the engine's own tool,
-        after every cell of the arm, so it never runs beside a timed cell
-        (the next arm loads after it ends). Measured on the first prompt
-        that has a row, at that row's context depth; a failure is recorded
-        in its place and the run goes on."""
+        """Time the baseline's plain decoding with the engine's own tool after the
+        arm's cells, on the first prompt with a row at that row's depth; a failure
+        is recorded in its place."""
         tool = type(backend).reference_tool(arm.options) or "?"
         rows = [r for r in self.rows() if r.arm == arm.name and r.status == Status.OK and r.round >= 1]
         order = [p.name for p in self.profile.prompts]

@@ -1,13 +1,8 @@
-"""Reports of a saved run: Markdown shaped like the write-ups' tables (ready
-to paste), CSV of every row, JSON as saved plus the analysis.
-
-``data`` is what :func:`lab.store.load_run` returns; :func:`load_for_report`
-adds the run's steps (per-position acceptance) and a probe (the prediction
-and the roofline) when there are any. Without them those sections say what
-is missing instead of guessing. A report is always rendered from a saved
-run directory, whoever asks for it: :class:`ReportWriter` as a run ends
-(``lab run``, the TUI subscribe it), ``lab report`` on demand.
-"""
+"""Reports of a saved run: Markdown shaped like the write-ups' tables, CSV of
+every row, JSON as saved plus the analysis, always rendered from a run
+directory (:class:`ReportWriter` as a run ends, ``lab report`` on demand);
+:func:`load_for_report` adds steps and a probe where there are any, and
+sections without them say what is missing."""
 
 from __future__ import annotations
 
@@ -25,6 +20,7 @@ from lab.base.cells import STOPPED_STATUSES
 from lab.base.events import RunEvent, RunFinished
 from lab.base.row import COLD_FIRST_ROUND, CSV_KEYS
 from lab.base.textsafe import printable
+from lab.base.units import mib_from_bytes, ms_from_s, percent
 from lab.base.verdict import BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning
 from lab.render import categories as category_section
 from lab.render import conditions, divergence, serving, set_acceptance
@@ -45,18 +41,6 @@ def _fmt(value: Any, spec: str = ".2f", none: str = "—") -> str:
     if isinstance(value, (int, float)):
         return format(value, spec)
     return str(value)
-
-
-def _pct(value: float | None, spec: str = ".1f") -> str:
-    return "—" if value is None else f"{value * 100:{spec}}%"
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value * 1000:.2f}"
-
-
-def _mib(value: Any) -> str:
-    return "—" if not value else f"{value / 2**20:.0f} MiB"
 
 
 def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dict[str, Any]:
@@ -161,14 +145,9 @@ def write_acceptance(run_dir: str | Path, data: Mapping[str, Any] | None = None)
 
 
 class ReportWriter:
-    """A listener of a run: when it ends, its run directory gets report.md
-    and acceptance.json (:func:`write_acceptance`).
-    Subscribe it after the store, which has then closed the run's files.
-
-    Given the store, it writes where the store is now (a store that lost its
-    directory moves the run, possibly while saving the end itself); a report
-    that cannot be written leaves its reason in ``error`` for the caller to
-    show, instead of a traceback in the middle of a run's output."""
+    """A listener of a run that writes report.md and acceptance.json when it
+    ends, where the store is now (subscribe it after the store); a report that
+    cannot be written leaves its reason in ``error``."""
 
     def __init__(self, store: Any = None) -> None:
         self.store = store
@@ -249,7 +228,7 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
             # a loop in the output makes acceptance easy: the headline says so too
             looped = any(r.get("status") == "ok" and r.get("degenerate_output") for r in rounds)
             kinds.append((prompt, s["verdict_kind"] + (" (degenerate output)" if looped else "")))
-        accept = " / ".join(_pct(by[(arm, p)]["acceptance_rate"]) if (arm, p) in by else "—" for p in prompts)
+        accept = " / ".join(percent(by[(arm, p)]["acceptance_rate"]) if (arm, p) in by else "—" for p in prompts)
         first = next((by[(arm, p)] for p in prompts if (arm, p) in by), None)
         if first is not None and first["is_baseline"]:
             accept, verdict = "—", "baseline"
@@ -294,8 +273,8 @@ def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
             ident += " (r1 against its baseline, later rounds against its cold first round)"
         lines.append(
             f"| {s['arm']} | {s['prompt']} | {tps if s['rounds'] else s['status']} | {speed} | "
-            f"{_pct(s['acceptance_rate'])} | {_fmt(s['mean_accepted_len'])} | {_ms(s['draft_s'])} | "
-            f"{_ms(s['verify_s'])} | {cost} | {_fmt(s['break_even_len'])} | {_mib(s['peak_mem_bytes'])} | "
+            f"{percent(s['acceptance_rate'])} | {_fmt(s['mean_accepted_len'])} | {ms_from_s(s['draft_s'], '.2f')} | "
+            f"{ms_from_s(s['verify_s'], '.2f')} | {cost} | {_fmt(s['break_even_len'])} | {mib_from_bytes(s['peak_mem_bytes'])} | "
             f"{ident} | {' '.join(x for x in (s['verdict'], busy_warning(s), counts_warning(s)) if x)} |"
         )
     return lines
@@ -345,7 +324,7 @@ def _position_lines(data: Mapping[str, Any]) -> list[str]:
         for i in range(width):
             if i < len(p.reached) and p.reached[i]:
                 cond.append(f"{p.accepted[i] / p.reached[i] * 100:.0f}% of {p.reached[i]}")
-                uncond.append(_pct(p.unconditional[i], ".0f"))
+                uncond.append(percent(p.unconditional[i], '.0f'))
             else:
                 cond.append("—")
                 uncond.append("—")

@@ -15,8 +15,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from lab.analysis.compare import compare, run_name, warnings
+from lab.base.units import DASH
 from lab.store import load_run
-from lab.tui.widgets.fmt import DASH
 
 # (label, key in a compare row without its _a/_b, format)
 FIGURES = (

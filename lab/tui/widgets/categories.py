@@ -20,8 +20,8 @@ from textual.widgets import DataTable
 
 from lab.analysis.categories import ALL, CategoryRow, category_table
 from lab.analysis.stats import FASTER, SLOWER
+from lab.base.units import DASH, number, percent, speedup
 from lab.base.verdict import BUSY_WARNING
-from lab.tui.widgets.fmt import DASH, num, pct, speedup
 
 COLUMNS = (
     ("arm", "arm"), ("category", "category"), ("prompts", "prompts"), ("accept", "accept"),
@@ -49,7 +49,7 @@ def category_cells(r: CategoryRow, busy: bool = False) -> list[str | Text]:
     style = "green" if r.call == FASTER else "red" if r.call == SLOWER else ""
     category = Text(r.category, style="bold") if r.category == ALL else r.category
     return [
-        r.arm, category, str(r.prompts), pct(r.acceptance_rate), num(r.mean_accepted_len, ".2f"),
+        r.arm, category, str(r.prompts), percent(r.acceptance_rate, '.0f'), number(r.mean_accepted_len, '.2f'),
         speedup(r.speedup), interval,
         Text(r.call, style=style) + (Text(" " + BUSY_WARNING, style="yellow") if busy and r.call in (FASTER, SLOWER)
                                      else Text("")),

@@ -21,8 +21,8 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 
 from lab.analysis.run import summarize
+from lab.base.units import DASH, mib_from_bytes, number, percent, speedup
 from lab.base.verdict import busy_warning
-from lab.tui.widgets.fmt import DASH, mib, num, pct, speedup
 
 COLUMNS = (
     ("arm", "arm"), ("prompt", "prompt"), ("status", "status"), ("tok_s", "tok/s"),
@@ -115,12 +115,12 @@ def summary_cells(s: Mapping[str, Any]) -> list[str | Text]:
         ident = "yes"
     else:
         ident = f"no @{s['first_divergence_char']}"
-    tps = num(s["tok_per_s"]) + tok_range(s)
+    tps = number(s["tok_per_s"]) + tok_range(s)
     verdict = str(s["verdict"] or "")
     busy = busy_warning(s)
     return [
-        s["arm"], s["prompt"], s["status"], tps, speedup(s["speedup"]), pct(s["acceptance_rate"]),
-        num(s["mean_accepted_len"], ".2f"), cost, mib(s["peak_mem_bytes"]), ident,
+        s["arm"], s["prompt"], s["status"], tps, speedup(s["speedup"]), percent(s["acceptance_rate"], '.0f'),
+        number(s["mean_accepted_len"], '.2f'), cost, mib_from_bytes(s["peak_mem_bytes"]), ident,
         Text(verdict, style=verdict_style(verdict)) + (Text(" " + busy, style="yellow") if busy else Text("")),
     ]
 
@@ -177,7 +177,7 @@ class ComparisonTable(DataTable[Any]):
         """A line's cells, its tok/s without the range unless ``ranged``."""
         if ranged or summary is None or not tok_range(summary):
             return cells
-        return [*cells[:3], num(summary["tok_per_s"]), *cells[4:]]
+        return [*cells[:3], number(summary["tok_per_s"]), *cells[4:]]
 
     def _widths(self, ranged: bool = True) -> dict[int, int]:
         """Each column's width but the verdict's: its widest cell, padded."""

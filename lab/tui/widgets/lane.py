@@ -21,10 +21,10 @@ from textual.widgets import ProgressBar, Static
 from lab.base.events import Status, StatusChanged
 from lab.base.profile import Arm
 from lab.base.row import ResultRow
+from lab.base.units import mib_from_bytes, milliseconds, ms_from_s, number, percent
 from lab.telemetry.gpu import GpuSampled
 from lab.tui.messages import ArmMetrics
 from lab.tui.widgets.cell_diff import CellDiff, DiffCaption, diff_caption
-from lab.tui.widgets.fmt import mib, ms, num, pct
 from lab.tui.widgets.stream_text import StreamText
 
 # Statuses whose detail the lane shows under its badge.
@@ -335,12 +335,12 @@ class ArmLane(Vertical):
         else:
             tps = acc = length = draft_ms = verify_ms = None
             timing = "last"
-        rate = Content.assemble("tok/s ", (num(tps), "bold"))
-        memory = f"mem {mib(mem)} · peak {mib(peak)}"
-        accept = f"accept {pct(acc)} · {num(length, '.2f')} tok/step"
-        step = f"{timing} draft {ms(draft_ms)} · verify {ms(verify_ms)}"
+        rate = Content.assemble("tok/s ", (number(tps), "bold"))
+        memory = f"mem {mib_from_bytes(mem)} · peak {mib_from_bytes(peak)}"
+        accept = f"accept {percent(acc, '.0f')} · {number(length, '.2f')} tok/step"
+        step = f"{timing} draft {milliseconds(draft_ms)} · verify {milliseconds(verify_ms)}"
         if not self.compact and cell_len(step) > self.size.width - 4 > 0:
-            step = f"draft {ms(draft_ms)} · verify {ms(verify_ms)}"  # "last"/"mean": see help
+            step = f"draft {milliseconds(draft_ms)} · verify {milliseconds(verify_ms)}"  # "last"/"mean": see help
         latency = self._latency_text()
         gpu = self._gpu_text()
         if self.compact:
@@ -364,19 +364,19 @@ class ArmLane(Vertical):
         r, m = self.final, self.metrics
         if r is None:
             first = m.ttft_s if m is not None else None
-            return f"first token after {ms(first * 1000 if first is not None else None)}"
+            return f"first token after {ms_from_s(first, unit=True)}"
         if not r.ok:
             return "ttft —"
-        ttft = f"ttft {ms(r.ttft_s * 1000 if r.ttft_s is not None else None)}"
+        ttft = f"ttft {ms_from_s(r.ttft_s, unit=True)}"
         rehearsal = (r.engine_report or {}).get("rehearsal_s")
         if isinstance(rehearsal, (int, float)) and rehearsal > 0:
             ttft += f" (+{rehearsal:.1f} s rehearsal)"
-        p50 = ms(r.itl_p50_s * 1000 if r.itl_p50_s is not None else None)
+        p50 = ms_from_s(r.itl_p50_s, unit=True)
         if not self.speculative or r.itl_p95_s is None:
             return f"{ttft} · itl p50 {p50}"
         # tokens landing in a burst of accepted drafts have no gap: the
         # median alone would read 0 ms, the tail says what a step costs
-        return f"{ttft} · itl p50 {p50} · p95 {ms(r.itl_p95_s * 1000)}"
+        return f"{ttft} · itl p50 {p50} · p95 {ms_from_s(r.itl_p95_s, unit=True)}"
 
     def _gpu_text(self) -> str:
         """The latest GPU reading of this arm: its processes' memory (else
