@@ -1,5 +1,5 @@
-"""``lab report RUN_DIR``: a saved run rendered again (Markdown, CSV or
-JSON), alone or against a second run."""
+"""``lab report RUN_DIR``: a saved run rendered again (Markdown, CSV, JSON
+or one HTML page with its figures), alone or against a second run."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from lab.store import load_run
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir")
-    p.add_argument("--format", choices=("md", "csv", "json"), default="md")
+    p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
+                   help="html: one self-contained page, figures inline (opens offline)")
+    p.add_argument("--figures", action="store_true",
+                   help="(re)draw the run's figures into RUN_DIR/figures/ (SVG and PNG) and link them")
     p.add_argument("--compare", metavar="RUN_B", help="show what changed from RUN_DIR to RUN_B")
     p.add_argument("--probe", metavar="FILE", help="verify-cost probe for the prediction (default: RUN_DIR/probe.json)")
     p.add_argument("--bandwidth", type=float, metavar="GBPS", help="device memory bandwidth for the roofline, GB/s")
@@ -29,7 +32,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         data = load_for_report(args.run_dir, args.probe)
         if args.bandwidth:
             data["bandwidth_bytes_s"] = args.bandwidth * 1e9
-        if args.compare:
+        if args.figures and not args.compare:
+            from lab.render.report import write_figures
+
+            data["figure_lines"] = write_figures(args.run_dir, data)
+        if args.format == "html":
+            from lab.render import html
+
+            if args.compare:
+                data_b = load_for_report(args.compare)
+                _say_unreadable(data_b)
+                text = html.render_compare_html(data, data_b)
+            else:
+                text = html.render_html(data)
+        elif args.compare:
             data_b = load_run(args.compare)
             _say_unreadable(data_b)
             text = render_compare(data, data_b, args.format)
