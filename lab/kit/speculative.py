@@ -72,7 +72,6 @@ def checked_draft(drafter: Any, tokens: Sequence[Any], n_vocab: int) -> tuple[in
     naming the drafter and the first few ids that are not (negative, past
     the vocabulary, or no integer at all: an engine given them fails with a
     message that names neither, or reads past its tables)."""
-    name = getattr(drafter, "name", type(drafter).__name__)
     out: list[int] = []
     bad: list[str] = []
     for t in tokens:
@@ -84,7 +83,7 @@ def checked_draft(drafter: Any, tokens: Sequence[Any], n_vocab: int) -> tuple[in
         else:
             out.append(int(t))
     if bad:
-        raise DraftRefused(f"drafter {name} proposed ids outside the vocabulary (0..{n_vocab - 1}): "
+        raise DraftRefused(f"drafter {drafter.name} proposed ids outside the vocabulary (0..{n_vocab - 1}): "
                            f"{', '.join(bad[:8])}{' ...' if len(bad) > 8 else ''}")
     return tuple(out)
 

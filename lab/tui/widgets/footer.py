@@ -91,7 +91,7 @@ class LabFooter(Footer):
                                   tooltip or binding.tooltip))
         # the screen's own order whatever has the focus (a focused table's
         # arrow keys would otherwise bring the lane key to the front)
-        order = [b.action for b in getattr(self.screen, "BINDINGS", ()) if isinstance(b, Binding)]
+        order = [b.action for b in self.screen.BINDINGS if isinstance(b, Binding)]
         return sorted(out, key=lambda item: order.index(item.action) if item.action in order else len(order))
 
     def _shown(self) -> list[FooterItem]:
