@@ -18,6 +18,8 @@ from lab.registry import Registry, load_registry
 # Exit statuses of a run stopped from outside: the shell's 128 + signal.
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+# the run finished and saved, but at least one row is error, crashed or oom
+EXIT_ROW_FAILED = 3
 DEFAULT_PROFILE = "profiles/demo.toml"
 
 

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 from lab.analysis.comparable import headline
+from lab.base.cells import Status
 from lab.base.events import Listener, RunStarted
 from lab.base.textsafe import PrintableStream, printable
 from lab.cli.context import (
+    EXIT_ROW_FAILED,
     EXIT_SIGINT,
     EXIT_SIGTERM,
     Context,
@@ -82,7 +84,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
               "the table above has every row", file=sys.stderr)
         return 1
     print(f"\nsaved: {printable(store.path)}")
-    return 1 if report.error else 0
+    if report.error:
+        return 1
+    failed = sum(1 for row in results if row.status in _FAILED)
+    if failed:
+        print(f"lab: {failed} row(s) failed (error, crashed or oom); the report says why", file=sys.stderr)
+        return EXIT_ROW_FAILED
+    return 0
+
+
+_FAILED = frozenset({Status.ERROR, Status.CRASHED, Status.OOM})
 
 
 def _say_moved(failed: Path, now: Path | None, reason: str) -> None:
