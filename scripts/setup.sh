@@ -66,6 +66,21 @@ case ",$EXTRAS," in
     case ",$EXTRAS," in *,mlx,*|*,all,*) $PIP install --quiet --no-deps dflash==0.1.0 ;; esac
     ;;
 esac
+# The HTML report's test opens the page in a real headless browser:
+# Debian's chromium, where apt-get can install it (CI runs as root); elsewhere
+# that test skips and says so.
+case ",$EXTRAS," in
+  *,test,*)
+    if ! command -v chromium >/dev/null 2>&1; then
+      if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+          || echo "setup: chromium not installed; the HTML report's browser test will skip" >&2
+      else
+        echo "setup: no chromium (as root on Debian: apt-get install chromium); the HTML report's browser test will skip" >&2
+      fi
+    fi
+    ;;
+esac
 if [ -n "$build_pid" ]; then
   wait "$build_pid"
   build_pid=""
