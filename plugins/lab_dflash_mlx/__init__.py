@@ -1,9 +1,5 @@
-"""The ``dflash-mlx`` backend: the ``dflash-mlx`` package's DFlash engine for
-Apple Silicon (verify kernels, tree drafting, an adaptive block), run
-through its Python API as its ``dflash generate`` runs it.
-
-Registered through the ``lab.backends`` entry-point group; nothing here
-imports mlx or dflash_mlx until an arm loads."""
+"""The ``dflash-mlx`` backend: the ``dflash-mlx`` package's DFlash engine,
+as its ``dflash generate`` runs it; nothing here imports mlx or dflash_mlx."""
 
 from __future__ import annotations
 

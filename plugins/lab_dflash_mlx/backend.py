@@ -1,54 +1,29 @@
-"""dflash-mlx's ``stream_dflash_generate`` as its ``dflash generate`` runs it:
-``load_runtime_bundle`` loads target, draft and the target's ops, the
-offline runtime context carries its settings (verify mode, verify length
-cap, prefill chunk), prefix cache off. Greedy only: the engine has no
-sampler.
-
-Steps are the engine's cycles. With ``cycle_events`` (its diagnostics'
-per-cycle trace) each ``CycleCompleteEvent`` gives a cycle's block, verified
-tokens, acceptance and its own draft / verify / whole-cycle seconds; the
-engine then evaluates each draft before verifying it instead of
-prefetching the next one. Without them the engine runs its default
-pipelined loop; steps come from its ``TokenEvent`` cycle counters and the
-``SummaryEvent``'s acceptance history, seconds from when the tokens reached
-the lab, and only a fixed block (verify mode dflash or off) tells the
-drafted count.
-
-A cycle commits the token the previous cycle's verify picked, then the
-accepted drafts: a step's landed tokens are the ones the engine yielded in
-that cycle."""
+"""dflash-mlx's ``stream_dflash_generate`` as its ``dflash generate`` runs it
+(``load_runtime_bundle``, the offline runtime context, no prefix cache;
+greedy only). Steps are the engine's cycles: with ``cycle_events`` each
+``CycleCompleteEvent`` gives the cycle's counts and its own seconds; without,
+steps come from the cycle counters and the summary's acceptance history,
+timed by the lab, and only a fixed block tells the drafted count."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab.api import (
-    Backend,
-    BackendContext,
-    EngineFailure,
-    EngineOOM,
-    Generation,
-    GenerationRequest,
-    MissingEngine,
-    Option,
-)
-from lab.base.events import Emit, Status, StatusChanged, arm_cell
+from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, MissingEngine, Option
+from lab.base.events import Emit
 from lab.kit import models
-from lab.kit.engine_loop import EngineCell, end_ids, engine_version, lab_loop
-from lab.kit.prompting import render_prompt
+from lab.kit.engine_loop import EngineBackend, EngineCell, end_ids, engine_version, lab_loop
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm
 
 INSTALL = "pip install dflash-mlx==0.1.8"
-_OOM = ("malloc", "out of memory", "unable to allocate")
 # verify modes whose block is the same every cycle (the drafted count follows from it)
 FIXED_BLOCK = ("dflash", "off")
 
 
-class DFlashMlxBackend(Backend):
+class DFlashMlxBackend(EngineBackend):
     name = "dflash-mlx"
-    stack = "mlx"
     description = "dflash-mlx's DFlash engine (dflash generate): tree drafting, adaptive block, its own per-cycle timers"
     options = (
         Option("draft", str, None, "the DFlash draft checkpoint directory (dflash's --draft)", required=True, model_ref=True),
@@ -65,14 +40,6 @@ class DFlashMlxBackend(Backend):
                "evaluates each draft before verifying); false: its pipelined default, steps timed by the lab"),
         Option("enable_thinking", bool, True, "passed to the chat template"),
     )
-
-    @classmethod
-    def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
-        return True
-
-    @classmethod
-    def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
-        return True
 
     @classmethod
     def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
@@ -94,9 +61,7 @@ class DFlashMlxBackend(Backend):
         super().__init__(arm, ctx)
         self.bundle: Any = None
         self.runtime: Any = None
-        self.model_path = ""
         self.block_size = 0
-        self._bytes: int | None = None
 
     def load(self, emit: Emit) -> None:
         import dataclasses
@@ -106,11 +71,8 @@ class DFlashMlxBackend(Backend):
         from dflash_mlx.runtime.bundle import load_runtime_bundle
         from dflash_mlx.runtime.context import build_offline_runtime_context
 
-        if self.arm.model is None:
-            raise ValueError(f"arm {self.arm.name}: the {self.name} backend needs model = ...")
-        cell = arm_cell(self.arm.name)
-        emit(StatusChanged(cell, Status.LOADING, phase="loading target and draft (load_runtime_bundle)", progress=0.2))
-        self.model_path = str(models.resolve(self.arm.model))
+        self._loading(emit, "loading target and draft (load_runtime_bundle)", 0.2)
+        self._resolve_target()
         runtime = build_offline_runtime_context(
             verify_mode=str(self.opts["verify_mode"]), verify_len_cap=int(self.opts["verify_len_cap"]),
             prefill_step_size=int(self.opts["prefill_step_size"]),
@@ -123,11 +85,8 @@ class DFlashMlxBackend(Backend):
             model_ref=self.model_path, draft_ref=str(models.resolve(str(self.opts["draft"]))),
             draft_quant=str(self.opts["draft_quant"] or "") or None, verify_config=runtime.verify,
         )
-        asked, n_max = int(self.opts["block_size"] or 0), self.arm.n_max
-        if asked and n_max and asked != n_max + 1:
-            raise ValueError(f"block_size {asked} drafts {asked - 1} tokens, but n_max is {n_max}: give one, or block_size = n_max + 1")
         trained = int(self.bundle.draft_model.block_size)
-        self.block_size = asked or (n_max + 1 if n_max else trained)
+        self.block_size = self._block_size(trained)
         if self.block_size > trained:
             raise ValueError(f"block_size {self.block_size} exceeds the draft's trained block of {trained} "
                              "(dflash-mlx would clamp it)")
@@ -135,24 +94,16 @@ class DFlashMlxBackend(Backend):
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
         if request.temperature > 0:
             raise EngineFailure("dflash-mlx decodes greedily only (it has no sampler): set [run] temperature = 0")
-        try:
-            return self._generate(request, emit, cancelled)
-        except (RuntimeError, MemoryError) as exc:
-            if isinstance(exc, MemoryError) or any(k in str(exc).lower() for k in _OOM):
-                raise EngineOOM(str(exc) or type(exc).__name__) from exc
-            raise
+        return super().generate(request, emit, cancelled)
 
     def _generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
-        import mlx.core as mx
         from dflash_mlx.engine.events import CycleCompleteEvent, SummaryEvent, TokenEvent
         from dflash_mlx.runtime import get_stop_token_ids, stream_dflash_generate
 
         b = self.bundle
         tok = b.tokenizer
-        kwargs = {} if self.opts["enable_thinking"] else {"enable_thinking": False}
-        rendered = render_prompt(self.model_path, request.prompt, request.system, request.chat_template, kwargs)
         hf = getattr(tok, "_tokenizer", tok)
-        prompt = list(hf.encode(rendered.text, add_special_tokens=rendered.add_special))
+        rendered, prompt = self._prompt(request, hf)
         detok = tok.detokenizer
         detok.reset()
         cell = EngineCell(request, emit)
@@ -202,7 +153,6 @@ class DFlashMlxBackend(Backend):
             raise EngineFailure("dflash-mlx's stream ended without its SummaryEvent")
         if not traced:
             self._untraced_steps(cell, landings, summary, request.max_tokens)
-        self._bytes = int(mx.get_active_memory())
         report: dict[str, Any] = {
             "engine": f"dflash-mlx {engine_version('dflash-mlx')}", "block_size": self.block_size,
             "verify_mode": self.runtime.verify.mode, "cycle_events": traced,
@@ -215,15 +165,13 @@ class DFlashMlxBackend(Backend):
             "adaptive_block_reductions": int(summary.adaptive_block_reductions),
             "copyspec_hits": int(summary.copyspec_hits), "copyspec_tokens": int(summary.copyspec_tokens),
             "draft_sources": sorted({str(c.draft_source) for c in cycles if c.draft_source}),
-            "mlx_peak_bytes": int(mx.get_peak_memory()), "mlx_active_bytes": self._bytes, **rendered.report(),
+            **self._memory(), **rendered.report(),
         }
         report["lab_loop"] = lab_loop("mlx-dflash", draft=str(self.opts["draft"]))
         report["loop_differences"] = self._differences(summary, cycles)
         if summary.fallback_ar:
             report["fallback"] = summary.fallback_reason or "autoregressive"
-        gen = cell.finish(len(prompt), report)
-        gen.engine_bytes = self._bytes
-        return gen
+        return self._finish(cell, len(prompt), report)
 
     def _differences(self, summary: Any, cycles: list[Any]) -> list[str]:
         """How this cell's loop differed from the lab's DFlash loop."""
@@ -257,14 +205,6 @@ class DFlashMlxBackend(Backend):
             cell.step(verified - 1, int(accepted), int(landed), float(seconds))
             before = (1 if i == 0 else before) + int(landed)
 
-    def engine_bytes(self) -> int | None:
-        return self._bytes
-
     def close(self) -> None:
         self.bundle = None
-        try:
-            import mlx.core as mx
-
-            mx.clear_cache()
-        except ImportError:
-            pass
+        super().close()

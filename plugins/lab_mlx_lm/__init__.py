@@ -1,8 +1,5 @@
-"""The ``mlx-lm`` backend: mlx-lm's own generation, plain or with its
-speculative decoding and an MLX draft model, as a Mac user runs it.
-
-Registered through the ``lab.backends`` entry-point group; nothing here
-imports mlx until an arm loads."""
+"""The ``mlx-lm`` backend: mlx-lm's own generation, plain or speculative;
+nothing here imports mlx."""
 
 from __future__ import annotations
 

@@ -1,33 +1,25 @@
-"""mlx-lm's ``stream_generate`` as the engine runs it for a user: its
-loader, its loop, its speculative decoding with ``draft_model`` and
-``num_draft_tokens``.
-
-Steps come from the engine's per-token ``from_draft`` flags: a run of
-drafted tokens closed by one target token is one step. mlx-lm drafts
-``min(num_draft_tokens, tokens left)`` each step (its loop's rule, exact,
-not estimated). It reports no per-step seconds: a step's seconds are when
-its tokens reached the lab; draft and verify are not measured."""
+"""mlx-lm's ``stream_generate`` as a user runs it, plain or with
+``draft_model``. A step is a run of ``from_draft`` tokens closed by one target
+token, ``min(num_draft_tokens, tokens left)`` drafted (mlx-lm's rule); its
+seconds are when its tokens reached the lab."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab.api import Backend, BackendContext, EngineOOM, Generation, GenerationRequest, MissingEngine, Option
-from lab.base.events import Emit, Status, StatusChanged, arm_cell
+from lab.api import BackendContext, Generation, GenerationRequest, MissingEngine, Option
+from lab.base.events import Emit
 from lab.kit import models
-from lab.kit.engine_loop import EngineCell, MaskedEnds, end_ids, engine_version, lab_loop
-from lab.kit.prompting import render_prompt
+from lab.kit.engine_loop import EngineBackend, EngineCell, MaskedEnds, end_bias, end_ids, engine_version, lab_loop
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm
 
 INSTALL = 'pip install mlx-lm (or pip install -e ".[mlx]")'
-_OOM = ("malloc", "out of memory", "unable to allocate")
 
 
-class MlxLmBackend(Backend):
+class MlxLmBackend(EngineBackend):
     name = "mlx-lm"
-    stack = "mlx"
     description = "mlx-lm's own generation (stream_generate), plain or speculative with an MLX draft model"
     options = (
         Option("draft_model", str, None, "an MLX draft model directory (mlx-lm's --draft-model); none: plain generation",
@@ -38,10 +30,6 @@ class MlxLmBackend(Backend):
         Option("kv_bits", int, 0, "quantize the KV cache (mlx-lm's --kv-bits; 0: off)", choices=(0, 2, 3, 4, 6, 8)),
         Option("enable_thinking", bool, True, "passed to the chat template (Qwen3-style thinking switch)"),
     )
-
-    @classmethod
-    def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:
-        return True
 
     @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
@@ -57,48 +45,25 @@ class MlxLmBackend(Backend):
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
-        self.model: Any = None
-        self.tokenizer: Any = None
         self.draft: Any = None
-        self.end_bias: Any = None
         self.draft_bias: Any = None
-        self.model_path = ""
         self.num_draft = 0
-        self._bytes: int | None = None
 
     def load(self, emit: Emit) -> None:
-        import mlx.core as mx
         from mlx_lm import load
 
-        if self.arm.model is None:
-            raise ValueError(f"arm {self.arm.name}: the {self.name} backend needs model = ...")
-        cell = arm_cell(self.arm.name)
-        emit(StatusChanged(cell, Status.LOADING, phase="loading target (mlx_lm.load)", progress=0.2))
-        path = models.resolve(self.arm.model)
-        self.model_path = str(path)
-        mx.reset_peak_memory()
-        model, self.tokenizer = load(self.model_path)[:2]
-        self.model = MaskedEnds(model)
-        self.end_bias = _end_bias(model, end_ids(self.tokenizer._tokenizer))
+        self._load_target(emit, load, "loading target (mlx_lm.load)")
         if self.opts["draft_model"]:
-            emit(StatusChanged(cell, Status.LOADING, phase="loading draft (mlx_lm.load)", progress=0.6))
+            self._loading(emit, "loading draft (mlx_lm.load)", 0.6)
             draft = load(str(models.resolve(str(self.opts["draft_model"]))))[0]
             # masked like the target, as a logits processor given to mlx-lm would be on both
             self.draft = MaskedEnds(draft)
-            self.draft_bias = _end_bias(draft, end_ids(self.tokenizer._tokenizer))
+            self.draft_bias = end_bias(draft, end_ids(self.tokenizer._tokenizer))
             n_max = self.arm.n_max
             asked = int(self.opts["num_draft_tokens"] or 0)
             if asked and n_max and asked != n_max:
                 raise ValueError(f"num_draft_tokens {asked} but n_max {n_max}: give one, or the same")
             self.num_draft = asked or n_max or 2
-
-    def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
-        try:
-            return self._generate(request, emit, cancelled)
-        except (RuntimeError, MemoryError) as exc:
-            if isinstance(exc, MemoryError) or any(k in str(exc).lower() for k in _OOM):
-                raise EngineOOM(str(exc) or type(exc).__name__) from exc
-            raise
 
     def _generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
         import mlx.core as mx
@@ -106,13 +71,8 @@ class MlxLmBackend(Backend):
         from mlx_lm.sample_utils import make_sampler
 
         tok = self.tokenizer
-        kwargs = {} if self.opts["enable_thinking"] else {"enable_thinking": False}
-        rendered = render_prompt(self.model_path, request.prompt, request.system, request.chat_template, kwargs)
-        prompt = list(tok._tokenizer.encode(rendered.text, add_special_tokens=rendered.add_special))
-        eos = set(tok.eos_token_ids)
-        tok.eos_token_ids = set() if request.ignore_eos else eos
-        # ignore_eos masks the end tokens, as the lab's loops do, instead of generating them
-        self.model.bias = self.end_bias if request.ignore_eos else None
+        rendered, prompt = self._prompt(request, tok._tokenizer)
+        eos = self._ignore_eos(request)
         if self.draft is not None:
             self.draft.bias = self.draft_bias if request.ignore_eos else None
         mx.random.seed(request.seed)
@@ -150,11 +110,7 @@ class MlxLmBackend(Backend):
                 left_at_step = request.max_tokens - len(cell.ids)
         finally:
             tok.eos_token_ids = eos
-        self._bytes = int(mx.get_active_memory())
-        report: dict[str, Any] = {
-            "engine": f"mlx-lm {engine_version('mlx-lm')}", "mlx_peak_bytes": int(mx.get_peak_memory()),
-            "mlx_active_bytes": self._bytes, **rendered.report(),
-        }
+        report: dict[str, Any] = {"engine": f"mlx-lm {engine_version('mlx-lm')}", **self._memory(), **rendered.report()}
         if last is not None:
             report |= {"engine_generation_tps": float(last.generation_tps), "engine_prompt_tps": float(last.prompt_tps),
                        "engine_generation_tokens": int(last.generation_tokens)}
@@ -169,31 +125,8 @@ class MlxLmBackend(Backend):
                        "loop_differences": ["its first token comes from the first verify, not from prompt "
                                             "processing, so its generation clock (as mlx-lm's own tok/s) starts "
                                             "after one step"]}
-        gen = cell.finish(len(prompt), report)
-        gen.engine_bytes = self._bytes
-        return gen
-
-    def engine_bytes(self) -> int | None:
-        return self._bytes
+        return self._finish(cell, len(prompt), report)
 
     def close(self) -> None:
-        self.model = self.tokenizer = self.draft = None
-        try:
-            import mlx.core as mx
-
-            mx.clear_cache()
-        except ImportError:
-            pass
-
-
-def _end_bias(model: Any, ends: list[int]) -> Any:
-    """-inf at the end tokens over the target's output width (read from one
-    forward: a quantized embedding's shape does not tell it)."""
-    import mlx.core as mx
-
-    width = int(model(mx.array([[0]])).shape[-1])
-    bias = mx.zeros((width,), dtype=mx.float32)
-    keep = [i for i in ends if i < width]
-    if keep:
-        bias[mx.array(keep)] = -mx.inf
-    return bias
+        self.draft = None
+        super().close()

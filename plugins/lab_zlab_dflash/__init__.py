@@ -1,9 +1,5 @@
-"""The ``zlab-dflash`` backend: z-lab's ``dflash`` package (the write-ups'
-own MLX tool, ``dflash mlx --model M --draft D --draft-bits 4 --block-size
-N``) run through its Python API, its loader and its loop.
-
-Registered through the ``lab.backends`` entry-point group; nothing here
-imports mlx or dflash until an arm loads."""
+"""The ``zlab-dflash`` backend: z-lab's ``dflash`` package (``dflash mlx``)
+through its Python API; nothing here imports mlx or dflash."""
 
 from __future__ import annotations
 
