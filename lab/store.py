@@ -1,15 +1,9 @@
 """Run directories: what a run measured, on disk as it is measured.
 
-``runs/<timestamp>-<profile>/`` holds profile.toml (the source as run),
-steps.jsonl (one line per speculative step, appended and flushed as it
-happens), results.json (rewritten atomically after every cell) and report.md
-(written by whoever wants it once the run ended: ``lab run``, the TUI,
-``lab report``; see :func:`lab.render.report.write_report`). Engine logs and
-lab.log go beside them.
-
-The store is a listener of the run's events (:mod:`lab.base.events`): the
-runner never calls it.
-"""
+``runs/<timestamp>-<profile>/`` holds profile.toml, steps.jsonl (appended
+and flushed per step), results.json (rewritten atomically per cell), engine
+logs and lab.log; report.md is written after the run. The store listens to
+the run's events; the runner never calls it."""
 
 from __future__ import annotations
 
@@ -48,7 +42,7 @@ from lab.base.rundir import (
     STORE_FILES,
     JsonFileError,
     read_bytes,
-    read_json,
+    read_saved,
     run_file,
 )
 from lab.base.strictjson import BoundedNumbers, FileRefused, dumps
@@ -154,15 +148,10 @@ Moved = Callable[[Path, "Path | None", str], None]
 
 
 class RunStore:
-    """Saves one run into a new run directory as its events arrive.
-
-    A directory that stops taking writes mid-run (removed, replaced, made
-    read-only, disk full) does not end the run: everything measured is also
-    kept in memory and written again to a fallback directory under the
-    system's temporary directory, ``on_moved`` is told where, and the run
-    goes on there (:attr:`path` follows it). When even that fails the rows
-    stay in memory and the runner's result list holds them.
-    """
+    """Saves one run into a new run directory as its events arrive. A
+    directory that stops taking writes moves the run to a fallback under the
+    system's temporary directory (``on_moved`` is told, :attr:`path`
+    follows); failing that, the rows stay in memory."""
 
     def __init__(self, profile: Profile, out: str | Path | None = None, on_moved: Moved | None = None) -> None:
         root = Path(out) if out is not None else Path("runs")
@@ -388,22 +377,12 @@ MAX_STEPS_BYTES = 1024 * 1024 * 1024
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """Read a run directory's results.json (or the file itself; either may
-    be gzip-compressed), in the shape the lab saves (:mod:`lab.rows.shape`):
-    what does not fit it is left out, and each thing left out is a line of
-    ``data["unreadable"]`` (the key is there only when something was). Only
-    a regular file of at most MAX_RESULTS_BYTES is read, and a run
-    directory's results.json must resolve inside it."""
-    p = Path(path)
+    """Read a run directory's results.json (or the file; either may be
+    gzipped) in the shape :mod:`lab.rows.shape` gives; what does not fit is
+    left out and named in ``data["unreadable"]``."""
     try:
-        if p.is_dir():
-            p = run_file(p, RESULTS_FILE)
-        # NaN and Infinity are not JSON; runs saved before strict JSON have
-        # them. Numbers no run saves (1e400, a 5000-digit integer) are read
-        # as null too.
-        data, seen = read_json(p, MAX_RESULTS_BYTES, "results file")
-    except FileRefused as exc:
-        raise ValueError(str(exc)) from None
+        # older runs saved NaN and Infinity; they, and numbers no run saves, read as null
+        p, data, seen = read_saved(path, RESULTS_FILE, MAX_RESULTS_BYTES, "results file")
     except JsonFileError as exc:
         if exc.kind == JsonFileError.MISSING:
             raise FileNotFoundError(f"{exc.path}: no results.json here; is this a run directory?") from None

@@ -1,12 +1,6 @@
-"""Portable acceptance profiles: what a run measured of its drafters'
-acceptance, in a small file another machine's probe can price.
-
-Acceptance is a property of the target, the drafter and the text; what a
-step costs is a property of the machine. A profile keeps the first (counts
-per draft position, per arm x prompt and, where the suite has categories,
-per arm x category, with the target, drafter, n_max, temperature and prompt
-hashes that make it) and, apart, the source run's own costs, marked as the
-source machine's, for the inputs the other machine's probe does not give::
+"""The portable acceptance file: a run's measured acceptance per draft
+position (per arm x prompt and arm x category, with what made it), and apart
+the source machine's own costs, for another machine's probe to price::
 
     {"kind": "speclab.acceptance", "version": 1, "created": ...,
      "source": {"run": ..., "profile": ..., "started": ..., "machine": {...}, "probe": {...} | null},
@@ -18,10 +12,8 @@ source machine's, for the inputs the other machine's probe does not give::
                             "switch_in_share", "switch_out_share", "cell_tokens", "catch_up_s",
                             "catch_up_per_token", "second_in_share", "second_out_share"} | null}]}
 
-:func:`predict_on` prices one entry with a probe through
-:func:`lab.analysis.predict.predict`, the one prediction formula, and says
-where each of its inputs came from.
-"""
+:func:`predict_on` prices one entry through :func:`lab.analysis.predict.predict`
+and says where each input came from."""
 
 from __future__ import annotations
 
@@ -310,16 +302,10 @@ def from_json(data: Any, path: str = "acceptance profile") -> AcceptanceFile:
 
 def load(path: str | Path) -> AcceptanceFile:
     """An acceptance profile file, or the acceptance.json of a run directory."""
-    from lab.base.rundir import JsonFileError, read_json, run_file
-    from lab.base.strictjson import FileRefused
+    from lab.base.rundir import JsonFileError, read_saved
 
-    p = Path(path)
     try:
-        if p.is_dir():
-            p = run_file(p, ACCEPTANCE_FILE)
-        data, beyond = read_json(p, MAX_BYTES, "acceptance profile")
-    except FileRefused as exc:
-        raise AcceptanceFileError(str(exc)) from None
+        p, data, beyond = read_saved(path, ACCEPTANCE_FILE, MAX_BYTES, "acceptance profile")
     except JsonFileError as exc:
         if exc.kind == JsonFileError.MISSING:
             raise AcceptanceFileError(f"{exc.path}: no acceptance profile here "
@@ -348,16 +334,10 @@ class CrossPrediction:
 
 def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
                loop_s_per_step: float | None = None) -> tuple[predict.ArmInputs, str, str]:
-    """The arm inputs :func:`lab.analysis.predict.predict` takes, for this
-    entry on the probe's machine, and where the draft's and the loop's
-    seconds came from. The baseline token is the probe's one-row pass (T(w)
-    is relative to it). A model drafter's seconds per drafted token are the
-    draft probe's one-row pass when one is given; otherwise the draft's and
-    the loop's costs are the source run's in baseline tokens (the unit the
-    prediction adds them in), carried to the probe's baseline token, and
-    marked as the other machine's: on another machine they are an estimate.
-    ``loop_s_per_step`` gives the loop's seconds on the probe's machine
-    where they are known (the lab's loop reports them in every run there)."""
+    """The inputs :func:`lab.analysis.predict.predict` takes for this entry
+    on the probe's machine, and where draft and loop seconds came from: the
+    draft probe or ``loop_s_per_step`` where given, else the source run's
+    costs in baseline tokens, marked as the other machine's estimate."""
     if entry.costs is None:
         raise AcceptanceFileError(f"{entry.label}: the acceptance file has no costs for this entry "
                                      "(its run had no baseline to price steps against)")
@@ -395,12 +375,8 @@ def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
 
 def _catch_up(entry: Entry, probe: Probe, draft_probe: Probe | None) -> tuple[float, float, str]:
     """A model drafter's catch-up after a step that kept all its drafts, on
-    the probe's machine: (seconds, the part of the draft's seconds per
-    drafted token it makes, where it came from in words). From the draft
-    probe where one is given: its two-row pass beyond a one-row one, and on a
-    GPU the two passes that change shape (the two rows after one, the one
-    after two); from the acceptance file's run otherwise, in baseline tokens
-    there, as the draft's cost is carried."""
+    the probe's machine: (seconds, its share of the draft's seconds per
+    token, where it came from), from the draft probe or else the file's run."""
     c = entry.costs
     if probe.prices_steps:
         return 0.0, 0.0, f"inside the probe's whole steps ({probe.priced_by})"

@@ -513,16 +513,10 @@ def _read(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """A probe or surface file (or the probe.json inside a run directory),
     plain or gzip, as a JSON object: a regular file of at most
     MAX_PROBE_BYTES, numbers bounded."""
-    from lab.base.rundir import JsonFileError, read_json, run_file
-    from lab.base.strictjson import FileRefused
+    from lab.base.rundir import JsonFileError, read_saved
 
-    p = Path(path)
     try:
-        if p.is_dir():
-            p = run_file(p, PROBE_FILE)
-        data, beyond = read_json(p, MAX_PROBE_BYTES, "probe file")
-    except FileRefused as exc:
-        raise ProbeError(str(exc)) from None
+        p, data, beyond = read_saved(path, PROBE_FILE, MAX_PROBE_BYTES, "probe file")
     except JsonFileError as exc:
         if exc.kind == JsonFileError.MISSING:
             raise ProbeError(f"{exc.path}: no probe file here") from None

@@ -1,14 +1,9 @@
 """A run directory's file names, and the one way the lab reads a file it
 saved there.
 
-Every file may also be kept gzip-compressed as ``NAME.gz`` (committed
-evidence is); readers name the plain file and get either, the plain one
-first. A file reached from a run directory must resolve inside it: a
-symlink out of the directory is refused, not followed. JSON is read within
-a size cap with its numbers bounded (:mod:`.strictjson`), and every way it
-can fail is one :class:`JsonFileError` whose ``kind`` says which, so each
-reader words only its own messages.
-"""
+A reader names the plain file and gets it or ``NAME.gz``; a symlink out of
+the directory is refused. JSON is read bounded (:mod:`.strictjson`) and
+every failure is one :class:`JsonFileError` whose ``kind`` says which."""
 
 from __future__ import annotations
 
@@ -138,3 +133,18 @@ def read_json(path: str | os.PathLike[str], cap: int, what: str = "file") -> tup
                             f"JSON nested too deep to be a {what}" if isinstance(exc, RecursionError)
                             else f"not a {what} ({type(exc).__name__})") from None
     return value, numbers.seen
+
+
+def read_saved(path: str | os.PathLike[str], name: str, cap: int, what: str) -> tuple[Path, Any, list[str | int]]:
+    """:func:`read_json` of ``path``, or of its ``name`` where ``path`` is a
+    run directory: (the file read, the value, what was read as null). A
+    file resolving outside the directory is a REFUSED :class:`JsonFileError`."""
+    p = Path(path)
+    if p.is_dir():
+        inside = located(p / name)
+        try:
+            p = run_file(p, name)
+        except FileRefused as exc:
+            raise JsonFileError(inside, JsonFileError.REFUSED, str(exc).removeprefix(f"{inside}: ")) from None
+    value, seen = read_json(p, cap, what)
+    return p, value, seen
