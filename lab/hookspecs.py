@@ -1,10 +1,6 @@
 """Hook specifications: what a speclab plugin can register.
-
-A plugin is a module exposed through an entry point in one of
-:data:`lab.registry.GROUPS` (``lab.backends``, ``lab.drafters``,
-``lab.models``) that implements any of these hooks with ``@lab.hookimpl``;
-a plugin that raises becomes a listed load error, never a crash.
-"""
+A plugin is a module behind an entry point of :data:`lab.registry.GROUPS`
+implementing any of these with ``@lab.hookimpl``."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""Is a drafter lossless at temperature > 0? A sampling check: a drafter
-whose proposal distribution does not match how it drew its tokens yields
-plausible text from a wrong distribution, which no single output shows.
-
-Per context, ``samples`` continuations with plain sampling and as many with
-the speculative loop, each with its own seed; at every position from 2 on
-(both loops sample position 1 before any drafter is asked), a chi-square
-homogeneity statistic with a permutation p-value (exact for sparse tables),
-Holm's correction over every (drafter, context, position) test (at most
-``alpha`` chance of calling a lossless drafter NOT lossless), and the
-total-variation distance beside the one such samples show by chance.
-"""
+"""Is a drafter lossless at temperature > 0? Per context and position from 2
+on, plain and speculative samples are compared by a chi-square homogeneity
+test with a permutation p-value, Holm's correction over all tests (at most
+``alpha`` chance of failing a lossless drafter), and the total-variation
+distance beside its chance level."""
 
 from __future__ import annotations
 

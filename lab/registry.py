@@ -1,10 +1,8 @@
 """Finding, loading and listing plugins.
 
-Entry points are loaded one at a time; a plugin that fails to import or to
-register becomes a listed load error instead of taking the lab down. Set
-``LAB_PLUGINS_STRICT=1`` to make load errors fatal while writing a plugin, and
-``LAB_BLOCK_PLUGINS=name,name`` to skip entry points by name.
-"""
+A plugin that fails to import or register is a listed load error
+(``LAB_PLUGINS_STRICT=1`` makes it fatal; ``LAB_BLOCK_PLUGINS=a,b`` skips
+entry points)."""
 
 from __future__ import annotations
 
@@ -65,10 +63,8 @@ class Registry:
             raise KeyError(self._unknown("drafter", name, self.drafters)) from None
 
     def drafter_backends(self, dcls: type[Drafter]) -> list[str]:
-        """The installed backends that run the drafter ``dcls``: those with the
-        Drafting capability (the lab's own verify loop) on a stack the drafter
-        drafts for. Servers draft with their own speculative types and run no
-        drafter plugin."""
+        """The installed backends with the Drafting capability on a stack the
+        drafter ``dcls`` drafts for."""
         stacks = dcls.stacks
         return sorted(name for name, cls in self.backends.items()
                       if cls.accepts_drafters and (stacks is None or cls.stack in stacks))
@@ -108,17 +104,10 @@ def _blocked() -> set[str]:
 
 
 class _CtrlC:
-    """Whether a SIGINT really arrived while plugins loaded.
-
-    A plugin's code runs inside the lab (its import, its register hook), so
-    anything it raises is its failure and becomes a load error, SystemExit
-    and other BaseExceptions included: a plugin cannot end ``lab check`` with
-    rc 0 and no output. KeyboardInterrupt is the one exception a user raises
-    too: a Ctrl-C while plugins load must still stop the lab. So the lab
-    watches SIGINT while loading (in the main thread, where signals arrive);
-    a KeyboardInterrupt with no SIGINT behind it is the plugin's own raise
-    and a load error, one that follows a SIGINT goes on up. Off the main
-    thread nothing can be watched, and every KeyboardInterrupt goes on up."""
+    """Whether a SIGINT really arrived while plugins loaded: anything a
+    plugin raises is a load error, but a user's Ctrl-C must still stop the
+    lab, so a KeyboardInterrupt goes on up only with a SIGINT behind it (or
+    off the main thread, where none can be watched)."""
 
     def __init__(self) -> None:
         self.seen = False
@@ -222,9 +211,7 @@ def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], c
             (pm.hook.lab_register_drafters, add_drafter),
             (pm.hook.lab_register_models, add_model),
         )
-        # A plugin registers whole or not at all: what it added before its
-        # error (a name clash included) is taken back, so a plugin that
-        # fails is not half there.
+        # a plugin registers whole or not at all: what it added before its error goes
         before = (dict(registry.backends), dict(registry.drafters), dict(registry.models), dict(registry.origins))
         try:
             for hook, register in hooks:
@@ -239,9 +226,7 @@ def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], c
             fail(label, group, exc)
 
     seen: set[str] = set()
-    # The lab's own plugins register first, whatever the names of other
-    # entry points: a plugin that registers a name a built-in has is then
-    # the one refused, and the built-ins stay whole.
+    # built-ins register first, so a plugin clashing with one is the one refused
     ordered = [(group, ep) for builtin in (True, False) for group in GROUPS
                for ep in _entry_points(group) if _is_builtin(ep) == builtin]
     for group, ep in ordered:
@@ -294,11 +279,9 @@ def _check(cls: type, base: type, known: dict[str, type], label: str, origins: d
 
 
 def held_to_contract(cls: type, base: type, label: str) -> None:
-    """The one place the lab inspects a plugin class: every capability the
-    core reads (``lab.api.CAPABILITIES``) has the kind the contract
-    declares, and every option is an ``Option``, so that the core reads
-    them as plain attributes and a plugin's mistake is a load error that
-    names it, not a traceback in the middle of a run."""
+    """The one place the lab inspects a plugin class: every capability in
+    ``lab.api.CAPABILITIES`` has its declared kind and every option is an
+    ``Option``, else a load error that names it."""
     for attr, kind in CAPABILITIES[base].items():
         value = getattr(cls, attr, None)
         if isinstance(kind, str):  # METHOD

@@ -2,11 +2,8 @@
 warmup unrecorded, then every prompt x round, emitting events to whoever
 listens (:mod:`lab.base.events`) and keeping the only list of result rows.
 
-Failures are results: an arm that fails to load, runs out of memory or
-crashes gets that status and the run goes on; whatever a plugin raises
-(only Ctrl-C and SIGTERM go on up) is its arm's error, every backend is
-closed on every path, and what it leaves running is ended or named
-(lab.telemetry.leftovers)."""
+Failures are results: whatever a plugin raises (Ctrl-C and SIGTERM apart) is
+its arm's status and the run goes on; every backend is closed on every path."""
 
 from __future__ import annotations
 
@@ -266,11 +263,9 @@ class Runner:
         return {"asked": 0, "cores": cores, "others_cores": round(others, 2), "used": used}
 
     def _probe_phase(self) -> None:
-        """Measure (or find cached) the verify cost T(w) and the memory
-        bandwidth of every stack that speculates, so every report has a
-        prediction and a roofline. ``[run] probe = false`` turns it off; a
-        file there is used as it is. Its time is reported apart from the
-        arms'; a failed probe costs the prediction, never the run."""
+        """Measure (or find cached) T(w) and the bandwidth of every stack
+        that speculates (``[run] probe = false``: off); a failed probe costs
+        the prediction, never the run."""
         setting = self.profile.run.probe
         if setting is False:
             self.emit(probes.ProbeReported("", "off ([run] probe = false)"))
@@ -694,10 +689,8 @@ class Runner:
 def attach_drafter(dcls: type[Drafter], arm: Arm, backend: Drafting, run: RunSettings,
                    reference: Callable[[str, int], Sequence[int] | None], log: Callable[[str], None],
                    seed: int | None = None) -> Drafter:
-    """The arm's drafter, built for what the loaded backend offers (its
-    vocabulary, its engine for a draft model), loaded and attached: the one
-    way a drafter meets a backend, for runs and the lossless check alike.
-    A drafter that fails to load is closed before the error goes on."""
+    """The arm's drafter built for the loaded backend, loaded and attached
+    (closed again if loading fails): for runs and the lossless check."""
     dctx = DrafterContext(
         stack=arm.stack, target_model=arm.model, vocab_size=backend.vocab_size(),
         n_ctx=run.n_ctx, threads=run.threads, seed=run.seed if seed is None else seed,

@@ -3,13 +3,9 @@ plugin package a user installs and runs at once, then edits: its unit
 test drives ``draft()`` against the lab's fake target
 (:mod:`lab.kit.testing`).
 
-The package holds a pyproject.toml with the ``lab.drafters`` entry point,
-one module with a Drafter subclass that declares one option and works
-(prompt lookup of the newest token: it finds where that token last appeared
-and proposes what followed), a profile that runs it against its baseline on
-the embedded model, and a README that says what to change. Nothing here
-imports an engine.
-"""
+The package: pyproject.toml with the ``lab.drafters`` entry point, a working
+prompt-lookup Drafter with one option, a profile against its baseline on the
+embedded model, and a README."""
 
 from __future__ import annotations
 
@@ -200,10 +196,8 @@ class ScaffoldError(ValueError):
 
 
 def env_tool(name: str) -> str:
-    """The command that runs ``name`` (pip, lab, pytest, activate) from the
-    lab's own environment, written in full so that it works from the
-    package's directory as from anywhere: the script beside this
-    interpreter, else this interpreter running the module."""
+    """The command that runs ``name`` from the lab's own environment, in
+    full so it works from any directory."""
     here = Path(sys.executable).parent.absolute()
     if (here / name).exists() or name == "activate":
         return shlex.quote(str(here / name))
@@ -233,10 +227,8 @@ def _same(name: str) -> str:
 
 
 def write_drafter_package(name: str, directory: str | Path | None = None, taken: Iterable[str] | None = None) -> Scaffold:
-    """Write the package for drafter ``name`` into ``directory`` (default:
-    ./lab-NAME-drafter), which must not exist or be empty. ``name`` may not
-    be one of ``taken`` (default: the installed drafters' names), nor differ
-    from one only by '-' and '_'."""
+    """Write the package for drafter ``name`` into an empty ``directory``
+    (default ./lab-NAME-drafter); ``name`` must not clash with ``taken``."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ScaffoldError(
             f"drafter name {name!r}: use lowercase letters, digits, '-' or '_', starting with a letter "

@@ -80,9 +80,7 @@ def _umask() -> int:
     return mask
 
 
-# The mode any other file of the run directory gets (open() under the umask):
-# mkstemp's private 0600 would make results.json the one file a colleague
-# cannot read.
+# the mode open() gives under the umask, not mkstemp's private 0600
 FILE_MODE = 0o666 & ~_umask()
 
 
@@ -141,9 +139,7 @@ def profile_summary(profile: Profile) -> dict[str, Any]:
     }
 
 
-# Told where a run's files went when its directory could not be written:
-# (the directory that failed, the one the run now writes to or None when
-# only memory is left, the reason).
+# (directory that failed, the one now written or None for memory only, reason)
 Moved = Callable[[Path, "Path | None", str], None]
 
 
@@ -166,9 +162,7 @@ class RunStore:
         # the rows as results.json holds them: what this store writes, not
         # a list anyone reads (the runner owns the rows)
         self._saved: list[dict[str, Any]] = []
-        # steps.jsonl lines the open file holds (flushed); a run that moves
-        # reads them back from the file itself, whose data outlives its
-        # directory while it is open, instead of keeping every step twice
+        # steps.jsonl lines flushed; a moving run reads them back from the open file
         self._steps_flushed = 0
         # a step whose write failed, and every step once only memory is left
         self._steps_pending: list[str] = []
@@ -299,9 +293,8 @@ class RunStore:
         if self.memory_only:
             self._steps_pending.append(line)
             return
-        # A step is appended to an open file, which takes writes even after
-        # its directory went away; the check of the directory itself comes
-        # with the next results.json (once per cell), not once per step.
+        # an open file takes writes after its directory went: the directory
+        # is checked once per cell, with results.json
         try:
             assert self._steps is not None
             self._steps.write(line)
@@ -369,9 +362,7 @@ def _dir_id(path: Path) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
-# What a report reads at most. A run of thousands of cells saves a few
-# megabytes of results and tens of megabytes of steps; the caps keep a wrong
-# or hostile file (a symlink to a device, a huge file) from being read whole.
+# far above what thousands of cells save, so a hostile file is never read whole
 MAX_RESULTS_BYTES = 256 * 1024 * 1024
 MAX_STEPS_BYTES = 1024 * 1024 * 1024
 

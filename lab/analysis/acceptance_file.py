@@ -48,17 +48,13 @@ class Costs:
     draft_s_per_token: float
     loop_s_per_step: float
     plain_share: float
-    # shares of passes that switched width (steps after another width, plain
-    # decodes after a step): the text's and drafter's, like the plain share;
-    # files written before the loop counted them read 0
+    # shares of passes that switched width (0 in older files)
     switch_in_share: float = 0.0
     switch_out_share: float = 0.0
     # tokens a cell's passes decoded in the source run (its length less the
     # prompt's token): the run's setting; 0 in files from before it was kept
     cell_tokens: float = 0.0
-    # a draft model's extra seconds in a step after one that kept all its
-    # drafts, and the part of draft_s_per_token they made, in the source run
-    # (lab.analysis.predict.catch_up); 0 where not seen or in older files
+    # a draft model's catch-up in the source run (lab.analysis.predict.catch_up); 0 where not seen
     catch_up_s: float = 0.0
     catch_up_per_token: float = 0.0
     # shares of passes right after a switch that keep its width (a step, a

@@ -1,9 +1,6 @@
-"""Figures per prompt category (acceptance depends on the kind of text more
-than on anything else): per speculative arm and category, acceptance and
-mean accepted length pooled over ok rows, and the speedup as the geometric
-mean of paired ratios with :mod:`lab.analysis.stats`'s bootstrap interval;
-an ``all`` row pools every category, prompts without one are
-``uncategorized``."""
+"""Figures per speculative arm and prompt category: pooled acceptance and
+mean accepted length, speedup as the geometric mean of paired ratios with a
+bootstrap interval; ``all`` pools every category."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Whether a run's figures compare with a quiet machine's: not when its
-cells ran on fewer cores than the machine has (``threads = 0`` gave the
-engines only the cores other work left) or beside other work (the noise
-guard marked cells busy). The report's headline and ``lab run``'s summary
-say so above the verdicts, with what to do, so that a first run beside
-other work cannot read as the project's verdict."""
+"""Whether a run's figures compare with a quiet machine's: not when cells ran
+on fewer cores than the machine has or beside other work. The headline says
+so above the verdicts."""
 
 from __future__ import annotations
 
@@ -18,9 +15,7 @@ def _number(value: Any) -> bool:
 
 def reasons(results: Sequence[Mapping[str, Any]], threads: Mapping[str, Any] | None) -> list[str]:
     """Why the run's figures are not a quiet machine's, one phrase each;
-    empty when they are. ``threads``: how ``threads = 0`` was resolved as
-    the run started (results.json's ``machine.threads``), None if it was
-    not asked for."""
+    ``threads``: what ``threads = 0`` resolved to, or None."""
     out = []
     if isinstance(threads, Mapping) and all(_number(threads.get(k)) for k in ("used", "cores", "others_cores")):
         if threads["used"] < threads["cores"]:

@@ -1,16 +1,10 @@
 """What changed between two saved comparisons: per arm x prompt, tok/s,
 speedup, acceptance, peak memory and verdict in run A and run B.
 
-A speedup change counts as real only when it leaves run A's interval (or,
-with no interval, moves more than the neutral band); a verdict whose kind
-changed is always shown. A tok/s change counts when it is larger than the
-rounds' own spread in either run (at least TOKS_NOISE): a baseline that moved
-that much means every speedup measured against it moved with the machine,
-not with the drafter, and the comparison says so up front. So does a pair of
-runs whose profiles differ (arms, prompts, run settings): their cells are not
-like for like. Cells someone stopped (cancelled, skipped) were not measured;
-they are neither failures nor verdict changes.
-"""
+A speedup change is real when it leaves run A's interval (else the neutral
+band); a tok/s change when it beats both runs' spread (at least TOKS_NOISE),
+which for a baseline means the machine moved, said up front, as are differing
+profiles. Stopped cells are neither failures nor verdict changes."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """A cross-machine prediction set against the run it predicted (``lab
-predict ... --against RUN_DIR``), its error split in two: the entry is
-priced again with the run's own acceptance and pass shares, costs as
-before, so what remains is the costs' error and the difference the
-acceptance's (greedy text can part between machines, and lookup drafters
-keep other drafts on other text)."""
+predict ... --against RUN_DIR``), its error split into the costs' part and
+the acceptance's, by pricing again with the run's own acceptance."""
 
 from __future__ import annotations
 

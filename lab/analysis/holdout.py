@@ -1,18 +1,7 @@
-"""Predictions made apart from the row they predict: the in-sample one
-checks the arithmetic, this one takes nothing from the arm it predicts.
-
-- acceptance per position: the set rates where they were set, else the
-  pooled steps of the kin arm drafting most per step (same drafter, model
-  and prompt);
-- draft seconds (a line a + b x drafted tokens fitted over the kin arms,
-  their catch-up taken out and priced back at this arm's acceptance), loop
-  seconds and the plain share: the kin arms; T(w): the probe;
-- on a recurrent target, the kin arms' re-runs after a rejection are priced
-  by the probe and taken out of their loop seconds, and this arm's expected
-  ones put in.
-
-Each input says where it came from, so the report can show it.
-"""
+"""Predictions that take nothing from the arm they predict: acceptance from
+the set rates or the kin arm drafting most per step, draft and loop seconds
+from the kin arms (a line fitted over drafted tokens, catch-up priced at this
+arm's acceptance), T(w) from the probe. Each input says where it came from."""
 
 from __future__ import annotations
 
@@ -34,9 +23,8 @@ class HeldOut:
     predicted: float
     acceptance_from: str  # "set rates" or the arm whose steps gave it
     costs_from: tuple[str, ...]  # the arms whose draft and loop seconds were used
-    # a recurrent target's re-runs after a rejection, baseline tokens a step:
-    # the other arms' (taken out of their loop seconds) and this arm's expected
-    # ones (put in); None where the target rolled back without re-running
+    # a recurrent target's re-runs after a rejection, baseline tokens a step
+    # (None where it rolled back without re-running)
     replays: tuple[float, float] | None = None
 
 

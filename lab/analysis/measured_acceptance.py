@@ -1,9 +1,7 @@
 """Acceptance per draft position, from the steps a run saved: a step that
 drafted d and kept a reached positions 1..min(a+1, d), so position i's
-conditional acceptance is accepted-at-i over reached-i. The unconditional
-figure llama.cpp and vLLM print falls with i by construction, so it is
-shown beside the conditional one, never alone.
-"""
+conditional acceptance is accepted-at-i over reached-i; the unconditional
+figure is shown beside it, never alone."""
 
 from __future__ import annotations
 

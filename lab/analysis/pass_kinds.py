@@ -1,9 +1,7 @@
 """What a run's target passes cost by kind (switch, second, steady: see
 :data:`lab.base.probe.SWITCH_PASS`) beside the probe's figures for the same
-kinds, per speculative arm x prompt whose passes switched: where a
-prediction misses, the kind that ran dearer than the probe said is where to
-look. Damaged or missing figures are left out, never guessed.
-"""
+kinds, per speculative arm x prompt whose passes switched; missing figures
+are left out, never guessed."""
 
 from __future__ import annotations
 

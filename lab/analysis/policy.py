@@ -3,13 +3,9 @@ recorded n_max, the adaptive ones of :mod:`lab.base.draft_policy`, and a
 per-category best n) would have done on the steps an arm recorded, priced
 as :mod:`lab.analysis.predict` prices steps.
 
-Each cell's steps become a stream of per-position marks (kept, refused,
-undrafted) that a policy re-chunks into its own steps (:func:`replay_stream`),
-exact where a draft's fate depends on its position in the text and not on
-where its step began. A policy never asks for more than was recorded
-(:class:`ReplayRefused`). docs/design-notes.md gives the method and its
-assumption.
-"""
+A policy re-chunks a cell's per-position marks into its own steps
+(:func:`replay_stream`) and never asks for more than was recorded
+(:class:`ReplayRefused`); docs/design-notes.md gives the assumption."""
 
 from __future__ import annotations
 

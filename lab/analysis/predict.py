@@ -6,11 +6,7 @@ lands L(n) = 1 + sum_k prod_{i<=k} p_i tokens; with q the plain share,
 
     speedup(n) = (q + (1 - q) L(n)) / (q + (1 - q) C(n)).
 
-A step-priced probe (a server) gives C(n) itself; width switches, the
-passes after them, a draft model's catch-up and a cell's start add their
-measured costs where the probe and the row have them. docs/design-notes.md
-derives every term.
-"""
+docs/design-notes.md derives every term and the measured extras."""
 
 from __future__ import annotations
 
@@ -307,10 +303,8 @@ _DRIFT_MIN = 5
 
 
 def draft_drift(steps: Sequence[Mapping[str, Any]], arm: str) -> str | None:
-    """A note when one arm's draft ran at different speeds in different
-    cells (median seconds per drafted token per cell, steps after a full
-    keep apart from the others) by more than :data:`DRIFT_FLOOR`: held-out
-    predictions that borrow those seconds move with it."""
+    """A note when one arm's draft seconds per token differ between cells
+    by more than :data:`DRIFT_FLOOR` (held-out predictions move with it)."""
     mine = [s for s in steps if s.get("arm") == arm and s.get("draft_s") is not None
             and not (isinstance(s.get("round"), int) and s["round"] < 1)]
     cells: dict[tuple[Any, Any, Any], dict[bool, list[float]]] = {}

@@ -1,9 +1,7 @@
 """Where drafting stops paying as the context grows: an acceptance file
 priced at every KV depth of a probe surface (:class:`lab.base.probe.Surface`),
-each depth against a baseline decoding at that depth. The draft's and loop's
-seconds are priced once, at the shallowest depth; a lookup drafter's and the
-loop's stay constant in seconds, a draft model's scale with the target's
-one-row pass (its context is as deep). Acceptance does not change with depth."""
+each depth against a baseline decoding at that depth; a draft model's
+seconds scale with the target's one-row pass, the rest stay constant."""
 
 from __future__ import annotations
 

@@ -11,10 +11,8 @@ from typing import Any
 
 
 def available_cores() -> int:
-    """CPU cores this process may run on: the affinity set where the system
-    has one (containers and taskset narrow it), else the logical count. The
-    engines' default thread count (llama-bench and llama-server count
-    physical cores instead), and what the TUI weighs its refresh against."""
+    """CPU cores this process may run on (its affinity set, else the logical
+    count): the engines' default thread count."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1  # pragma: no cover - macOS
@@ -50,10 +48,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def cache_path(part: str) -> Path:
-    """A folder of the lab's cache (created): ``$LAB_CACHE_DIR`` or
-    ``$XDG_CACHE_HOME/speclab`` (``~/.cache/speclab``), then ``part``
-    (``models`` for built models, ``probes`` for what was measured of this
-    machine)."""
+    """``part`` of the lab's cache (created): under ``$LAB_CACHE_DIR`` or
+    ``$XDG_CACHE_HOME/speclab``."""
     root = os.environ.get("LAB_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "speclab"
     )
@@ -63,12 +59,9 @@ def cache_path(part: str) -> Path:
 
 
 def own_tool(name: str) -> str:
-    """How to run ``name`` (``pip``, ``lab``, ``pytest``, ``activate``) from
-    the environment the lab itself runs in, so that a command the lab prints
-    installs into that environment and not a system Python: the script
-    beside this interpreter (``.venv/bin/pip``, relative when under the
-    working directory), else ``<python> -m pip`` for pip and the bare name
-    for the rest."""
+    """How to run ``name`` (``pip``, ``lab``, ...) from the lab's own
+    environment: the script beside this interpreter, else ``<python> -m
+    pip`` for pip and the bare name for the rest."""
     here = Path(sys.executable).parent
     tool = here / name
     if tool.exists():

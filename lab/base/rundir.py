@@ -69,10 +69,8 @@ def run_file(run_dir: str | os.PathLike[str], name: str) -> Path:
 
 
 def read_bytes(path: str | os.PathLike[str], cap: int, what: str = "file") -> bytes:
-    """A saved file's bytes, at most ``cap`` (:func:`read_bounded`); a
-    ``.gz`` file (or the ``.gz`` twin of a missing one) is decompressed
-    within the same cap. OSError (missing, unreadable, damaged gzip) is left
-    to the caller."""
+    """A saved file's bytes, at most ``cap``, a ``.gz`` (or the twin of a
+    missing file) decompressed within it; OSError is the caller's."""
     p = located(path)
     raw = read_bounded(p, cap, what)
     if not p.name.endswith(GZIP_SUFFIX):

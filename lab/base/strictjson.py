@@ -36,9 +36,7 @@ def dumps(value: Any, **kw: Any) -> str:
 
 # -- reading ------------------------------------------------------------------
 
-# An integer longer than this is no figure the lab saves (the widest are
-# nanosecond clocks and 64-bit seeds, 20 digits): it is read as null, and
-# Python's own limit (4300 digits) is never reached.
+# longer integers are no figure the lab saves (20 digits at most) and read as null
 MAX_INT_DIGITS = 40
 
 

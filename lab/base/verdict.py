@@ -29,10 +29,8 @@ def verdict_kind(row: Mapping[str, Any]) -> str:
 
 
 def busy_warning(row: Mapping[str, Any]) -> str:
-    """The mark a report sets beside a verdict taken on a busy machine ("" if
-    none): all rounds busy, or how many of them were; and the thread count
-    that fits (``threads_hint``) where the engine ran more threads than the
-    other processes left cores, busy or not."""
+    """The mark beside a verdict taken on a busy machine ("" if none), with
+    the thread count that fits (``threads_hint``) where threads were too many."""
     busy = row.get("contended_rounds")
     rounds = row.get("rounds")
     hint = row.get("threads_hint")

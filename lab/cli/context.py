@@ -38,18 +38,14 @@ class Context:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, `kill` and service managers send), raised in
-    the main thread so that a run ends exactly as Ctrl-C ends it: the
-    running cell cancelled, the rest cancelled, engines and servers
-    stopped, results.json and report.md written."""
+    """SIGTERM, raised in the main thread so that a run ends exactly as
+    Ctrl-C ends it."""
 
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[list[int]]:
-    """While inside, SIGTERM raises :class:`Terminated`; the list it yields
-    holds the signal once one came. A second SIGTERM during the clean-up
-    the first one started is ignored, so the clean-up finishes (SIGKILL
-    remains the way to cut it short)."""
+    """While inside, SIGTERM raises :class:`Terminated` (the yielded list
+    holds it); a second one during the clean-up is ignored."""
     got: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:

@@ -40,13 +40,9 @@ _import_lock = threading.Lock()
 
 
 def import_failure(*modules: str, found: tuple[str, ...] = (), timeout: float = 120.0) -> str | None:
-    """Why ``modules`` do not import in this environment (``importing mlx
-    failed: ImportError: ...``), or None when they all do. Tried in a child
-    interpreter, so that an engine's import (its native library, its
-    threads) never lands in the lab's process and a broken one cannot take
-    it down; remembered for the life of the process. The child is killed on
-    every way out (Ctrl-C, SIGTERM turned into one, a timeout). ``found``:
-    modules only looked up, not imported (one whose import costs seconds)."""
+    """Why ``modules`` do not import here, or None. Tried in a child
+    interpreter (killed on every way out) so a broken engine cannot take the
+    lab down; remembered per process. ``found``: only looked up."""
     key = (*modules, "|", *found)
     with _import_lock:
         if key in _import_results:

@@ -44,10 +44,8 @@ def end_ids(hf_tokenizer: Any) -> list[int]:
 
 
 class MaskedEnds:
-    """A target model whose logits come out with ``bias`` added (-inf at the
-    end tokens while a request ignores EOS, None otherwise): for an engine
-    whose loop takes no logit bias of its own. Everything else is the
-    model's."""
+    """A model whose logits come out with ``bias`` added (None: as they
+    are), for an engine whose loop takes no logit bias."""
 
     def __init__(self, model: Any) -> None:
         self.__dict__["_inner"] = model
@@ -62,10 +60,8 @@ class MaskedEnds:
 
 
 def lab_loop(backend: str, drafter: str | None = None, **options: Any) -> dict[str, Any]:
-    """Which of the lab's own arms runs the same algorithm on the same files
-    as an engine arm: the backend, the drafter, and the options (backend
-    options, or the drafter's for a drafter) that must be equal; the
-    report's engines section (:mod:`lab.render.engines`) pairs them by it."""
+    """Which of the lab's own arms runs an engine arm's algorithm on the same
+    files, as :mod:`lab.render.engines` pairs them."""
     return {"backend": backend, "drafter": drafter, "options": options}
 
 

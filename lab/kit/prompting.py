@@ -1,15 +1,8 @@
-"""The prompt the lab's stacks send, rendered once by the lab: engines
-disagree about chat templates, so the lab reads the template from the model
-file (a GGUF's ``tokenizer.chat_template``, a directory's
-``chat_template.jinja`` or ``tokenizer_config.json``), renders it with
-Jinja, and the llama.cpp and MLX backends send exactly that text.
-
-A model without a template gets ChatML (:data:`FALLBACK_TEMPLATE`, as
-llama-server falls back); ``chat_template = false`` sends the text as
-written. ``prompt_sha256`` identifies the rendered text; a stack whose
-server renders the prompt (vLLM) hashes the server's ids (:func:`ids_report`).
-The row's ``prompt_template`` says which.
-"""
+"""The prompt the lab's stacks send, rendered once by the lab from the
+model file's chat template (ChatML where it has none; ``chat_template =
+false`` sends the text as written), since engines disagree about templates.
+``prompt_sha256`` identifies the rendered text, or the server's ids where the
+server renders (:func:`ids_report`)."""
 
 from __future__ import annotations
 

@@ -69,9 +69,7 @@ class DraftRefused(ValueError):
 
 def checked_draft(drafter: Any, tokens: Sequence[Any], n_vocab: int) -> tuple[int, ...]:
     """``tokens`` as ids of a vocabulary of ``n_vocab``, or DraftRefused
-    naming the drafter and the first few ids that are not (negative, past
-    the vocabulary, or no integer at all: an engine given them fails with a
-    message that names neither, or reads past its tables)."""
+    naming the drafter and the first few ids that are not."""
     out: list[int] = []
     bad: list[str] = []
     for t in tokens:
@@ -342,9 +340,7 @@ def generate(
     trace: list[TraceStep] | None = None,
 ) -> Generation:
     """Run one cell: baseline when ``drafter`` is None, else speculative with
-    up to ``req.n_max`` drafts a step, after a :class:`~lab.api.Rehearsing`
-    drafter's untimed passes (:func:`rehearse`). ``trace`` receives the
-    timed pass's decodes."""
+    up to ``req.n_max`` drafts a step (after :func:`rehearse` where asked)."""
     report: dict[str, Any] = {}
     # a rehearsal makes a transcript agree with the target; set acceptance ignores agreement
     if isinstance(drafter, Rehearsing) and req.temperature <= 0 and req.acceptance is None:
@@ -359,9 +355,7 @@ def rehearse(
     drafter: Rehearsing,
 ) -> dict[str, Any]:
     """Untimed passes for a drafter that learns from its output, until the
-    output equals its transcript or ``max_rehearsals``. Each pass agrees one
-    token further: a verify row's logits depend only on the tokens before it
-    and the batch's width, which repeat up to where the last pass left."""
+    output equals its transcript or ``max_rehearsals``."""
     assert isinstance(drafter, Drafter)
     t0 = now()
     passes = 0
@@ -510,10 +504,9 @@ def acceptor(req: GenerationRequest) -> Acceptor:
 
 def accept_set(target: Target, drafted: Sequence[int], chances: Sequence[float],
                rng: np.random.Generator) -> tuple[int, int]:
-    """Set acceptance (:mod:`lab.base.set_acceptance`): keep draft i with
-    chance ``chances[i]`` given the ones before were kept; every row up to
-    the first rejection is still picked, so the step costs what a real one
-    does, and the token after the last kept draft is the target's."""
+    """Set acceptance: keep draft i with chance ``chances[i]`` given the
+    ones before were kept; every row is still picked, so the step costs what
+    a real one does."""
     for i in range(len(drafted)):
         y = target.pick(i)
         # a position past the rates given is never kept

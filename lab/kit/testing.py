@@ -1,12 +1,9 @@
 """A fake target for a drafter plugin's unit tests: drive ``draft()``
 without a model.
 
-:class:`FakeTarget`'s greedy next token cycles through ``pattern`` by the
-context's last token, so a drafter that learns from context can reach full
-acceptance. :func:`run_drafter` drives a drafter as the verify loop does
-and raises :class:`ContractBroken` naming the step where a draft breaks the
-contract (a :class:`~lab.api.Draft` of at most ``k`` in-vocabulary ids,
-one distribution per token). Speed is ``lab run``'s to measure."""
+:class:`FakeTarget` cycles through ``pattern``; :func:`run_drafter` drives a
+drafter as the verify loop does and raises :class:`ContractBroken` naming the
+step where a draft breaks the contract."""
 
 from __future__ import annotations
 
@@ -72,10 +69,8 @@ def drafter_context(target: FakeTarget | None = None, log: Callable[[str], None]
 
 def make_drafter(cls: type[Drafter], options: Mapping[str, Any] | None = None,
                  target: FakeTarget | None = None, log: Callable[[str], None] | None = None) -> Drafter:
-    """``cls`` built as the lab builds it: options checked against what it
-    declares (an unknown name or an out-of-range value raises ValueError,
-    as a profile would refuse it), its ``check_options`` asked, defaults
-    filled in, then ``load()``."""
+    """``cls`` built as the lab builds it: options checked (ValueError),
+    defaults filled in, then ``load()``."""
     options = dict(options or {})
     declared = {o.name: o for o in cls.options}
     for name, value in options.items():

@@ -1,9 +1,6 @@
-"""Writing tiny GGUF models: SmolLM2's tokenizer and chat template copied
-from the embedded model (so every tiny model shares its vocabulary, as drafts
-must, and prompts read as text), seeded F16 weights, the hyperparameters and
-layer tensors llama-style architectures share, and the last write. ``gguf``
-(the ``llamacpp`` and ``vllm`` extras) loads when a model is written.
-"""
+"""Writing tiny GGUF models: SmolLM2's tokenizer and template (one
+vocabulary for all, as drafts need), seeded F16 weights, the llama-style
+tensors. ``gguf`` is imported when a model is written."""
 
 from __future__ import annotations
 

@@ -59,16 +59,10 @@ def measure_depths(
     on_curve: Callable[[Probe], None] | None = None,
     requests: tuple[int, int] | None = None,
 ) -> list[Probe]:
-    """T(w), ``repeats`` times, at each of ``depths`` in turn (tokens in the
-    KV cache before each timed pass, for a method in
-    ``Probing.probe_depth_methods``), the model loaded once with ``n_ctx``
-    (default: :func:`default_n_ctx`) and the machine's bandwidth measured
-    once, after the engine closed: one curve per depth, each handed to
-    ``on_curve`` as it finishes. ``requests``: a run's (tokens, warmup
-    tokens), for a probe that times requests.
-
-    Ctrl-C raises :class:`ProbeInterrupted` holding the repeats of the
-    depth it stopped, or None; the depths before it went to ``on_curve``."""
+    """T(w), ``repeats`` times, at each KV depth in ``depths``, the model
+    loaded once and the bandwidth measured once after it closed; each
+    curve goes to ``on_curve`` as it finishes. Ctrl-C raises
+    :class:`ProbeInterrupted` with the unfinished depth's repeats."""
     from lab.api import BackendContext
     from lab.base.events import Event
     from lab.base.profile import Arm, RunSettings
@@ -209,9 +203,7 @@ def depth_refusal(cls: type[Probing], backend: str, method: str) -> None:
 
 # -- the probe a run takes before its arms ------------------------------------------
 
-# One repeat: a default probe must cost seconds on two cores, and each
-# width's figure is already the median of several interleaved passes
-# (lab probe --repeats gives the spread over repeats).
+# one repeat: each width's figure is already a median of several passes
 DEFAULT_REPEATS = 1
 # 2: a llama.cpp probe on a GPU prices T(1) as the baseline decodes it.
 # 3: a llama-server probe times steps that kept none of their drafts too.
@@ -241,12 +233,9 @@ class ProbeSpec:
         return f"{self.backend} / {self.model}"
 
     def identity(self) -> dict[str, Any]:
-        """What the cache keys on: the engine, the model (its reference and
-        its file, so a rebuilt model is probed again), threads, the arm's
-        backend options (GPU layers, batch-invariant decoding and the like)
-        and the machine (CPU model, cores, GPUs); the KV depth where one is
-        asked for and the run's request lengths where the probe times
-        requests (each absent otherwise, so older probes keep their keys)."""
+        """What the cache keys on: engine, model reference and file, threads,
+        backend options, machine; depth and request lengths only where used,
+        so older probes keep their keys."""
         from lab.telemetry.bandwidth import machine_identity
 
         at_depth: dict[str, Any] = {"depth": self.depth} if self.depth is not None else {}
@@ -298,13 +287,9 @@ def _same_load(found: Probe) -> bool:
 
 def plan(arms: Sequence[Any], threads: int, registry: Registry,
          depth: int | None = None, requests: tuple[int, int] | None = None) -> tuple[list[ProbeSpec], list[str]]:
-    """The stacks to probe for a run: one per distinct target stack that
-    speculates, widths for every n_max it runs, at KV ``depth`` where the
-    stack's probe can place one (``[run] probe_depth``), with requests of
-    the run's (tokens, warmup tokens) where the probe times whole requests
-    (``RunSettings.request_lengths``). Also a line per
-    stack that cannot be probed (its backend has no Probing capability) or
-    is probed at its own prefix instead of the depth asked for."""
+    """The stacks to probe for a run (one per speculating target stack,
+    widths for its n_max values, at ``depth`` where possible), and a line
+    per stack that cannot be probed or not at that depth."""
     from lab.api import Probing
 
     specs: dict[tuple[str, str, str], ProbeSpec] = {}

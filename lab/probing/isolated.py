@@ -30,10 +30,8 @@ POLL_S = 0.05
 
 
 def wants_own_process(spec: ProbeSpec, registry: Registry) -> bool:
-    """Whether this spec's probe runs in a child: unless the environment
-    says ``LAB_PROBE_PROCESS=shared``, every backend an installed plugin
-    provides (a child loads plugins from their entry points; a backend
-    handed to the registry in process, as tests do, exists only here)."""
+    """Whether this spec's probe runs in a child: an installed plugin's
+    backend, unless ``LAB_PROBE_PROCESS=shared``."""
     if os.environ.get("LAB_PROBE_PROCESS", "").strip().lower() == "shared":
         return False
     cls = registry.backends.get(spec.backend)

@@ -3,9 +3,8 @@ measures anything: ``lab check``, ``lab run`` and the TUI refuse a profile
 whose arm needs an engine that is not there, naming the arms, what is
 missing and the one command that installs it.
 
-Each backend answers for itself (``Backend.missing_engine``); arms that
-share an answer are one problem. The answers may take seconds (an import
-tried in a child interpreter): call from a worker thread in a UI."""
+Each backend answers (``Backend.missing_engine``), which may take seconds:
+call from a worker thread in a UI."""
 
 from __future__ import annotations
 

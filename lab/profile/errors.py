@@ -1,12 +1,7 @@
 """ProfileError and where it points: file, line, key path.
 
-Every refusal of a profile is one ProfileError; a profile with several
-independent problems is refused with all of them at once (a
-:class:`ProfileErrors`, filled by a :class:`Problems` as the checks go on
-past each part that failed). Profile text echoed in a
-message (names, values, paths) is escaped first, so a hostile profile cannot
-put terminal escape sequences or fake lines on the user's screen.
-"""
+Independent problems are refused together (:class:`ProfileErrors`, filled by
+:class:`Problems`); profile text echoed in a message is escaped first."""
 
 from __future__ import annotations
 

@@ -45,10 +45,7 @@ def resolve(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bo
 
 
 def hold_inside(src: Source, base: Path, full: Path, value: str, key: KeyPath) -> None:
-    """``full``, every component resolved (symlinks in the directories on
-    the way as well as the last one), lies inside ``base``: a directory a
-    profile names is held to it, and so is the file the lab reads from
-    inside that directory (a suite's question.jsonl, a run's probe.json)."""
+    """``full``, every symlink on the way resolved, lies inside ``base``."""
     try:
         inside = full.resolve().is_relative_to(base.resolve())
     except (OSError, RuntimeError) as exc:  # a symlink loop

@@ -1,17 +1,9 @@
 """Profiles: arms x prompts x rounds, read from TOML into frozen dataclasses.
 
-A profile goes through four stages, one module each under :mod:`lab.profile`:
-read (file and TOML), validate (every table, against the lab's limits and
-what the plugins declare), expand sweeps (a list given for n_max or a
-non-list option makes one arm per value), infer baselines. A broken profile
-gives one ProfileError that names the file, the line where it can be found,
-and the key path (``arms[2].options.n_max``); no input gives another
-exception. Files a profile reads stay inside its directory unless
-``[run] allow_outside_paths = true`` (or ``LAB_ALLOW_OUTSIDE_PATHS=1``).
-
-:func:`check_profile` is what ``lab run`` and ``lab check`` call: everything
-that can be known without loading a model, the models it names included.
-"""
+Stages: read, validate, expand sweeps, infer baselines. A broken profile
+gives one ProfileError naming file, line and key path; files it reads stay in
+its directory unless ``allow_outside_paths``. :func:`check_profile` is all
+``lab run`` and ``lab check`` can know without loading a model."""
 
 from __future__ import annotations
 
@@ -49,10 +41,7 @@ def parse_profile(
     models: bool = False,
 ) -> Profile:
     """A profile from its TOML text; ``path`` names it in errors and anchors
-    the files it reads. Every independent problem is found before the
-    profile is refused (one ProfileError holding them all), root causes
-    first: an arm's own model and options before the baselines that pair
-    arms by them."""
+    its files. Every independent problem is refused at once, root causes first."""
     src = Source(path, text)
     data = parse_toml(src)
     probs = Problems()
@@ -91,10 +80,8 @@ def _check_reference(src: Source, arms: Sequence[Arm], registry: Registry) -> No
 
 
 def check_profile(path: str | Path, registry: Registry) -> Profile:
-    """Everything about a profile that is known without loading a model:
-    :func:`load_profile` with the plugins, then every model it names exists
-    (a built-in ``embedded:`` / ``tiny:`` name the lab knows, or a path that
-    is there). Built-in models are not built here."""
+    """Everything knowable without loading a model: :func:`load_profile`,
+    then every model it names exists (built-in models are not built)."""
     return load_profile(path, registry, models=True)
 
 

@@ -1,11 +1,7 @@
 """Validation: every table of a profile checked against what the lab and the
 plugins declare, before any sweep is expanded or any engine started.
-
-What is known here without loading a model is refused here: unknown keys,
-types, ranges, names, files, plugins and their options, drafter/backend
-fit. What a combination of swept values decides (an option one value of
-another needs) is checked per arm after expansion (:func:`check_arm`).
-"""
+What swept values decide together is checked per arm after expansion
+(:func:`check_arm`)."""
 
 from __future__ import annotations
 
@@ -70,10 +66,8 @@ class Checked:
 
 def validate(src: Source, data: dict[str, Any], registry: Registry | None, default_name: str,
              problems: Problems | None = None) -> Checked:
-    """The checked tables. With ``problems``, each table, prompt and arm is
-    checked on past the ones that failed, whose refusals are kept there (a
-    part that failed is left out of what is returned); without, the first
-    refusal is raised."""
+    """The checked tables; with ``problems`` the checks go on past each
+    refusal (kept there), without it the first is raised."""
     probs = problems if problems is not None else Problems()
     probs.attempt(no_unknown, src, data, TOP_KEYS, [])
     meta = probs.attempt(validate_meta, src, data.get("profile", {}), default_name)

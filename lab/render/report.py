@@ -450,10 +450,8 @@ _PLAIN_KIND_WORDS = {"switch": "plain decodes after a step", "second": "the one 
 
 def _pass_kind_notes(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
                      pool: Sequence[Any]) -> list[str]:
-    """A line per row whose passes switched width, where the loop told each
-    pass's kind: what each kind took in this run beside what the probe timed
-    for it (lab.analysis.pass_kinds), so a prediction that misses shows which
-    kind ran dearer than the probe said."""
+    """A line per row whose passes switched width: each pass kind's cost
+    beside the probe's (lab.analysis.pass_kinds)."""
     out = []
     # where the probe timed no switches (a CPU's: a switch costs nothing there) the figures stay in the JSON
     for row in (r for r in pass_kinds.pass_kinds(results, steps, pool) if r.probe_timed):
@@ -559,10 +557,8 @@ def _kept_none_words(pr: Any) -> str:
 
 
 def _t1_notes(results: Sequence[Mapping[str, Any]], preds: Sequence[Mapping[str, Any]], pool: Sequence[Any]) -> list[str]:
-    """⚠ beside each prediction whose probe's T(1) and whose baseline's
-    seconds per token disagree (lab.analysis.predict.t1_disagreement), or
-    whose steps ran far deeper or shallower in the KV cache than the
-    probe's passes (lab.analysis.predict.depth_disagreement)."""
+    """⚠ beside each prediction whose probe disagrees with its row in T(1)
+    or KV depth (lab.analysis.predict)."""
     from lab.analysis.predict import depth_disagreement, probe_for, t1_disagreement
 
     # one line per disagreement, naming every arm it touches: the same probe

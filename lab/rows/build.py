@@ -1,9 +1,6 @@
 """Building a result row (:class:`lab.base.row.ResultRow`) from one cell's
 steps and generation, and finding a cell's baseline row.
-
-A row is built once, by the runner; its figures come from
-:mod:`lab.base.metrics`, the same functions the live view uses.
-"""
+Figures come from :mod:`lab.base.metrics`, as in the live view."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Is a cell's output text what a drafter is normally asked to predict? A
 greedy loop or template markers written past end-of-text are trivially
 predictable, so such a row is flagged (``degenerate_output``) and its
-acceptance called unrepresentative: a suffix repeating one pattern
-:data:`MIN_REPEATS` times over :data:`MIN_SHARE` of the text, or
-special-token texts in runs of :data:`MIN_MARKER_RUN` or covering
-:data:`MIN_SHARE` of it."""
+acceptance called unrepresentative."""
 
 from __future__ import annotations
 

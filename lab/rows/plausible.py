@@ -23,14 +23,9 @@ def _bad_seconds(value: float | None) -> bool:
 def impossible_figure(*, n_tokens: int | None, max_tokens: int | None, overshoot: int = 0,
                       steps: Sequence[StepEvent] = (), gen_s: float | None = None,
                       prompt_s: float | None = None, ignore_eos: bool = False) -> str | None:
-    """What is impossible about a cell's figures, or None when they all can be.
-
-    ``max_tokens`` is what the request asked for; ``overshoot`` the tokens
-    its engine documents it may deliver beyond that (0 for every built-in
-    backend). With ``ignore_eos`` a generation cannot stop before its
-    first token: none at all for a non-zero ``max_tokens`` is no generation
-    (and must never become a baseline).
-    """
+    """What is impossible about a cell's figures, or None. ``overshoot``:
+    tokens the engine may deliver past ``max_tokens``; with ``ignore_eos``
+    no token at all is no generation."""
     if n_tokens is not None:
         if n_tokens < 0:
             return f"n_tokens = {n_tokens}"

@@ -1,13 +1,9 @@
 """Was the machine busy while a cell ran? The noise guard.
 
-A baseline measured beside another process is slow, and the arm beside it
-"pays" when it does not. While an arm runs a watcher reads the machine's
-CPU time less this process tree's (the lab, a server it started): other
-processes' busy cores. A cell whose others used more than the engine left
-spare by over :data:`BUSY_CORES`, or that throttled, is contended; the
-lowest CPU clock and this tree's wait for a core are noted. Only deltas of
-cumulative counters are used, so how often the watcher reads does not matter.
-"""
+A watcher reads the machine's CPU time less this process tree's. A cell
+whose other processes used more than the engine left spare by over
+:data:`BUSY_CORES`, or that throttled, is contended; counters are cumulative,
+so the read rate does not matter."""
 
 from __future__ import annotations
 
@@ -28,9 +24,7 @@ INTERVAL_S = 0.25
 # This tree's threads waiting for a core, in cores, beyond which a thread
 # count is suggested.
 STARVED_CORES = 0.5
-# The same wait as a share of this tree's busy cores, beyond which a cell
-# with others' work beside it is contended even under BUSY_CORES (a quiet
-# machine reads a few percent).
+# that wait as a share of this tree's busy cores: contended even under BUSY_CORES
 STARVED_SHARE = 0.25
 # Other processes' busy cores of an idle background (system daemons).
 QUIET_CORES = 0.1

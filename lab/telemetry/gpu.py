@@ -3,12 +3,8 @@ and power sampled on a thread from NVML (``pynvml``, imported when a reader
 opens) or ``nvidia-smi``; and a generation's energy, split into its draft
 and verify phases where a loop reports them.
 
-Each interval between two samples carries one mean power (from the energy
-counter where the card has one), and a phase's energy is that power times
-its overlap with the phase. The driver refreshes its readings on a period
-of its own (often 100 ms): joules per token are exact to that period, while
-a draft/verify split only shows where long phases draw.
-"""
+A phase's energy is each sample interval's mean power times its overlap with
+the phase, so a draft/verify split is only as fine as the driver's refresh."""
 
 from __future__ import annotations
 

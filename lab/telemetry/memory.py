@@ -23,11 +23,9 @@ def rss_bytes(pids: list[int]) -> int:
 
 
 class MemorySampler(PeriodicSampler):
-    """Samples RSS of this process plus ``child_pids()`` every ``interval``
-    seconds and keeps the peak. ``device_bytes`` is an optional reader of
-    accelerator memory. ``emit`` is called from the sampler's own thread
-    while the run's other threads emit too: it must be thread-safe, as
-    ``Runner.emit`` is."""
+    """Samples RSS of this process and ``child_pids()`` every ``interval``
+    seconds, keeping the peak; ``emit`` is called from its own thread and
+    must be thread-safe."""
 
     def __init__(
         self,

@@ -1,12 +1,8 @@
 """The lab's Textual app: `lab` opens it on profiles/demo.toml, `lab
 PROFILE.toml` on another profile, `lab RUN_DIR` on a saved run.
 
-The runner runs on a thread worker; its events reach the run screen only as
-messages (see bridge.py). The run screen asks the app for what it cannot do
-itself (start a run, save, show a failure) with messages, handled here.
-Quitting cancels the run and waits for the runner to close every engine it
-started.
-"""
+The runner runs on a thread worker and reaches the screen only as messages
+(bridge.py); quitting cancels the run and waits for every engine to close."""
 
 from __future__ import annotations
 
@@ -86,14 +82,10 @@ class LabApp(App[int]):
         return self._lab_registry
 
     def on_mount(self) -> None:
-        # Everything built so far (Textual, the DOM, plugins) lives as long
-        # as the app: move it out of the collector's way. Full collections
-        # that walked it showed up as 100 ms stalls of the event loop while
-        # lanes streamed.
+        # what is built so far lives as long as the app: keep full
+        # collections from walking it (event-loop stalls)
         self.call_after_refresh(gc.freeze)
-        # The engine thread gives up the GIL inside every decode call and
-        # must win it back from the UI thread afterwards; with the default
-        # 5 ms switch interval that wait showed up in the measured tok/s.
+        # the engine thread wins the GIL back sooner after each decode call
         sys.setswitchinterval(min(self._switch_interval, GIL_SWITCH_S))
         # SIGTERM quits as q does: the run stopped, its engines closed.
         try:

@@ -1,17 +1,9 @@
 """From runner events (runner thread) to Textual messages (UI thread).
 
-The runner calls :class:`EventBridge` for every event on its own thread. The
-bridge keeps token text and steps per cell and a small flusher thread posts
-them about 30 times a second (fewer when the engine has every core, see
-cadence.py), so the UI's message queue sees a handful of messages per frame
-however fast an engine streams. Every other event flushes
-what is pending first, so the UI never sees a cell finish before its text.
-
-Pausing is the runner's (RunControl.pause): it holds at the next step of an
-in-process loop, taking the held time out of the cell's generation time, or
-before the next cell for a backend that cannot stop between steps; the
-bridge turns its Held events into PauseChanged messages.
-"""
+:class:`EventBridge` batches token text and steps per cell and a flusher
+thread posts them at the cadence of cadence.py; every other event flushes
+what is pending first, so no cell finishes before its text. The runner's
+Held events become PauseChanged messages."""
 
 from __future__ import annotations
 
@@ -112,19 +104,15 @@ class _Live:
 
 
 class EventBridge:
-    """A runner listener that posts batched messages with ``post``.
-
-    ``post`` is a thread-safe callable such as ``widget.post_message``.
-    """
+    """A runner listener that posts batched messages with the thread-safe
+    ``post`` (such as ``widget.post_message``)."""
 
     def __init__(
         self, post: Callable[[Message], object], control: RunControl,
         cadence: Cadence = FULL, cadences: Mapping[str, Cadence] | None = None,
     ) -> None:
-        """``cadence``: how often text and figures are posted (figures, which
-        a person reads, less often than text; status changes and finished
-        cells always carry the latest). ``cadences``: per arm, the cadence
-        to switch to when it starts loading (see cadence.py)."""
+        """``cadence``: how often text and figures are posted; ``cadences``:
+        per arm, the one to switch to when it loads (cadence.py)."""
         self.post = post
         self.control = control
         self.cadence = cadence
@@ -293,10 +281,8 @@ class EventBridge:
             if not live.dirty:
                 continue
             live.dirty = False
-            # A speculative cell's last token of the target's own may be a
-            # step's correction whose step event (and its rejected drafts'
-            # mark, which goes before that token) has not come yet: a timed
-            # flush keeps it for the next batch.
+            # the target's last token may await its step event (and the
+            # rejected-drafts mark before it): keep it for the next batch
             kept = live.segments.pop() if not force and live.step_owed and live.segments else None
             if live.segments or live.pending_steps:
                 rate = None
@@ -324,9 +310,7 @@ class EventBridge:
 
 def _mark_offset(live: _Live, step: StepEvent) -> int:
     """Where a step's rejected drafts go in the pending text: before the
-    token the target put in their place (the step's last, when it landed
-    one of its own and its tokens came before the step event), else at the
-    end."""
+    target's token in their place, else at the end."""
     at = live.batch_chars
     if step.landed > step.accepted and live.segments and not live.segments[-1][1]:
         at -= len(live.segments[-1][0])

@@ -1,14 +1,8 @@
 """How often the live view repaints, weighed against the engine's threads.
 
-Every repaint costs the UI thread a few milliseconds of Python. When the
-engine keeps every core busy, that time is taken from an engine thread, and
-llama.cpp's threads wait for each other at every barrier, so the whole step
-stalls. With a core to spare the view repaints at full rate; without one it
-repaints a few times a second, which keeps its cost to a few percent of one
-core (``python benchmarks/tui_throughput.py cost``), and the run header says
-so. Each arm is weighed on its own: an arm offloaded to a GPU leaves the
-CPU's cores to the view.
-"""
+A repaint taken from a busy engine thread stalls every thread at the next
+barrier: with a core to spare the view repaints at full rate, without one a
+few times a second (the run header says so). Each arm is weighed on its own."""
 
 from __future__ import annotations
 

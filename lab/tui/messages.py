@@ -1,9 +1,5 @@
 """Messages that carry runner events into the UI.
-
-They are posted from the runner's thread (post_message is thread-safe) by
-:class:`lab.tui.bridge.EventBridge`. Token deltas arrive batched (~30 Hz);
-metrics snapshots are replaceable so a busy pump keeps only the newest.
-"""
+Posted from the runner's thread by :class:`lab.tui.bridge.EventBridge`."""
 
 from __future__ import annotations
 
@@ -66,12 +62,9 @@ class RunBegan(Message, bubble=False):
 
 @dataclass
 class TokensLanded(Message, bubble=False):
-    """Text that landed in one cell since the last batch. ``segments`` pairs
-    text with whether it came from accepted drafts; ``steps`` are the
-    speculative steps of the batch; ``rate`` is (seconds since the cell's
-    first token, tok/s) at the end of the batch; ``rejected`` holds a
-    (characters into the batch's text, drafted tokens rejected) pair for
-    each step that rejected drafts."""
+    """Text that landed in one cell since the last batch: ``segments`` (text,
+    from accepted drafts), ``rate`` (seconds since first token, tok/s),
+    ``rejected`` (characters into the text, drafts rejected) per step."""
 
     cell: Cell
     segments: tuple[tuple[str, bool], ...]

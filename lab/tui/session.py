@@ -75,11 +75,9 @@ class RunSession:
         return self.runner.rows() if self.runner is not None else ()
 
     def run_blocking(self) -> list[ResultRow]:
-        """The worker's body: blocks until every arm finished or the run was
-        cancelled; the runner closes every backend on every path. The run
-        directory gets its report.md as it ends, as `lab run` writes it. A
-        profile whose engines cannot all load runs and saves nothing: the
-        screen hears which (EnginesMissing)."""
+        """The worker's body, until every arm finished or the run was
+        cancelled; writes report.md at the end. Missing engines: nothing runs
+        and the screen hears EnginesMissing."""
         try:
             if self.control.cancelled:
                 return []

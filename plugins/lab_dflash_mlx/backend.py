@@ -190,10 +190,9 @@ class DFlashMlxBackend(EngineBackend):
         return out
 
     def _untraced_steps(self, cell: EngineCell, landings: dict[int, list[Any]], summary: Any, budget: int) -> None:
-        """Steps of the pipelined loop, once its acceptance history is known:
-        one per cycle, drafted from the fixed block and the tokens left. A
-        cycle that landed nothing (the first, when it keeps no draft) has no
-        clock of its own: its time is in the next cycle's seconds."""
+        """Steps of the pipelined loop, one per cycle, drafted from the fixed
+        block and the tokens left; a cycle that landed nothing has its time
+        in the next one's seconds."""
         cap = int(self.opts["verify_len_cap"] or 0)
         # the engine's count of generated tokens at a cycle's start: 0 at the first, whose
         # commit holds the prompt's token, then that token and every one landed since

@@ -1,14 +1,9 @@
 """The oracle drafter: it proposes what the target will pick, with wrong
 tokens at a known rate, so it measures a step's cost at a known acceptance.
 
-A verify batch can flip a near tie the baseline's one-row decodes did not,
-so on a greedy cell the oracle rehearses (:class:`lab.api.Rehearsing`) until
-the loop's output equals its transcript; a fixed point serves later rounds.
-``acceptance`` a keeps a cell's accepted count at floor(a x drafted +
-phase); ``error_rate`` e makes each draft wrong with chance e (accepted /
-drafted near (1-e)(1-(1-e)^k)/(e k) at k drafts). Draws leave the round
-out, so rounds draft alike.
-"""
+On a greedy cell it rehearses (:class:`lab.api.Rehearsing`) until the loop's
+output equals its transcript. ``acceptance`` a keeps accepted at floor(a x
+drafted + phase); ``error_rate`` e makes each draft wrong with chance e."""
 
 from __future__ import annotations
 

@@ -19,9 +19,7 @@ def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
     import sys
 
     if "numpy" not in sys.modules:
-        # The backend module brings numpy in; llama.cpp's libraries go first
-        # where nothing loaded numpy yet (lab probe, lab plugins): see
-        # lab_llamacpp.native_first for the image where the order matters.
+        # llama.cpp's libraries before numpy where possible (lab_llamacpp.native_first)
         from lab_llamacpp.native_first import load_llama_first
 
         load_llama_first()

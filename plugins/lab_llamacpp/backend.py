@@ -103,9 +103,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
         threads = self.ctx.run.threads or available_cores()
         emit(StatusChanged(cell, Status.LOADING, phase="creating context", progress=0.7))
         setting, layers = str(opts.get("gpu_pick", "auto")), int(opts.get("n_gpu_layers", 0))
-        # A context that could pick on the device is built for it (the probe
-        # measures verify passes as a drafting arm of this configuration
-        # runs them); the arm's own loop picks there when it drafts.
+        # built to pick on the device where it could, as the probe measures it
         self.gpu_pick_verifies = wants_gpu_pick(setting, layers, self.ctx.run.temperature)
         self.gpu_pick_one_row = wants_gpu_pick(setting, layers, self.ctx.run.temperature, verifies=False)
         self.gpu_pick = self.gpu_pick_verifies if self.arm.drafter is not None else self.gpu_pick_one_row
@@ -343,10 +341,8 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
                 return seconds
             from lab_llamacpp.gpu_pick import backend_greedy, host_greedy
 
-            # The loop's verify passes run the sampler in the graph and copy
-            # no logits: the probe's passes of two rows and more do the same
-            # work. T(1), the unit every width is priced in, is a baseline
-            # token, decoded as the baseline decodes it.
+            # wider passes pick in the graph as the loop's verifies do; T(1) is
+            # a baseline token, decoded as the baseline decodes it
             by_width: dict[int, float] = {}
             one = [w for w in widths if w == 1 and not self.gpu_pick_one_row]
             if one:
@@ -372,10 +368,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
 
     def _switches(self, widths: Sequence[int], depth: int, order: str) -> None:
         """On a GPU, the passes that change width as a drafting arm runs
-        them (``switch_s``, see ``lab_llamacpp.probe.switch_pass_seconds``):
-        back to back is what every width's figure is, so only a probe that
-        times them so adds them. On the CPU nothing is captured or rebuilt,
-        and nothing is timed."""
+        them (``lab_llamacpp.probe.switch_pass_seconds``); nothing on the CPU."""
         from lab_llamacpp import probe
 
         if order != "consecutive" or not int(self.arm.options.get("n_gpu_layers", 0)) or max(widths) < 2:
@@ -385,12 +378,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
 
     def _cells(self, widths: Sequence[int], depth: int, order: str, one_row_on_host: bool = False) -> None:
         """On a GPU, each width's passes as a run's cell decodes them
-        (``cell_s``, see ``lab_llamacpp.probe.cell_pass_seconds``): the first
-        passes after a change of shape, which the back-to-back figures leave
-        out, and passes that advance through the cache. One row is decoded as
-        the baseline decodes it (host picks where its T(1) was), the rest as
-        a drafting arm does. On the CPU nothing is captured, and nothing is
-        timed."""
+        (``lab_llamacpp.probe.cell_pass_seconds``); nothing on the CPU."""
         from lab_llamacpp import probe
 
         if order != "consecutive" or not int(self.arm.options.get("n_gpu_layers", 0)):

@@ -1,11 +1,8 @@
 """Why a greedy speculative cell left its baseline, checked on the engine
 after the cell's clocks stopped: the cell's own batches
 (:class:`lab.kit.speculative.TraceStep`) are replayed up to the first
-differing token, which is computed on the same KV cache as a row of its
-verify batch and as one row alone. Different picks prove batch variance;
-equal ones mean the verify batches' KV led elsewhere, which decoding the
-prefix one row at a time shows.
-"""
+differing token, computed both as a verify row and alone: different picks
+prove batch variance."""
 
 from __future__ import annotations
 

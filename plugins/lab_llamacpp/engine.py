@@ -1,9 +1,6 @@
 """A thin layer over llama-cpp-python's low-level (ctypes) API: every decode
-is one ``llama_decode`` on a batch filled in place, greedy picks read the
-logits buffer, and rolled-back draft rows leave the KV cache through the
-memory API. A context built ``batch_invariant`` never decodes one row
-alone, so one-row and verify passes share kernels (docs/design-notes.md).
-"""
+is one ``llama_decode`` on a batch filled in place; a ``batch_invariant``
+context never decodes one row alone (docs/design-notes.md)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,8 @@ arg-max runs in the decode's own graph (``llama_set_sampler``) and one id per
 row comes back, instead of every verified row's logits being copied to the
 host and scanned. Temperature sampling stays on the host.
 
-The chain is the arg-max alone (masking EOG tokens in the graph costs more
-kernels and uploads every decode): a pick that lands on a masked token redoes
-its pass on the host, and the target picks on the host until its next
-``reset``. A verify context needs ``outputs_per_seq=OUTPUTS_PER_SEQ``.
-"""
+A pick on a masked (EOG) token redoes its pass on the host, which picks
+until the next ``reset``. A verify context needs ``outputs_per_seq=OUTPUTS_PER_SEQ``."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """Synthetic hybrid targets (llama.cpp's ``qwen35`` / ``qwen35moe``: gated
 delta-net layers with a recurrent state, every fourth layer full attention,
-and an MTP ``nextn`` block) and DFlash drafts for them, written by
-:mod:`lab_llamacpp.synthetic`'s method, so that their step costs, the
-recurrent state's checkpoint replay included, are the real shapes' costs.
-
-``SHAPES`` lists the models; docs/design-notes.md says where each shape
-comes from. Weights llama.cpp keeps in float stay F32. The MTP block's and
-the drafts' predictions are random: their acceptance is set acceptance.
-"""
+and an MTP ``nextn`` block) and DFlash drafts for them, by
+:mod:`lab_llamacpp.synthetic`'s method; ``SHAPES`` lists them."""
 
 from __future__ import annotations
 
@@ -141,10 +135,8 @@ SHAPES["qwen35-tiny-q4k"] = replace(SHAPES["qwen35-tiny"], quant="q4_k", descrip
 
 Q4_K_BLOCK = 256
 Q4_K_BYTES = 144  # f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles
-# Every sub-block's scale and min are 15 (both fit the low 4 bits of the
-# packing), and dmin = 7.5 d, so a weight is 15 d (q - 7.5): values
-# +-0.5 .. +-7.5 in steps of one, mean zero (see synthetic._zero_mean_nibbles
-# for why the mean matters), standard deviation 15 d sqrt(255 / 12).
+# scale = min = 15 and dmin = 7.5 d: a weight is 15 d (q - 7.5), mean zero
+# (synthetic._zero_mean_nibbles says why).
 _K_SCALES = np.array([15] * 8 + [0xFF] * 4, dtype=np.uint8)
 _K_STD_PER_D = 15.0 * float(np.sqrt(255 / 12))
 

@@ -1,8 +1,6 @@
 """The lab's command line with llama.cpp's libraries loaded before numpy:
 ``python -m lab_llamacpp.native_first run PROFILE`` is ``lab run PROFILE``,
-and ``... SCRIPT.py ARGS`` runs a script the same way. Where numpy's BLAS
-brings an OpenMP runtime that a later ggml CPU backend crashes on, this
-order is the fix; elsewhere plain ``lab`` is the same."""
+for where numpy's OpenMP runtime would crash a later ggml CPU backend."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 ``decode``: in this process, after a fixed prefix, one ``llama_decode`` of
 w rows of one sequence with logits for every row (a verify), rolled back
-after each pass; each width's passes run back to back, as a sweep arm's
-verifies do (alternating widths would rebuild a CUDA graph every pass).
+after each pass, each width's passes back to back.
 ``batched-bench``: llama-batched-bench decoding w parallel sequences; a pass
 of w rows takes w / S_TG(w) seconds.
 """
@@ -89,11 +88,8 @@ def decode_pass_seconds(
 ) -> list[float]:
     """Median seconds of one verification pass of w rows, per width, with
     ``depth`` tokens in the KV cache before each pass.
-
-    ``order``: "consecutive" times each width's passes back to back (what a
-    speculative loop of one n_max does); "interleaved" cycles through the
-    widths on every pass, which spreads slow drift (another process, clock
-    frequency) over all widths but rebuilds a GPU backend's graph each pass."""
+    ``order``: "consecutive" (each width back to back, as a loop of one n_max)
+    or "interleaved" (spreads slow drift, rebuilds a GPU graph each pass)."""
     check_order(order)
     one_pass = _timed_passes(ctx, widths, depth)
     seconds = median_pass_seconds(one_pass, widths, inner, order, WARM_PASSES)
@@ -103,10 +99,8 @@ def decode_pass_seconds(
 
 def switch_pass_seconds(ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES,
                         depth: int = PREFIX_TOKENS) -> dict[str, Any]:
-    """Passes that change width, as a loop that drafts only some steps runs
-    them: median seconds of one row back to back (``one_s``) and, per width
-    above 1, of w rows back to back, w rows after one row, one row after w
-    rows, and the second pass of each (where CUDA captures its graph)."""
+    """Median seconds of passes that change width, and of the pass after
+    each (where CUDA captures its graph), per width above 1."""
     one_pass = _timed_passes(ctx, widths, depth)
     for _ in range(WARM_PASSES):
         one_pass(1)

@@ -4,11 +4,8 @@
 acceptance comes from the oracle drafter or a draft that agrees with its
 target on a chosen share of tokens.
 
-Greedy picks stand far from ties (large embeddings, small residual updates,
-the output matrix holding the embeddings in a fixed permutation of the
-tokens): a one-row decode and a verify batch pick the same token.
-docs/design-notes.md gives the construction and its margin.
-"""
+Greedy picks stand far from ties, so decode and verify agree
+(docs/design-notes.md gives the construction)."""
 
 from __future__ import annotations
 
@@ -40,10 +37,8 @@ N_BYTE = 256
 FIRST_NORMAL = N_CONTROL + N_BYTE
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_BYTE = 1, 2, 3, 6
 
-# Each residual update (attention output, FFN down) has this RMS against
-# the embeddings' 1.0: small enough that the last token decides the next
-# even after 96 updates, large enough that the scales of an 8B's FFN
-# (fan-in 14336) stay normal f16 numbers, not subnormals.
+# RMS of each residual update against the embeddings' 1.0: the last token
+# still decides the next after 96 updates, and f16 scales stay normal.
 UPDATE_RMS = 0.05
 
 
@@ -205,11 +200,9 @@ def _family_seed(family: str) -> int:
 
 
 def _zero_mean_nibbles(qs: np.ndarray) -> np.ndarray:
-    """Uniform random nibbles decode to q - 8 in -8..7, a mean of -0.5 per
-    weight. Through 14336-wide FFNs that mean adds the same vector to the
-    residual stream in every layer; 32 layers of it swamp the embedding and
-    the greedy pick stops depending on the last token. Nibble 0 (-8) becomes
-    8 (0): values -7..7, mean 0."""
+    """Nibble 0 (-8) becomes 8 (0), so weights have mean 0: a -0.5 mean
+    swamps the embedding through wide FFNs and the greedy pick stops
+    depending on the last token."""
     return _NIBBLE_FIX[qs]
 
 

@@ -60,9 +60,7 @@ class LlamaTarget:
 
 def wants_gpu_pick(setting: str, n_gpu_layers: int, temperature: float, verifies: bool = True) -> bool:
     """Whether an arm picks greedy tokens with llama.cpp's backend sampler:
-    "auto" where the logits live on a GPU, the run is greedy and the context
-    verifies drafts (a one-row baseline picks on the host, which measured
-    faster); "on" also runs on the CPU backend, as the tests use it."""
+    "auto" for a greedy verifying context on a GPU; "on" on the CPU too."""
     if setting == "on":
         return True
     if setting != "auto" or temperature > 0 or n_gpu_layers == 0 or not verifies:

@@ -3,11 +3,8 @@ greedy-equivalence tests: a 2-layer Gemma-3-style model (F16, one
 sliding-window and one global layer, SmolLM2's tokenizer) and its Q4_K_M
 requantization, whose weights take the CPU backend's K-quant kernels.
 
-Unlike the server route's tiny models these have near ties everywhere
-(flat logits from small embeddings tied to the LM head, each token with a
-twin a few F16 steps away), so any difference between a one-row decode and
-a verify batch shows up as a different token within a few hundred.
-"""
+They have near ties everywhere, so any decode/verify difference shows as a
+different token within a few hundred."""
 
 from __future__ import annotations
 

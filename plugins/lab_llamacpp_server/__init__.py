@@ -1,10 +1,6 @@
 """llama-server backends: ``llamacpp-server`` (any --spec-type),
 ``llamacpp-mtp`` and ``llamacpp-dflash``.
-
-Registered through the ``lab.backends`` entry-point group like a third-party
-plugin. Registering imports no engine and starts nothing; a server starts
-when an arm loads.
-"""
+A server starts when an arm loads, not at registration."""
 
 from __future__ import annotations
 

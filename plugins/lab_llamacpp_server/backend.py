@@ -1,17 +1,7 @@
 """llama-server backends: the server runs the speculative loop, the lab
-reads per-step truth from its log, its stream and its /metrics.
-
-This module composes the parts: the process and its life cycle
-(:mod:`lab.kit.server`), its log (:mod:`.serverlog`), its HTTP side
-(:mod:`.client`), the token stream
-(:mod:`.stream`), steps rebuilt live (:mod:`.steps`) and the cross-checks
-against the server's own counters (:mod:`.crosscheck`).
-
-``llamacpp-server`` takes any ``--spec-type`` the server accepts;
-``llamacpp-mtp`` and ``llamacpp-dflash`` are the two routes of the write-ups
-under the names users type. All three share the stack ``llamacpp-server`` so
-each speculative arm compares against a server baseline of the same model.
-"""
+reads per-step truth from its log, stream and /metrics. ``llamacpp-mtp`` and
+``llamacpp-dflash`` fix the spec type of ``llamacpp-server``; all three share
+one stack, so each compares against a server baseline of the same model."""
 
 from __future__ import annotations
 
@@ -255,11 +245,8 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
         # the drift guard's to catch.
         if arm_options.get("url"):
             return "none"
-        # Prompts go with cache_prompt off, so only the speculative state
-        # carries over, and no HTTP call reaches it: a slot erase
-        # (POST /slots/N?action=erase, only with --slot-save-path) clears the
-        # slot's prompt tokens, while ngram-mod's hash table and the
-        # ngram-map key tables live in common_speculative, made once at load.
+        # cache_prompt is off, so only the speculative tables carry over, and
+        # no HTTP call (a slot erase included) reaches them.
         return "restart" if cls.spec_type_of(arm_options) in STATEFUL_SPEC_TYPES else "none"
 
     def reset_round(self, emit: Emit) -> None:
@@ -386,12 +373,9 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
         return failures.request_failed(message, server, self.server_log.oom_lines)
 
     def _prompt(self, request: GenerationRequest) -> list[int]:
-        """The prompt's ids. The text is the one the lab renders for every
-        stack (lab.kit.prompting), not the server's own template handling (which
-        falls back to ChatML silently for a model without a template); the
-        server's tokenizer turns it into ids with the in-process stack's
-        flags, and /completion takes the ids as they are (it adds no BOS to
-        ids). ``self.rendered`` keeps the text for the row."""
+        """The prompt's ids: the lab's rendered text (lab.kit.prompting),
+        tokenized by the server with the in-process stack's flags; /completion
+        takes ids as they are. ``self.rendered`` keeps the text for the row."""
         client = self._client
         assert client is not None, "generate() before load()"
         kwargs = self.opt("chat_template_kwargs")
@@ -480,10 +464,8 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
 
     # -- the engine's own figure ([run] reference) ------------------------------
     def measure_reference(self, request: GenerationRequest, prompt_tokens: int | None) -> dict[str, Any]:
-        """Plain /completion requests straight to the arm's server, outside
-        the lab's streaming loop: the cell's prompt ids, ``n_predict`` its
-        tokens, no stream, no per-token timings; the figure is the server's
-        own ``timings.predicted_per_second``, median of a few requests."""
+        """The server's own ``timings.predicted_per_second`` for plain
+        /completion requests of the cell's prompt, median of a few."""
         client = self._client
         assert client is not None, "measure_reference() before load()"
         prompt = self._prompt(request)
@@ -512,11 +494,8 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
         }
 
     def _await_request_log(self, server: ServerProcess, req: RequestLog) -> bool:
-        """Wait until the server has logged this request's release line: it
-        comes after the request's last step, timings, acceptance and
-        statistics lines, so then they are all in. Bounded by the server
-        staying alive and by an overall limit; False when the line never
-        came (the sources that needed it are then listed as missing)."""
+        """Wait (bounded) for this request's release line, the last it logs;
+        False when it never came."""
         deadline = now() + LOG_WAIT_S
         while not req.released.is_set():
             if not server.alive() or now() >= deadline:

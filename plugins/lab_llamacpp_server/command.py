@@ -42,12 +42,8 @@ DRAFT_N_MAX_FLAG = {
     "ngram-simple": "--spec-ngram-simple-size-m",
     "ngram-map-k": "--spec-ngram-map-k-size-m",
 }
-# Spec types whose state outlives a request (read in the vendored
-# common/speculative.cpp): ngram-mod's hash table takes every prompt and
-# output and is reset only when a quarter full; the ngram-map tables keep
-# their keys; ngram-cache keeps its dynamic cache. ngram-simple searches
-# the request's own context, and the draft-model types start each request
-# from its prompt.
+# Spec types whose tables outlive a request (common/speculative.cpp); the
+# others start each request from its prompt.
 STATEFUL_SPEC_TYPES = frozenset({"ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"})
 NEEDS_DRAFT_MODEL = {"draft-simple", "draft-dflash", "draft-dspark", "draft-eagle3"}
 

@@ -1,9 +1,7 @@
 """Requests read from the stream alone, one or several at a time:
 ``concurrency = N`` sends N streams of the cell's prompt at once, the first
-being the cell and the others load, each read to its end and timed, so the
-row says what N users get and what the server drafted for all of them. The
-load is bounded: at most :data:`lab.kit.server.concurrency.MAX_CONCURRENCY`
-streams, a deadline (``concurrency_timeout_s``), the arm's own server only."""
+being the cell and the others load, each read to its end and timed; bounded
+by :data:`lab.kit.server.concurrency.MAX_CONCURRENCY` and a deadline."""
 
 from __future__ import annotations
 
@@ -93,10 +91,8 @@ def _too_long(n: int, timeout_s: float) -> str:
 def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: GenerationRequest, emit: Emit,
                       cancelled: Callable[[], bool], *, speculative: bool, concurrency: int,
                       timeout_s: float, exclusive_metrics: bool) -> Generation:
-    """One cell read from the stream: the lead stream emits its tokens and
-    steps, ``concurrency - 1`` others run beside it. ``exclusive_metrics``
-    says whether the server's counters move only for these requests (a
-    launched server) or may also count other clients' (an attached one)."""
+    """One cell read from the stream, ``concurrency - 1`` others beside it;
+    ``exclusive_metrics``: no other client moves the server's counters."""
     import httpx
 
     n = max(1, concurrency)

@@ -59,11 +59,8 @@ def step_split(steps: Sequence[StepEvent], draft_ms: float | None, draft_calls: 
     }
 
 
-# What each check compares, for the row's record. The final chunk's timings
-# (draft_n, draft_n_accepted), /metrics (spec_decode_num_*_total) and the
-# request's log summary ("draft acceptance = ...") all print one counter
-# inside the server, its slot's n_draft_tokens / n_draft_accepted /
-# n_draft_verif_steps: three surfaces of one source, so one check.
+# What each check compares, for the row's record; timings, /metrics and the
+# log summary print one slot counter, so they are one check.
 SOURCES = {
     "steps_vs_slot_counters": "the lab's steps (one per 'accepted N/M draft tokens' trace line) against the slot's "
                               "own counters (n_draft_tokens, n_draft_accepted, n_draft_verif_steps), which the "

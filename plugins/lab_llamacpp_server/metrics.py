@@ -18,9 +18,7 @@ MAX_DROPPED = 20
 
 def parse_metrics(text: str, dropped: list[str] | None = None) -> dict[str, float]:
     """Flat map: ``name`` or ``name{label="v"}`` -> value, at most
-    MAX_COUNTERS of them. A value that is no finite number is left out
-    and its key added to ``dropped`` (once, up to MAX_DROPPED): an
-    auxiliary counter must not cost a row."""
+    MAX_COUNTERS; a non-finite value is left out and named in ``dropped``."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line.startswith("llamacpp:") and not line.lstrip().startswith("llamacpp:"):

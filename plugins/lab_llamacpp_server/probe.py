@@ -1,17 +1,8 @@
-"""The server prices itself: a llama-server arm's probe, measured through
-servers started as the arm starts them. Draft, verify and the server's loop
-are one step the lab cannot split from outside, so the probe times steps
-whole (:attr:`lab.base.probe.Probe.prices_steps`):
-
-- width 1: the arm's baseline server, seconds per generated token;
-- width w > 1: the arm's own server at n_max = w - 1 with set acceptance
-  one half at every position, so each step keeps all its drafts or none:
-  the mean seconds of logged steps that kept all, median of three requests,
-  and of those that kept none (``kept_none_s``).
-
-An arm with ``concurrency = N`` is priced at N streams on N slots, every
-step keeping all. Every server is stopped before the next starts.
-"""
+"""A llama-server arm's probe, through servers started as the arm starts
+them; steps are timed whole (:attr:`lab.base.probe.Probe.prices_steps`).
+Width 1 is the baseline's seconds per token; width w the arm's server at
+n_max = w - 1 with set acceptance one half, the mean of logged steps that
+kept all (and, apart, none). One server runs at a time."""
 
 from __future__ import annotations
 

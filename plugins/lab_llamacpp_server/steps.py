@@ -1,9 +1,7 @@
 """Speculative steps of one request, rebuilt while it streams: the log's
 ``accepted N/ M`` line gives drafted, accepted and the step's end, the
 stream its landed tokens and arrival; a step is emitted once both halves are
-in. Draft time is logged only after the request, so live steps carry none
-(:mod:`lab_llamacpp_server.crosscheck` splits the request's).
-"""
+in. Live steps carry no draft time (it is logged after the request)."""
 
 from __future__ import annotations
 

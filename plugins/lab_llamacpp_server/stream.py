@@ -1,9 +1,6 @@
 """Token stream of one /completion request: its tokens, the generation it
-adds up to, and its steps. With ``timings_per_token`` every chunk carries
-the slot's running counters (``predicted_n``, ``draft_n``,
-``draft_n_accepted``), raised before the step's tokens are sent, so steps
-are grouped live with no race against the log.
-"""
+adds up to, and its steps, grouped live from the running counters every
+chunk carries with ``timings_per_token``."""
 
 from __future__ import annotations
 
@@ -225,10 +222,8 @@ ids the server held back) and whether all of them were accepted drafts."""
 
 def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk], bool],
             landed: Landed, cancelled: Callable[[], bool], limit: int | None = None) -> Streamed:
-    """Read a /completion stream to its final chunk. ``feed`` groups chunks
-    into steps and says whether a chunk's tokens were all drafted. A chunk
-    that takes the tokens past ``limit`` (what the request asked for) ends
-    the stream there, with a StreamError naming both."""
+    """Read a /completion stream to its final chunk (``feed`` groups chunks
+    into steps); a chunk past ``limit`` tokens is a StreamError."""
     text_parts: list[str] = []
     ids: list[int] = []
     first_t: float | None = None

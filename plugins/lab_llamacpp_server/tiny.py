@@ -1,9 +1,6 @@
 """Tiny GGUF models for llama-server's speculative routes (random weights,
-fixed seeds, SmolLM2's tokenizer and template, a few MB each): ``tiny:llama``
-(2 layers), ``tiny:llama-notemplate``, ``tiny:llama-dflash`` (a 1-layer
-DFlash draft reading its layers 0 and 1) and ``tiny:glm4moe-mtp`` (a GLM-4.5
-style MoE with one NextN block). They test mechanics and counting, not
-drafting quality."""
+fixed seeds, SmolLM2's tokenizer): ``tiny:llama``, ``tiny:llama-notemplate``,
+``tiny:llama-dflash`` and ``tiny:glm4moe-mtp``, for mechanics and counting."""
 
 from __future__ import annotations
 

@@ -2,9 +2,7 @@
 drafter plugin) and ``mlx-dflash`` (DFlash / DFlash 2 block drafts verified
 by the target, with the step split into draft and verify).
 
-Registered through the ``lab.backends`` entry-point group: the backends, the
-project's tiny MLX models and the doctor's checks for MLX. Nothing here
-imports mlx until an arm loads."""
+Nothing here imports mlx until an arm loads."""
 
 from __future__ import annotations
 

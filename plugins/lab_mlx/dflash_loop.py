@@ -93,10 +93,8 @@ def generate_dflash(
     stats: LoopStats | None = None,
     split_clock: bool = True,
 ) -> Generation:
-    """One cell with a DFlash draft, each step drafting ``block_size - 1``
-    tokens (fewer at the budget's end) and verifying them in one pass.
-    ``split_clock`` evaluates the block first so draft and verify are clocked
-    apart; without it the step runs as one graph, as z-lab's loop does."""
+    """One cell with a DFlash draft, ``block_size - 1`` drafts a step
+    verified in one pass; ``split_clock`` clocks draft and verify apart."""
     stats = stats if stats is not None else LoopStats()
     start = stats.mark()
     out = OutputStream(target, req, emit)

@@ -1,11 +1,7 @@
 """DFlash and DFlash 2 block-diffusion drafts on MLX, from z-lab's checkpoint
 format (``config.json`` with a ``dflash_config`` table, and safetensors) or
-llama.cpp's GGUF (:mod:`lab_mlx.gguf_dflash`). The draft borrows the
-target's embeddings and head, and predicts every masked position of
-``[last token, mask, ...]`` at once, attending over the block and its cache
-of projected target hidden states; DFlash 2 adds grouped convolutions and a
-candidate selector. Written from the published architecture; the tests
-compare tokens with z-lab's ``dflash`` package."""
+llama.cpp's GGUF (:mod:`lab_mlx.gguf_dflash`), written from the published
+architecture; the tests compare tokens with z-lab's ``dflash`` package."""
 
 from __future__ import annotations
 
@@ -46,9 +42,7 @@ class DFlashSpec:
     selector_top_k: int
     rope_dims: int = 0  # leading dimensions of a head that rotate (0: all)
     attention_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
-    # False: target_layer_ids name the layers whose output the draft reads
-    # (z-lab's ids); True: whose input it reads (llama.cpp's GGUF ids, z-lab's
-    # id + 1), see lab_mlx.target.install_capture.
+    # True: target_layer_ids name layer inputs (llama.cpp's ids, z-lab's + 1)
     target_layer_inputs: bool = False
     # Whether the target's own embedding scale (a Gemma-style sqrt(d)) is
     # applied to the block's embeddings; llama.cpp applies only the draft's.

@@ -21,9 +21,7 @@ class MlxDraftModel(TargetDrafter):
 
     def __init__(self, options: Mapping[str, Any], ctx: DrafterContext, engine: EngineThread) -> None:
         super().__init__(options, ctx)
-        # Drafting runs inside the backend's generate, on its engine thread;
-        # loading runs there too, so all of an arm's MLX work shares one
-        # thread and stream.
+        # loaded on the engine thread, where drafting runs: one thread and stream
         self.engine = engine
 
     def load(self) -> None:

@@ -2,9 +2,7 @@
 ``--spec-type draft-dflash`` loads, and what lab_llamacpp.hybrid writes) as
 the MLX :class:`lab_mlx.dflash_model.DFlashDraft`, so one pair of files runs
 on llama-server and on MLX.
-
-docs/design-notes.md lists how the draft follows llama.cpp's, and
-what it refuses by name."""
+"""
 
 from __future__ import annotations
 
@@ -20,9 +18,7 @@ ARCH = "dflash"
 
 # GGUF tensor (no suffix) -> DFlashDraft parameter path (no suffix).
 TOP = {"fc": "fc", "enc.output_norm": "hidden_norm", "output_norm": "norm"}
-# A draft layer is a plain attention block: the qwen35 target's attention
-# names and its feed-forward ones, the post-attention norm under llama.cpp's
-# name for a dense block.
+# a draft layer is a plain attention block under the qwen35 target's names
 LAYER = {
     **ATTENTION,
     **{k: v for k, v in COMMON.items() if k != "post_attention_norm"},

@@ -1,9 +1,7 @@
 """llama.cpp's ``qwen35`` GGUF (the Qwen3.5 / 3.6 dense hybrid: gated
 delta-net layers with full attention every ``full_attention_interval``-th
-layer, plus appended MTP ``nextn`` blocks) as mlx-lm's ``qwen3_5`` model.
-
-docs/design-notes.md lists how each tensor differs and what is done to it.
-"""
+layer, plus appended MTP ``nextn`` blocks) as mlx-lm's ``qwen3_5`` model
+(docs/design-notes.md maps the tensors)."""
 
 from __future__ import annotations
 

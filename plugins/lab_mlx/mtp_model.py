@@ -1,10 +1,6 @@
 """The MTP (nextn) head a GGUF appends after its last layer, as an MLX
-drafter: enorm(embed(token)) and hnorm(h) concatenated, through eh_proj,
-one transformer block (llama-type, or qwen35's full-attention layer),
-shared_head_norm and the target's LM head. ``h`` is the target's hidden
-state for the first draft and the block's own output for the next, before
-or after the final norms as llama.cpp's graph for that target feeds them.
-:mod:`lab_mlx.mtp_backend` mounts it on a target."""
+drafter fed as llama.cpp's graph feeds it; :mod:`lab_mlx.mtp_backend` mounts
+it on a target."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """Verify cost on MLX (``lab probe``): seconds of one target pass over w
-tokens after a mid-generation prefix, as the llama.cpp "decode" method
-measures it. Each width's passes run back to back (cycling widths makes
-MLX's CUDA backend capture graphs again), and T(1) is the baseline's
-pipelined token (:func:`pipelined_token_seconds`), not a synchronous
-one-row pass, which a verify cannot overlap."""
+tokens after a mid-generation prefix, each width back to back; T(1) is the
+baseline's pipelined token (:func:`pipelined_token_seconds`)."""
 
 from __future__ import annotations
 
@@ -29,11 +26,8 @@ _FILLER = (
 
 def decode_pass_seconds(target: MlxTarget, widths: Sequence[int], inner: int = INNER_PASSES,
                         order: str = "consecutive") -> list[float]:
-    """Median seconds of one verification pass of w rows, per width (each
-    pass evaluated before the clock stops; rolled back after). ``order``:
-    "consecutive", each width's passes back to back after WARM_PASSES
-    untimed ones; "interleaved", the widths cycled pass by pass, which
-    spreads slow drift over all of them."""
+    """Median seconds of one verification pass of w rows, per width, in
+    ``order`` "consecutive" or "interleaved" (as the llama.cpp probe)."""
     check_order(order)
     prefix = _prefix(target)
     rows = target.vocab.encode(_FILLER * 2, add_special=False)
@@ -60,9 +54,7 @@ def decode_pass_seconds(target: MlxTarget, widths: Sequence[int], inner: int = I
 
 def pipelined_token_seconds(target: MlxTarget, inner: int = INNER_PASSES, tokens: int = PIPELINED_TOKENS) -> float:
     """Median seconds of a greedy baseline token as the mlx backend decodes
-    it (:func:`lab_mlx.baseline.pipelined`), over ``inner`` timed runs of
-    ``tokens`` after one untimed run, each from the same mid-generation
-    prefix as the verify passes and rolled back after."""
+    it (:func:`lab_mlx.baseline.pipelined`), from the verify passes' prefix."""
     from lab_mlx.baseline import pipelined
 
     prefix = _prefix(target)

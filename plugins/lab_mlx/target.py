@@ -36,11 +36,9 @@ def _layers(model: Any) -> list[Any]:
 
 
 def install_capture(model: Any, layer_ids: Sequence[int], inputs: bool = False) -> _Sink:
-    """Wrap the chosen decoder layers so each forward pass records target
-    hidden states, one slot per id in the order given: id ``i`` is layer
-    ``i``'s output, or with ``inputs`` its input (llama.cpp's draft-dflash
-    features: 0 is the embeddings). Layers count the trunk only, as llama.cpp
-    counts a qwen35 hybrid."""
+    """Wrap the chosen decoder layers so each forward pass records hidden
+    states, one slot per id: layer ``i``'s output, or with ``inputs`` its
+    input (0 is the embeddings), trunk layers counted as llama.cpp does."""
     import mlx.nn as nn
 
     class Capture(nn.Module):

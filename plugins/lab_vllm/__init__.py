@@ -1,9 +1,5 @@
 """The ``vllm`` backend: a vLLM server, started by the lab or attached by URL.
-
-Registered through the ``lab.backends`` entry-point group like a third-party
-plugin. Registering imports neither vLLM nor torch; a server starts when an
-arm loads, in the interpreter that has vLLM (the lab's own by default).
-"""
+Registering imports neither vLLM nor torch."""
 
 from __future__ import annotations
 

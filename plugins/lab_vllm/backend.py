@@ -4,13 +4,9 @@ its speculative loop (ngram, draft model, EAGLE, MTP, ... through
 steps from the server's own per-request record, checked against its
 Prometheus counters.
 
-The server is started like a llama-server arm's (the shared life cycle of
-:mod:`lab.kit.server`: its own pid, its log saved, stopped with its worker
-processes on every path, killed by the kernel if the lab dies). The engine
-runs inside the server process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
-that pid is the whole engine on a single device. Or the arm attaches to a
-vLLM server by URL.
-"""
+Started through :mod:`lab.kit.server` with the engine in the server process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so its pid is the whole engine), or
+attached by URL."""
 
 from __future__ import annotations
 
@@ -173,10 +169,7 @@ class VllmBackend(ServerBackend[ServerClient]):
     def round_state(cls, arm_options: Mapping[str, Any]) -> str:
         if arm_options.get("url"):
             return "none"  # not the lab's server: the drift guard watches it
-        # Suffix decoding keeps a tree of earlier requests' outputs that no
-        # route clears; ngram looks up the request's own tokens and the
-        # draft-model methods start from the prompt, so what is left is the
-        # prefix cache, which a route clears.
+        # only suffix decoding keeps state across requests that no route clears
         if str(arm_options.get("spec_method") or "none") in STATEFUL_METHODS:
             return "restart"
         return "reset"

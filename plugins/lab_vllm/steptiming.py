@@ -1,8 +1,6 @@
 """Seconds for each of vLLM's verify steps: the server's step records say
-what each step did, the stream's chunks when tokens arrived. Steps are laid
-onto chunks in order by the tokens they landed, and a chunk's arrival gap is
-shared evenly by the iterations it carried (merged chunks, plain iterations
-that drafted nothing); a 1-token chunk goes to a step before a plain token."""
+what each step did, the stream's chunks when tokens arrived; a chunk's
+arrival gap is shared evenly by the iterations it carried."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Arms that attach to a server already running (``url = "http://..."``):
-the lab neither restarts nor stops it and reads only its HTTP side; the
-kind is detected from its answers, never assumed. Only loopback unless
-``allow_remote = true``, so a shared profile sends no prompt or key to a
-host its reader did not choose; the key comes from an environment variable
-the arm names."""
+"""Arms that attach to a running server (``url = "http://..."``), detected
+from its answers, never restarted or stopped. Only loopback unless
+``allow_remote = true``; the key comes from an environment variable."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """An HTTP server's client: GETs and JSON POSTs answered as the server
 answers, a streamed POST read line by line, and the server's own message for
-an error status; what a particular server adds belongs to its plugin. Every
-answer is read within bounds: a deadline, :data:`MAX_ANSWER_BYTES` after
-decompression (gzip and deflate inflated a bounded piece at a time, other
-encodings refused), and the same for a stream's pieces. httpx is imported
-when a client is made."""
+an error status. Every answer is read within a deadline and
+:data:`MAX_ANSWER_BYTES` after decompression (gzip and deflate only)."""
 
 from __future__ import annotations
 
@@ -91,9 +88,7 @@ class ServerClient:
             finally:
                 done.set()
 
-        # httpx bounds each read, not a whole answer: a server that drips a
-        # byte at a time would hold the request for ever, so it runs on a
-        # worker and the connection is dropped at the deadline
+        # httpx bounds each read, not the answer: a dripping server is cut at the deadline
         threading.Thread(target=fetch, name=f"http {method} {path}"[:60], daemon=True).start()
         if not done.wait(timeout + 1.0):
             self._drop_connections()
@@ -119,11 +114,9 @@ class ServerClient:
     def completion(self, body: dict[str, Any], path: str = "/completion", deadline: float | None = None,
                    stop: Callable[[], bool] | None = None, first_event_s: float | None = None,
                    idle_s: float | None = None) -> Iterator[Iterator[str]]:
-        """The lines of a streamed POST (/completion, /v1/completions) read within
-        bounds: ``deadline`` and ``stop`` checked on every piece, lines and body
-        capped, idle limits ``first_event_s`` and ``idle_s``
-        (:func:`lab.kit.server.sse.bounded_lines`). HttpFailure for a status but
-        2xx (redirects are not followed), StreamBroken for a bound passed."""
+        """The lines of a streamed POST read within bounds
+        (:func:`lab.kit.server.sse.bounded_lines`): HttpFailure for a non-2xx
+        status, StreamBroken for a bound passed."""
         if deadline is None:
             deadline = now() + STREAM_DEADLINE_S
         import httpx

@@ -24,10 +24,8 @@ CONCURRENCY_OPTIONS: tuple[Option, ...] = (
 
 @dataclass
 class StreamRecord:
-    """One stream as it arrived: when it was sent, each token-bearing chunk
-    (arrival, tokens), the server's final figures, and its error if it
-    failed. ``final["timings"]`` holds the stream's ``draft_n`` and
-    ``draft_n_accepted``."""
+    """One stream as it arrived: sent time, each token-bearing chunk
+    (arrival, tokens), the server's final figures, its error if any."""
 
     t_sent: float = 0.0
     arrivals: list[tuple[float, int]] = field(default_factory=list)

@@ -51,10 +51,8 @@ def _child_setup(address_space: int | None) -> Callable[[], None]:
     return setup
 
 
-# Watches a server's process group from outside it: when the lab is gone
-# (this process was handed to another parent) it kills the whole group. The
-# kernel's parent-death signal reaches only the server itself; workers it
-# forks do not inherit it.
+# Kills a server's process group once the lab is gone: the parent-death
+# signal reaches the server but not the workers it forks.
 _GROUP_WATCHDOG = """
 import os, signal, sys, time
 lab, group = int(sys.argv[1]), int(sys.argv[2])

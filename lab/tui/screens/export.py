@@ -1,10 +1,7 @@
 """Export the comparison as Markdown, CSV or JSON to a chosen path.
 
-The focus starts on the format: ↑ ↓ choose it and Enter exports to the
-path shown (the run directory's file of that format), so `e` Enter writes
-report.md. Tab reaches the path, which keeps its text as it is (typing adds
-to it; nothing is selected to be typed over). A blank file name is refused
-in the dialog, with a message."""
+Focus starts on the format (`e` Enter writes report.md); Tab reaches the
+path; a blank file name is refused in the dialog."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """The run screen: lanes side by side, the comparison filling in, plots.
 
-Every part fits the terminal, none scrolls off: the run header and the
-footer always show; below TABBED_BELOW columns (or when the lanes would be
-narrower than LANE_MIN) one lane shows at a time, compact, under a lane
-switcher that names every arm and its status (← → switch); the bottom pane
-takes the height its rows need, as far as it leaves the lanes theirs.
-
-Live, it renders the messages a RunSession's bridge posts and the rows the
-session hands on; read-only, it shows a saved run directory (its results,
-texts and steps). What needs the app (starting a run, saving, a failure to
-show) it asks for with a message; the app answers through ``attach`` and
-``RunFailed``."""
+Nothing scrolls off: below TABBED_BELOW columns (or lanes narrower than
+LANE_MIN) one lane shows under a lane switcher. Live it renders a
+RunSession's messages and rows; read-only, a saved run directory. What needs
+the app it asks for with a message."""
 
 from __future__ import annotations
 
@@ -111,11 +104,8 @@ class LaneSwitcher(Static):
 
 
 def switcher_line(lanes: Sequence[tuple[str, str]], selected: int, running: str | None, width: int) -> Text:
-    """The lane switcher on one line of ``width``: the keys first (never
-    cut), then every arm with its status; where that is too long, only the
-    selected, the running and the failed arms keep their status word (the
-    others their status's colour); then a window around the selected arm,
-    "…" for the arms left out."""
+    """The lane switcher on one line of ``width``: keys first (never cut),
+    then the arms, shortened around the selected one where too long."""
     head = Text.assemble(("lanes ", "dim"), ("← →", "bold"), ("  ", ""))
 
     def piece(i: int, full: bool) -> Text:
@@ -444,11 +434,8 @@ class RunScreen(Screen[None]):
         return groups
 
     def _layout(self) -> None:
-        """Fit the screen to the terminal: lanes side by side sharing the
-        width equally, or one at a time under the switcher where they would
-        be narrower than LANE_MIN or the terminal is narrower than
-        TABBED_BELOW; the bottom pane as tall as its rows, as far as the
-        lanes keep their minimum."""
+        """Fit the screen to the terminal: lanes side by side or one at a
+        time (LANE_MIN, TABBED_BELOW); the bottom pane as tall as its rows."""
         width, height = self.size
         if not width or not self.arms:
             return

@@ -2,14 +2,8 @@
 accepted length and speedup with its paired interval, the same figures as
 the saved report's "Per category" section (:mod:`lab.analysis.categories`).
 
-It takes result rows (live :class:`lab.rows.build.ResultRow` objects or rows
-read from results.json) and recomputes the table from all of them, so it can
-be fed the runner's rows each time a cell finishes. A screen mounts it like
-any DataTable (``yield CategoryTable(id="categories")``) and calls
-``show_rows(rows)`` with every row so far when a cell's Finished arrives, or
-once with a saved run's ``results``; before mount the rows are kept and shown
-on mount.
-"""
+``show_rows(rows)`` recomputes it from every row so far (live or saved);
+rows given before mount show on mount."""
 
 from __future__ import annotations
 

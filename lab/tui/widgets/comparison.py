@@ -1,17 +1,10 @@
 """ComparisonTable: arm x prompt over the rounds that finished, filled in as
 cells finish (medians over ok rounds, as in the saved report).
 
-Columns are as wide as what they hold, and the verdict, the one sentence a
-reader came for, takes the rest of the width on one line: in full where it
-fits, else abbreviated to its kind and figures (cut with "…" past that), so
-every row is one line and the best and worst rows are in view together.
-Where the verdict would have less than VERDICT_ROOM, the table gives way in
-GIVE_WAY order: tok/s loses its min-max range over rounds, then the
-columns peak mem, identical, mean len, cost/yield and accept go. The arm,
-prompt, status, tok/s and speedup columns always show. The line under the
-table (VerdictLine) holds the highlighted row's full verdict and whatever
-the table left out of that row.
-"""
+Every row is one line; the verdict takes the width left (abbreviated where
+it does not fit) and below VERDICT_ROOM columns give way in GIVE_WAY order.
+VerdictLine under the table holds the highlighted row's full verdict and
+what the table left out."""
 
 from __future__ import annotations
 

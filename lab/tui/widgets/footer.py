@@ -1,10 +1,7 @@
 """LabFooter: the key bar, fitted to the terminal's width.
 
-Textual's footer lays every key out in binding order and lets the last
-ones fall off the right edge, which at 80 columns took Quit and Help.
-This one drops whole keys instead, in GIVE_WAY order (keys the screen names
-elsewhere first: the tab strip names its views), and never drops Quit or
-Help. Keys of one group show as one item ("1 2 3 Views")."""
+Whole keys give way in GIVE_WAY order, never Quit or Help; keys of one group
+show as one item ("1 2 3 Views")."""
 
 from __future__ import annotations
 
@@ -108,9 +105,7 @@ class LabFooter(Footer):
             self._palette_key.display = self.show_command_palette
 
     def compose(self) -> ComposeResult:
-        # Every key is composed; those that do not fit are hidden, and a
-        # resize only shows or hides them (no recompose racing the one a
-        # change of bindings asks for).
+        # a resize only shows or hides keys: no recompose races a bindings change
         self._keys = []
         self._palette = self._palette_key = None
         if not self._bindings_ready:

@@ -1,11 +1,8 @@
 """ArmLane: one arm of the run, side by side with the others, or alone
 (compact) when the terminal is too narrow for them all.
 
-A speculative arm's lane carries the legend of its text's marks on its
-bottom border (LEGEND). Its figures name their units; live, the wait for the
-first token is "first token after" (from the cell's start, a drafter's
-untimed rehearsal passes included), and once the cell finished "ttft" is the
-saved row's, the report's figure (those passes taken out)."""
+Live, the wait is "first token after" (rehearsals included); once the cell
+finished, "ttft" is the report's figure."""
 
 from __future__ import annotations
 
@@ -284,10 +281,8 @@ class ArmLane(Vertical):
         self._show_metrics()
 
     def show_saved(self, row: ResultRow, baseline: ResultRow | None = None) -> None:
-        """Read-only view of a saved cell: its text (drafted tokens marked
-        where the run recorded them), status and figures. With
-        ``baseline`` (the baseline's cell of the same prompt and round, its
-        text saved), the text shows its difference from the baseline's."""
+        """Read-only view of a saved cell; with ``baseline`` the text shows
+        its difference from the baseline's."""
         self.text.clear()
         self.text.append(saved_pieces(row.text or "", row.text_origin))
         against = baseline.text if baseline is not None and row.text is not None else None

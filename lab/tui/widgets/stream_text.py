@@ -1,12 +1,8 @@
 """StreamText: a lane's generated text, appended to as tokens land.
 
-A line-API scroll view: appending wraps only the new text, and a frame
-renders only the visible lines, so the cost of a batch does not grow with
-the length of the output. Tokens that came from accepted drafts are styled
-apart from tokens the target produced itself, and a step's rejected drafts
-leave a mark ("✗3": three drafted tokens the target did not take) that is
-no part of the text.
-"""
+A line-API view whose cost per batch does not grow with the output; accepted
+drafts are styled apart and rejected drafts leave a mark ("✗3") outside the
+text."""
 
 from __future__ import annotations
 
@@ -113,28 +109,20 @@ class StreamText(ScrollView, can_focus=False):
         view = self.scrollable_content_region.height
         last = len(self._lines) - 1
         if at_end and view > 0 and last >= scroll_before + view:
-            # Jump scroll: when following text runs off the bottom, move the
-            # view so the last line sits half way down, leaving blank room
-            # below. Scrolling re-lays the screen and repaints every visible
-            # line, so doing it once per half page instead of once per line
-            # cut the UI's CPU time (benchmarks/tui_throughput.py cost).
+            # jump scroll by half a page: every scroll repaints the whole view
             top = max(0, last - view // 2)
             self._set_virtual_size(Size(self._wrap, max(len(self._lines), top + view)))
             self.scroll_to(y=top, animate=False, immediate=True)
         else:
             self._set_virtual_size(Size(self._wrap, rows))
         if round(self.scroll_y) == scroll_before:
-            # Only the lines that changed are painted again: most batches
-            # touch the last line or two, and a whole-widget refresh paid
-            # for every visible line on every frame.
+            # repaint only the changed lines (most batches touch the last one or two)
             self.refresh_lines(first_dirty, len(self._lines) - first_dirty)
         # else scrolling has already asked for the whole widget
 
     def _set_virtual_size(self, size: Size) -> None:
-        """Growing text never changes this widget's own size, so skip the
-        screen-wide layout a plain ``virtual_size`` assignment triggers (it
-        dominated frame time at thousands of tokens per second); update the
-        scrollbars the way Widget does for a layout-free size change."""
+        """Set ``virtual_size`` without the screen-wide layout a plain
+        assignment triggers: growing text never changes this widget's size."""
         if size == self.virtual_size:
             return
         scroll_update = getattr(self, "_scroll_update", None)
