@@ -30,8 +30,7 @@ DEFAULT_CONTEXTS: tuple[tuple[str, str], ...] = (
 
 POWER = 0.8  # the power the quoted smallest detectable distance refers to
 
-# Sample seeds are laid out on a grid so that no two continuations of a run
-# share one: a shared seed would draw the same first token on both sides.
+# seeds on a grid: a shared seed would draw the same first token on both sides
 _SEED_ARM = 1_000_000
 _SEED_CONTEXT = 10_000
 

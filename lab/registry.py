@@ -21,8 +21,7 @@ from lab import hookspecs
 from lab.api import CAPABILITIES, Backend, Builder, Check, Drafter, Drafting, ModelBuilder, Option, Probing
 from lab.kit import models as model_refs
 
-# lab.models is where model-only plugins register (a module with a
-# lab_register_models hook, like any other plugin).
+# lab.models: model-only plugins (a lab_register_models hook)
 GROUPS = ("lab.backends", "lab.drafters", "lab.models")
 
 
@@ -193,8 +192,7 @@ def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], c
             registry.models[ref] = ModelBuilder(ref, builder, filename, str(version))
             registry.origins[f"model:{ref}"] = label
 
-        # Call this plugin's own hookimpls only, so that an error is charged
-        # to the plugin that raised it.
+        # only this plugin's own hookimpls, so an error is charged to it
         try:
             name = pm.register(plugin, name=label)
         except ValueError as exc:  # the same module or name under another entry point

@@ -50,8 +50,7 @@ from lab.base.textsafe import printable
 from lab.rows.shape import check_run, check_step
 
 SCHEMA_VERSION = 1
-# The profile's part of a run directory's name: file systems refuse names
-# past 255 bytes, and a name is also typed and read.
+# the profile's part of a run directory's name: under 255 bytes, and typeable
 MAX_NAME_CHARS = 60
 # A file the run writes beside its own (an engine's log).
 MAX_FILE_CHARS = 120

@@ -15,8 +15,7 @@ from lab.base.cells import STOPPED_STATUSES
 from lab.base.economics import NEUTRAL_BAND
 
 MEMORY_CHANGE = 0.10
-# The smallest tok/s move called real: one round has no spread of its own,
-# and runs on a shared machine wander by a few percent.
+# the smallest tok/s move called real: one round has no spread, shared machines wander
 TOKS_NOISE = 0.05
 # Arm keys whose difference makes two arms of the same name different arms.
 ARM_KEYS = ("backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline")

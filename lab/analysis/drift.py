@@ -9,11 +9,9 @@ from typing import Any, Mapping, Sequence
 
 from lab.analysis.stats import SPREAD_LIMIT
 
-# The least change first to last round that counts as a trend: timing on a
-# quiet machine moves a few percent between identical requests.
+# the least first-to-last change called a trend (quiet machines move a few percent)
 NOISE_FLOOR = 0.05
-# A speculative arm's tok/s noise is this many times its baseline's spread
-# over the same rounds (the baseline sees the same machine, not the state).
+# a speculative arm's tok/s noise, in multiples of its baseline's spread over the same rounds
 BASELINE_NOISE_FACTOR = 2.0
 
 

@@ -13,8 +13,7 @@ from lab.analysis import predict
 from lab.analysis.measured_acceptance import PositionAcceptance, per_position
 from lab.base.set_acceptance import conditional
 
-# Pseudo-counts that make set rates read as measured ones (the arithmetic
-# uses only their ratios).
+# pseudo-counts that make set rates read as measured ones (only ratios matter)
 _SET_COUNT = 1_000_000
 
 

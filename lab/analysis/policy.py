@@ -22,8 +22,7 @@ PER_CATEGORY = "per-category"
 ALL_PROMPTS = "all"
 CONFIDENCE_NOTE = ("a stop-drafting threshold on the draft's own confidence: no drafter records a "
                    "confidence in the steps it saves")
-# Two policies within this of each other are a tie: the simpler one (a fixed
-# n) is named, as predict.best prefers the smaller n_max.
+# policies within this of each other tie, and the simpler (a fixed n) is named
 TIE = 0.01
 
 # Marks of one text position in a cell's recorded stream.

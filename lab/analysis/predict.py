@@ -268,8 +268,7 @@ def probe_for(row: Mapping[str, Any], probes: Sequence[Probe]) -> tuple[Probe | 
 
 
 
-# The least disagreement flagged: one round has no spread, and a few percent
-# is within what two clocks on one machine differ by.
+# the least disagreement flagged: a few percent is two clocks on one machine
 T1_FLOOR = 0.03
 
 
@@ -330,8 +329,7 @@ def draft_drift(steps: Sequence[Mapping[str, Any]], arm: str) -> str | None:
             "moves with them")
 
 
-# How far a row's decoding depth may lie from the probe's before the
-# prediction says so: twice as deep (or half), and this many tokens apart.
+# how far a row's decoding depth may lie from the probe's (ratio and tokens) unremarked
 DEPTH_RATIO = 2.0
 DEPTH_FLOOR = 512
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any, Mapping, Sequence
 
-# A baseline more than this far below its engine's own tool is flagged:
-# every absolute tok/s of the run is low by about as much.
+# a baseline this far below its engine's own tool is flagged (every tok/s is low too)
 WARN_BELOW = 0.03
 
 

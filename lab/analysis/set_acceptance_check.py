@@ -11,8 +11,7 @@ from typing import Any, Mapping, Sequence
 from lab.analysis.measured_acceptance import by_arm
 from lab.base.set_acceptance import conditional
 
-# Beyond this many standard errors a position is not within binomial noise
-# of its set rate (about 1 in 1,500 per position by chance).
+# standard errors beyond which a position is off its set rate (1 in 1,500 by chance)
 Z_LIMIT = 3.2
 
 

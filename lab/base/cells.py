@@ -31,8 +31,7 @@ class Status(str, Enum):
 
 FINAL_STATUSES = frozenset(
     {Status.OK, Status.OOM, Status.ERROR, Status.CRASHED, Status.CANCELLED, Status.SKIPPED})
-# Cells nobody measured because someone stopped them (not failures), by
-# the status a results.json row carries.
+# cells stopped by someone (not failures), by their results.json status
 STOPPED_STATUSES = frozenset({Status.CANCELLED.value, Status.SKIPPED.value})
 
 

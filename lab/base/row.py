@@ -187,8 +187,7 @@ class ResultRow(Mapping[str, Any]):
         return len(ROW_KEYS) + len(self.unknown)
 
 
-# Every saved key, in the order results.json holds them: the contract's,
-# then the extras the reports and analysis use.
+# every saved key in results.json order: the contract's, then the extras
 ROW_KEYS = tuple(f.name for f in fields(ResultRow) if f.name != "unknown")
 EXTRA_KEYS = ROW_KEYS[len(RESULT_KEYS):]
 GPU_KEYS = tuple(f.name for f in fields(ResultRow) if f.metadata == GPU)

@@ -26,8 +26,7 @@ PROBE_FILE = "probe.json"
 ACCEPTANCE_FILE = "acceptance.json"
 LOSSLESS_FILE = "lossless.json"
 GZIP_SUFFIX = ".gz"
-# The files the store itself writes: anything else in a run directory is an
-# engine's log or a later command's output.
+# the files the store itself writes (the rest are engine logs and later output)
 STORE_FILES = frozenset({PROFILE_FILE, STEPS_FILE, RESULTS_FILE, LOG_FILE})
 
 

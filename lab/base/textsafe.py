@@ -8,8 +8,7 @@ from __future__ import annotations
 import unicodedata
 from typing import TextIO
 
-# Control (C0, DEL, C1), format (bidi overrides, zero-width), surrogates,
-# private use and unassigned code points.
+# control, format, surrogate, private-use and unassigned code points
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 
 
@@ -30,8 +29,7 @@ def printable(text: object, keep: str = "") -> str:
     return "".join(_escape(ch) if ch not in keep and unicodedata.category(ch) in _HIDDEN else ch for ch in s)
 
 
-# What the lab keeps of a text a server sent about itself or its failure
-# (a build string, an error message): enough to read, never megabytes.
+# what the lab keeps of a text a server sent about itself: enough to read
 MAX_SERVER_TEXT = 500
 
 

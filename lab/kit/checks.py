@@ -24,8 +24,7 @@ def package_check(dist: str, module: str, fix: str, required: bool = False) -> C
     return Check(dist, True, f"{v}", "", required)
 
 
-# The child's script: import each module named on its command line, print the
-# first failure's type and message, exit 1 on one.
+# the child imports each module named and prints the first failure
 _IMPORT_CHILD = (
     "import importlib, sys\n"
     "for name in sys.argv[1:]:\n"

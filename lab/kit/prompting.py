@@ -20,8 +20,7 @@ MODEL = "model"  # the model's own chat template
 FALLBACK = "fallback-chatml"  # the model has none: the lab's ChatML fallback
 OFF = "off"  # chat_template = false: the prompt text as written
 
-# The fallback for models without a chat template (ChatML). It writes no
-# beginning-of-sequence token: ChatML has none.
+# ChatML, for models without a chat template (no beginning-of-sequence token)
 FALLBACK_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"

@@ -268,8 +268,7 @@ def _model_file_identity(model: str) -> list[Any] | None:
     return [path.name, st.st_size, st.st_mtime_ns]
 
 
-# Other processes' busy cores a cached probe's may differ from now's and
-# still be reused: beyond, the curve was measured under other conditions.
+# how far others' busy cores may differ from a cached probe's for it to be reused
 LOAD_SLACK_CORES = 0.5
 
 
@@ -389,8 +388,7 @@ def obtain(
     reg = registry or load_registry()
     engine_cores = reg.backend(spec.backend).busy_cores(spec.options, spec.threads)
     t0 = time.perf_counter()
-    # A curve measured while other processes held the cores is noise: it
-    # serves this run (flagged) but is not kept for the next one.
+    # a curve measured on busy cores serves this run (flagged) but is not cached
     with ContentionWatcher("probe", engine_cores) as watcher:
         mark = watcher.mark()
         p = measure(

@@ -105,8 +105,7 @@ def _stop_asked(_signum: int, _frame: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    # The run stops a probe with SIGTERM: as Ctrl-C here, so every finally
-    # runs and a server the probe started is stopped before this process ends.
+    # SIGTERM as Ctrl-C, so every finally runs and a started server is stopped
     signal.signal(signal.SIGTERM, _stop_asked)
     req = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     depth = req.get("depth")

@@ -18,8 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# Profiles and the prompt files they name are small text files; a bound keeps
-# a wrong path (a model, a device) from being read whole into memory.
+# a bound on profile and prompt files, so a wrong path is never read whole
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 
 
@@ -64,8 +63,7 @@ def read_profile_text(path: str | os.PathLike[str]) -> str:
         raise Source(str(path), "").error([], str(exc)) from None
 
 
-# No profile value is an integer past 64 bits; a longer one is a mistake (or
-# worse), refused where it is before any message has to print it whole.
+# a profile integer past 64 bits is refused before any message prints it whole
 MAX_INT = 2**63 - 1
 
 

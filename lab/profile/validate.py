@@ -29,8 +29,7 @@ PROFILE_KEYS = ("name", "description")
 PROMPT_KEYS = ("name", "text", "system", "file")
 ARM_KEYS = ("name", "backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline",
             "url", "api_key_env", "concurrency", "acceptance", "draft_policy")
-# Arm keys that are spelled at the arm's level but are options of its
-# backend (a server arm's): they are checked as its options are.
+# arm-level keys that are options of a server arm's backend, checked as such
 ARM_OPTION_KEYS = ("url", "api_key_env", "concurrency")
 RUN_TYPES: dict[str, tuple[type, ...]] = {
     "max_tokens": (int,),

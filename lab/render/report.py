@@ -55,14 +55,12 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
     data["lossless"] = lossless_loader.load(p)
     unreadable: list[str] = list(data.get("unreadable") or [])
     if p.is_dir():
-        # Steps of a cell that has no ok row (cancelled, skipped, killed
-        # mid-cell) were never part of a result: the report leaves them out.
+        # steps of a cell without an ok row were never part of a result
         ok_cells = {(r.get("arm"), r.get("prompt"), r.get("round")) for r in data["results"] if r.get("status") == "ok"}
         data["steps"] = [s for s in load_steps(p, unreadable) if (s.get("arm"), s.get("prompt"), s.get("round")) in ok_cells]
     named_by_run = False
     if probe is None:
-        # A profile may name a probe (``probe = "..."`` under [run]), relative
-        # to the profile's own directory.
+        # a probe named under [run] is relative to the profile's directory
         named = (data["profile"].get("run") or {}).get("probe") or data["profile"].get("probe")
         # true / false switch the run's own probe on and off: not a file
         if isinstance(named, str) and named and p.is_dir() and not rundir.exists(p / probes.PROBE_FILE):
@@ -303,8 +301,7 @@ def _economics_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-# The two per-position measures, labelled so that neither is read as the
-# other; the acceptance figure's key uses the same words.
+# the two per-position measures, labelled as the acceptance figure labels them
 CONDITIONAL_LABEL = fd.CONDITIONAL_LABEL
 UNCONDITIONAL_LABEL = fd.UNCONDITIONAL_LABEL
 
@@ -726,8 +723,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
             "No memory bandwidth known: `lab probe` measures it (saved with the probe), "
             "or give one with `lab report RUN_DIR --bandwidth GBPS`."
         )
-    # Cells someone stopped (cancelled, skipped) were not measured; they are
-    # not failures and get a section of their own.
+    # cells someone stopped are no failures: they get a section of their own
     for title, rows in (
         ("Failures", [r for r in results if r["status"] != "ok" and r["status"] not in STOPPED_STATUSES
                       and r.get("detail")]),

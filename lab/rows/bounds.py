@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-# A row's engine report is a few KB (a long vLLM run's per-step figures a
-# few hundred); an arm's report likewise.
+# an engine report is a few KB (a long vLLM run's a few hundred); an arm's likewise
 MAX_REPORT_BYTES = 1 << 20
 MAX_NAMED = 20
 

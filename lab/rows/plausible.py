@@ -11,8 +11,7 @@ from typing import Sequence
 from lab.base.events import StepEvent
 from lab.base.limits import N_MAX
 
-# No engine generates a token in less than a microsecond (the fastest rows
-# measured, tiny models in process, take tens of microseconds a token).
+# no engine generates a token in under a microsecond
 MIN_TOKEN_S = 1e-6
 
 

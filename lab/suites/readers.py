@@ -17,11 +17,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# Spec-Bench's question file, retrieval contexts and articles included, is a
-# few megabytes; the bound keeps a wrong path (a model) from being read whole.
+# Spec-Bench's question file is a few MB; a wrong path is never read whole
 MAX_SUITE_BYTES = 32 * 1024 * 1024
-# One prompt (a turn, a system message) of a suite is held to the bound of a
-# prompt file (lab.profile.read.MAX_TEXT_BYTES): a suite is no way around it.
+# one prompt of a suite has a prompt file's bound (lab.profile.read.MAX_TEXT_BYTES)
 MAX_PROMPT_BYTES = 4 * 1024 * 1024
 
 _TOP_KEYS = {"suite", "prompts"}

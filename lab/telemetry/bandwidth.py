@@ -15,11 +15,9 @@ from typing import Any, Mapping
 
 from lab.base.machine import available_cores, cache_path, cpu_name
 
-# Bumped when the benchmark changes what it measures: older figures are
-# then measured again rather than compared with new ones.
+# bumped when the benchmark changes, so older figures are measured again
 BENCH_VERSION = 1
-# Large enough to leave any last-level cache, small enough to take well
-# under a second on two cores.
+# past any last-level cache, well under a second on two cores
 BENCH_BYTES = 128 * 2**20
 BENCH_REPEATS = 3
 

@@ -17,12 +17,10 @@ from typing import Callable
 
 from lab.base.periodic import PeriodicSampler
 
-# Other processes' busy cores beyond the engine's spare ones that mark a
-# cell contended (an idle background reads 0.0-0.1, a busy neighbour 1).
+# others' busy cores beyond the engine's spare ones that make a cell contended
 BUSY_CORES = 0.5
 INTERVAL_S = 0.25
-# This tree's threads waiting for a core, in cores, beyond which a thread
-# count is suggested.
+# this tree's threads waiting for a core, in cores, past which a thread count is suggested
 STARVED_CORES = 0.5
 # that wait as a share of this tree's busy cores: contended even under BUSY_CORES
 STARVED_SHARE = 0.25

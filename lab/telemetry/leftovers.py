@@ -15,8 +15,7 @@ from typing import Any, Mapping
 
 # How long a leftover process has after SIGTERM before SIGKILL.
 TERM_GRACE_S = 3.0
-# A process seen twice this far apart is no short-lived helper (a tool's
-# one query) that was about to end by itself.
+# a process seen twice this far apart is no short-lived helper
 SECOND_LOOK_S = 0.3
 # Names kept in a report.
 MAX_NAMED = 20

@@ -35,8 +35,7 @@ def _bind_row_address() -> Any:
     return _row_address
 
 
-# A Ctrl-C that lands in the log callback during native code is swallowed by
-# ctypes; the hook keeps it and raise_swallowed raises it after the call.
+# ctypes swallows a Ctrl-C in the log callback: kept here, raised by raise_swallowed
 _swallowed: list[BaseException] = []
 _previous_hook: Any = None
 

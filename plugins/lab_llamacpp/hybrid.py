@@ -125,8 +125,7 @@ SHAPES: dict[str, Shape] = {
         description="a tiny DFlash draft for synthetic:qwen35-tiny-a3b",
     ),
 }
-# K-quant twins of the write-ups' pair: Metal's loss was traced partly to
-# K-quant kernels on small batches.
+# K-quant twins of the write-ups' pair (K-quant kernels on small batches)
 SHAPES["qwen35-27b-q4k"] = replace(SHAPES["qwen35-27b"], quant="q4_k", description="synthetic:qwen35-27b as Q4_K")
 SHAPES["qwen35-27b-dflash-q4k"] = replace(
     SHAPES["qwen35-27b-dflash"], quant="q4_k", description="synthetic:qwen35-27b-dflash as Q4_K")

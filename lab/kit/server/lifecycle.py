@@ -78,8 +78,7 @@ class ServerBackend(Backend, Generic[ClientT]):
         emit(StatusChanged(cell, Status.LOADING, phase=f"starting {what}", progress=0.1))
         server.start()
         self.ctx.log(f"{self.arm.name}: {what} pid {server.pid} on port {port}, log {server.log_path}")
-        # One phase change for the whole wait: the poll runs several times a
-        # second, and a status per poll reached every listener each time.
+        # one phase change for the whole wait, not one per poll to every listener
         emit(StatusChanged(cell, Status.LOADING, phase=f"{what} loading the model", progress=0.5))
         try:
             return poll_ready(ready, server.alive, timeout, interval, not_ready)

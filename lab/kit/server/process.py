@@ -32,8 +32,7 @@ def free_port() -> int:
 
 def _child_setup(address_space: int | None) -> Callable[[], None]:
     def setup() -> None:  # pragma: no cover - runs in the child
-        # PR_SET_PDEATHSIG = 1: the kernel sends SIGKILL when the starting
-        # thread exits, so a lab killed with -9 leaves no server behind.
+        # PR_SET_PDEATHSIG: SIGKILL when the starting thread exits, even for a lab killed with -9
         try:
             import ctypes
 
@@ -42,8 +41,7 @@ def _child_setup(address_space: int | None) -> Callable[[], None]:
         except Exception:  # noqa: BLE001 - best effort; atexit and close() still apply
             pass
         if address_space is not None:
-            # Allocations past the cap fail at once (NULL, bad_alloc) instead
-            # of succeeding lazily and waking the kernel's OOM killer later.
+            # allocations past the cap fail at once instead of waking the OOM killer later
             import resource
 
             resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
@@ -115,8 +113,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             env=self.env,
             preexec_fn=preexec,  # noqa: PLW1509 - only prctl, async-signal safe enough
-            # Own process group: a Ctrl-C in the terminal reaches the lab,
-            # which then stops the server itself, in order.
+            # own process group: the lab, not a terminal Ctrl-C, stops the server, in order
             start_new_session=True,
         )
         self.started_at = time.monotonic()
@@ -182,8 +179,7 @@ class ServerProcess:
         proc = self.proc
         if proc is None:
             return None
-        # A server that runs its engine in worker processes (vLLM) must not
-        # leave them behind: note them while the server still holds them.
+        # note a server's worker processes (vLLM) while it still holds them
         workers = _children(proc.pid) if proc.poll() is None else []
         try:
             if proc.poll() is None:

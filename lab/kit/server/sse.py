@@ -12,18 +12,15 @@ from typing import Any, Callable, Iterable, Iterator
 from lab.api import Cancelled, Option
 from lab.base.events import now
 
-# One llama-server chunk (text, ids, timings) is well under 2 KB; a vLLM
-# final chunk with per-step metrics of a long generation a few hundred KB.
+# a llama-server chunk is under 2 KB; a vLLM final chunk a few hundred KB
 MAX_LINE_BYTES = 4 << 20
 # A million streamed tokens at a few hundred bytes each.
 MAX_BODY_BYTES = 512 << 20
 # A request's whole stream, when its caller sets no tighter deadline.
 STREAM_DEADLINE_S = 3600.0
-# The first event: a 32k-token prompt processed by a large model on a slow
-# CPU (tens of tokens a second) takes many minutes.
+# the first event may follow minutes of prompt processing on a slow CPU
 FIRST_EVENT_S = 1800.0
-# Between events once tokens flow: one verify step of a large model on a
-# slow CPU takes seconds, a minute at the very worst.
+# between events: one verify step on a slow CPU, a minute at the very worst
 IDLE_S = 300.0
 
 STREAM_OPTIONS: tuple[Option, ...] = (

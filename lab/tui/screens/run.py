@@ -54,8 +54,7 @@ try:
 except ImportError:  # pragma: no cover - an install without it
     CategoryTable = None  # type: ignore[assignment,misc]
 
-# The bottom tabs, each with its key: tabs switch by number, never by the
-# arrow keys, which always move between lanes.
+# the bottom tabs switch by number; the arrow keys always move between lanes
 TABS = (("1", "tab-comparison", "Comparison"), ("2", "tab-plots", "Plots"), ("3", "tab-categories", "Categories"))
 TAB_KEYS = Binding.Group("Views", compact=False)
 

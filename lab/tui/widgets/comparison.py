@@ -28,8 +28,7 @@ VERDICT_ROOM = 36
 # what gives way, first to last: the tok/s range, then whole columns
 TOK_RANGE = "tok_range"
 GIVE_WAY = (TOK_RANGE, "peak", "identical", "mean_len", "cost", "accept")
-# DataTable pads every cell by one column on each side; the vertical
-# scrollbar takes two more.
+# DataTable pads each cell one column a side; the scrollbar takes two
 CELL_PAD = 2
 SCROLLBAR = 2
 
