@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lab.base.textsafe import printable
-from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Context, checked_profile, engines_ready, sigterm_as_interrupt
+from lab.cli.context import Context, checked_profile, engines_ready
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,14 +18,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     profile = checked_profile(args.profile, registry)
     if profile is None:
         return 2
-    term: list[int] = []
-    try:
-        with sigterm_as_interrupt() as term:
-            ready = engines_ready(profile, registry, then="check")
-    except KeyboardInterrupt:
-        return EXIT_SIGTERM if term else EXIT_SIGINT
-    if not ready:
-        return 1
+    status = engines_ready(profile, registry, then="check", missing=1)
+    if status is not None:
+        return status
     # an arm whose acceptance is set for one prompt runs that prompt only
     one_prompt = sum(1 for a in profile.arms if a.acceptance is not None and a.acceptance.prompt is not None)
     all_prompts = len(profile.arms) - one_prompt

@@ -97,15 +97,25 @@ def checked_profile(path: str, registry: Registry) -> Profile | None:
     return profile
 
 
-def engines_ready(profile: Profile, registry: Registry, then: str = "run") -> bool:
-    """Whether every arm's engine can load here; each one that cannot is
-    printed (the arms, what is missing, the command that installs it)."""
+def engines_ready(profile: Profile, registry: Registry, then: str = "run", missing: int = 2) -> int | None:
+    """None when every arm's engine can load here; else the exit status:
+    ``missing`` with each engine that cannot printed (the arms, what is
+    missing, the command that installs it), or EXIT_SIGINT / EXIT_SIGTERM
+    when Ctrl-C or SIGTERM came while asking (said on stderr before a run)."""
     from lab.profile.engines import missing_engines
 
-    problems = missing_engines(profile, registry)
-    for problem in problems:
-        print(f"lab: {problem.line()}", file=sys.stderr)
+    term: list[int] = []
+    try:
+        with sigterm_as_interrupt() as term:
+            problems = missing_engines(profile, registry)
+            for problem in problems:
+                print(f"lab: {problem.line()}", file=sys.stderr)
+    except KeyboardInterrupt:
+        if then == "run":
+            print(f"\nlab: {'terminated (SIGTERM)' if term else 'interrupted'} before the run started", file=sys.stderr)
+        return EXIT_SIGTERM if term else EXIT_SIGINT
     if problems:
         print(f"lab: {'nothing was run; ' if then == 'run' else ''}install what is missing "
               f"(`lab doctor` lists every engine), then {then} again", file=sys.stderr)
-    return not problems
+        return missing
+    return None

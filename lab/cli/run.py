@@ -41,16 +41,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     profile = checked_profile(args.profile, registry)
     if profile is None:
         return 2
-    term: list[int] = []
-    try:
-        # an arm whose engine cannot load is refused before anything is measured or saved
-        with sigterm_as_interrupt() as term:
-            ready = engines_ready(profile, registry)
-    except KeyboardInterrupt:
-        print(f"\nlab: {'terminated (SIGTERM)' if term else 'interrupted'} before the run started", file=sys.stderr)
-        return EXIT_SIGTERM if term else EXIT_SIGINT
-    if not ready:
-        return 2
+    # an arm whose engine cannot load is refused before anything is measured or saved
+    status = engines_ready(profile, registry)
+    if status is not None:
+        return status
     try:
         store = RunStore(profile, args.out, on_moved=_say_moved)
     except StoreError as exc:
