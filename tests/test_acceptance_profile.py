@@ -76,6 +76,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return next((tmp / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_a_run_writes_its_acceptance_profile(run_dir: Path) -> None:
     saved = json.loads((run_dir / ap.ACCEPTANCE_FILE).read_text())
     assert saved["kind"] == ap.KIND and saved["version"] == ap.VERSION
@@ -95,6 +96,7 @@ def test_a_run_writes_its_acceptance_profile(run_dir: Path) -> None:
     assert draft["costs"]["baseline_token_s"] > 0
 
 
+@pytest.mark.slow
 def test_predict_equals_the_one_formula_on_the_same_inputs(run_dir: Path) -> None:
     profile = ap.load(run_dir)  # a run directory reads as its acceptance.json
     for entry in profile.entries:
@@ -136,6 +138,7 @@ def test_a_draft_probe_prices_a_model_drafter(run_dir: Path) -> None:
     assert any("synthetic:llama-8b" in w and "embedded:smollm2" in w for w in ap.predict_on(entry, other).warnings)
 
 
+@pytest.mark.slow
 def test_lab_predict_says_where_each_input_came_from(run_dir: Path, tmp_path: Path) -> None:
     probe_file = probes.save(RECORDED, tmp_path / "gpu-probe.json")
     exported = lab("acceptance", str(run_dir), "-o", str(tmp_path / "acc.json"), cwd=tmp_path)
@@ -174,6 +177,7 @@ def test_report_shows_conditional_and_unconditional_per_position(run_dir: Path) 
                                                              "backend": "b", "target": "t", "reached": [2, "x"],
                                                              "accepted": [1, 0]}]}), "reached must be a list of counts"),
 ])
+@pytest.mark.slow
 def test_bad_files_end_in_a_message(tmp_path: Path, content: str | None, says: str) -> None:
     path = tmp_path / "acc.json"
     if content is not None:
@@ -185,6 +189,7 @@ def test_bad_files_end_in_a_message(tmp_path: Path, content: str | None, says: s
         ap.load(path)
 
 
+@pytest.mark.slow
 def test_a_missing_probe_and_a_run_without_steps_end_in_a_message(tmp_path: Path) -> None:
     out = lab("predict", "nothing.json", "--probe", "nope.json", cwd=tmp_path)
     assert out.returncode == 2 and "no acceptance profile here" in out.stderr and "Traceback" not in out.stderr

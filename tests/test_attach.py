@@ -83,7 +83,7 @@ options = { spec_type = "draft-simple", draft_model = "embedded:smollm2" }
 
 
 def _registry() -> Any:
-    from test_server_engine import _registry as reg
+    from tests.test_server_engine import _registry as reg
 
     return reg()
 
@@ -116,7 +116,7 @@ def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A baseline llama-server and a self-drafting one (with an API key), as a
     user would have started them: the lab attaches to both."""
-    from test_server_engine import _INFO, _SKIP
+    from tests.test_server_engine import _INFO, _SKIP
 
     if _INFO is None:
         pytest.skip(_SKIP)
@@ -158,12 +158,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 @pytest.mark.engine
 def test_attached_arms_give_the_launched_arms_figures(servers: dict[str, str], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_server_engine import _server_pids
-
     from lab.profile.load import parse_profile
     from lab.render.report import ReportWriter
     from lab.runner import Runner
     from lab.store import RunStore
+    from tests.test_server_engine import _server_pids
 
     monkeypatch.setenv("LAB_TEST_KEY", "sesame")
     text = PROFILE.replace("max_tokens = 16", "max_tokens = 32\nn_ctx = 512\nthreads = 1")

@@ -181,7 +181,9 @@ class Ran:
     events: list[Event]
 
 
-@pytest.fixture(scope="module", params=list(CASES))
+# vLLM's case runs one at a time with the other vLLM tests (tests/conftest.py)
+@pytest.fixture(scope="module", params=[pytest.param(c, marks=pytest.mark.xdist_group("vllm")) if c == "vllm" else c
+                                        for c in CASES])
 def ran(request: pytest.FixtureRequest, registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> Ran:
     _usable(request.param)
     case = CASES[request.param]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BACKEND_PACKAGES = ("lab_llamacpp", "lab_llamacpp_server", "lab_mlx")
 
@@ -54,6 +56,7 @@ def cross_plugin_imports(plugins_dir: Path) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_core_imports_no_plugin_package() -> None:
     assert offenders(ROOT / "lab", None) == []
 

@@ -31,11 +31,6 @@ from tests.fakes import BASE_AND_SPEC, fake_registry
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def row(arm: str, prompt: str, category: str | None, tps: float | None, *, rnd: int = 1, status: str = "ok",
         drafted: int | None = None, accepted: int | None = None, steps: int | None = None,
         n: int | None = None, plain: int | None = None) -> dict[str, Any]:
@@ -243,6 +238,7 @@ n_max = 3
 """
 
 
+@pytest.mark.slow
 def test_real_run_reports_per_category(tmp_path: Path) -> None:
     from tests.test_probe import engine_problem
 

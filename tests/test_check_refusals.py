@@ -63,6 +63,7 @@ def test_an_attached_server_arm_needs_no_model(tmp_path: Path) -> None:
     assert check_profile(path, load_registry()).arms[0].model is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["arm without a model", "non-UTF-8 prompt file", "deep nesting"])
 def test_lab_run_refuses_it_before_anything_starts(tmp_path: Path, case: str) -> None:
     path = _write(tmp_path, CASES[case][0])

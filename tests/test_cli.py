@@ -63,6 +63,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dirs[0]
 
 
+@pytest.mark.slow
 def test_run_directory_holds_the_contract(run_dir: Path) -> None:
     assert {p.name for p in run_dir.iterdir()} >= {"profile.toml", "results.json", "steps.jsonl", "report.md"}
     data = json.loads((run_dir / "results.json").read_text())
@@ -76,6 +77,7 @@ def test_run_directory_holds_the_contract(run_dir: Path) -> None:
     assert (run_dir / "profile.toml").read_text() == PROFILE.format(max_tokens=24, rounds=2)
 
 
+@pytest.mark.slow
 def test_report_formats(run_dir: Path) -> None:
     md = lab("report", str(run_dir), cwd=run_dir)
     assert md.returncode == 0 and "| ngram-nmax2 | prose |" in md.stdout
@@ -88,6 +90,7 @@ def test_report_formats(run_dir: Path) -> None:
     assert bad.returncode == 2 and "results.json" in bad.stderr
 
 
+@pytest.mark.slow
 def test_broken_profile_exits_2_with_location(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text(PROFILE.format(max_tokens=24, rounds=2).replace("n_max = [2, 4]", "n_max = [2, 4]\nbogus = 1"))
     out = lab("run", "bad.toml", cwd=tmp_path)
@@ -96,6 +99,7 @@ def test_broken_profile_exits_2_with_location(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_doctor_and_plugins(tmp_path: Path) -> None:
     out = lab("doctor", cwd=tmp_path)
     assert "llama-cpp-python" in out.stdout and "embedded:smollm2" in out.stdout
@@ -103,6 +107,7 @@ def test_doctor_and_plugins(tmp_path: Path) -> None:
     assert out.returncode == 0 and "draft-model" in out.stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     # Long enough that the run is still going when the first row lands, short
     # enough that a loaded machine gets there.

@@ -41,6 +41,7 @@ def test_busy_cells_are_said_even_with_every_core() -> None:
     assert why == ["1 of 2 cells ran beside other work"]
 
 
+@pytest.mark.slow
 def test_report_headline_and_marked_verdicts(tmp_path: Path) -> None:
     from lab.profile.load import parse_profile
     from lab.render.report import load_for_report, render_markdown

@@ -103,7 +103,7 @@ options = { spec_type = "draft-simple", draft_model = "embedded:smollm2" }
 
 @pytest.mark.engine
 def test_sweep_1_2_4_on_llama_server_reports_aggregate_and_speedup(tmp_path: Path) -> None:
-    from test_server_engine import _registry, _server_pids, needs_server
+    from tests.test_server_engine import _registry, _server_pids, needs_server
 
     if needs_server.args[0]:
         pytest.skip(needs_server.kwargs["reason"])

@@ -65,6 +65,7 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
+@pytest.mark.slow
 def test_other_processes_count_and_the_lab_s_own_do_not() -> None:
     cores = os.cpu_count() or 1
     with ContentionWatcher("t", engine_cores=cores, interval=0.1) as w:
@@ -169,6 +170,7 @@ def test_a_run_beside_a_cpu_burner_is_marked_and_its_report_says_so(tmp_path: Pa
     assert "⚠ busy machine" in md and "cells ran on a busy machine" in md
 
 
+@pytest.mark.alone
 @pytest.mark.engine
 def test_a_run_does_not_count_its_own_engine(tmp_path: Path) -> None:
     """The lab's engine keeps every core busy; none of that is contention.

@@ -34,6 +34,7 @@ def test_example_registers_and_drafts() -> None:
     assert d.draft([1, 2, 3], 2).tokens == ()
 
 
+@pytest.mark.slow
 def test_example_runs_lossless_on_llamacpp(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     module = load_example()

@@ -62,6 +62,7 @@ def _prediction_rows(md: str) -> dict[tuple[str, str], list[str]]:
     return rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_the_speedup_figure_plots_the_reports_prediction(kind: str, loaded: dict[str, dict[str, Any]]) -> None:
     data = loaded[kind]
@@ -255,6 +256,7 @@ def test_latency_policy_and_memory_are_the_reports(loaded: dict[str, dict[str, A
 # -- drawing and writing ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_figure_of_a_full_run_is_drawn_as_svg_and_png(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(IN_PROCESS, run)
@@ -274,6 +276,7 @@ def test_every_figure_of_a_full_run_is_drawn_as_svg_and_png(tmp_path: Path) -> N
         n: (run / figures.FIGURE_DIR / f"{n}.svg").read_bytes() for n in names}
 
 
+@pytest.mark.slow
 def test_a_baseline_only_run_draws_what_it_has_and_says_what_not(tmp_path: Path) -> None:
     run = tmp_path / "baseline-only"
     shutil.copytree(IN_PROCESS, run)
@@ -288,6 +291,7 @@ def test_a_baseline_only_run_draws_what_it_has_and_says_what_not(tmp_path: Path)
     assert "Acceptance per draft position: no speculative steps were saved" in section
 
 
+@pytest.mark.slow
 def test_a_run_with_one_arm_failed_draws_the_others(tmp_path: Path) -> None:
     run = tmp_path / "one-failed"
     shutil.copytree(IN_PROCESS, run)
@@ -308,6 +312,7 @@ def test_a_run_with_one_arm_failed_draws_the_others(tmp_path: Path) -> None:
     assert (run / figures.FIGURE_DIR / "speedup.svg").is_file()
 
 
+@pytest.mark.slow
 def test_a_damaged_run_draws_what_it_can_and_says_what_it_could_not(tmp_path: Path) -> None:
     run = tmp_path / "damaged"
     shutil.copytree(IN_PROCESS, run)
@@ -329,6 +334,7 @@ def test_a_damaged_run_draws_what_it_can_and_says_what_it_could_not(tmp_path: Pa
     assert plan["steps"].missing == "its data could not be read (KeyError: 'landed')"
 
 
+@pytest.mark.slow
 def test_figures_are_not_written_through_a_symlink(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(IN_PROCESS, run)
@@ -341,6 +347,7 @@ def test_figures_are_not_written_through_a_symlink(tmp_path: Path) -> None:
     assert "No figures: they could not be written" in report
 
 
+@pytest.mark.slow
 def test_compare_figures_overlay_both_runs() -> None:
     a, b = load_for_report(LLAMACPP_TWIN), load_for_report(MLX)
     plan = {p.name: p for p in fd.plan_compare(a, b, "A", "B")}
@@ -407,6 +414,7 @@ def test_pass_kinds_are_marked_on_the_step_costs_where_the_loop_told_them() -> N
             assert list(marks.get_ydata()) == [c for c, k in zip(s.cost_tokens, s.pass_kinds) if k == kind]
 
 
+@pytest.mark.slow
 def test_gpu_memory_and_power_are_the_reports_gpu_section(loaded: dict[str, dict[str, Any]]) -> None:
     data = loaded["set-acceptance"]
     section = render_markdown(data).split("## GPU: memory and energy", 1)[1].split("\n## ", 1)[0]
@@ -422,6 +430,7 @@ def test_gpu_memory_and_power_are_the_reports_gpu_section(loaded: dict[str, dict
                                                    "mean GPU power W"]
 
 
+@pytest.mark.slow
 def test_a_figure_that_fails_to_draw_costs_that_figure_never_report_md(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"

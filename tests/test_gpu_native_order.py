@@ -33,12 +33,14 @@ def dlopens(body: str) -> list[tuple[str, bool]]:
     return [tuple(x) for x in json.loads(line[len("ORDER="):])]
 
 
+@pytest.mark.slow
 def test_registering_the_plugin_loads_llama_before_numpy() -> None:
     seen = dlopens("from lab.registry import load_registry\nload_registry()")
     assert seen, "the registry loaded no llama.cpp library"
     assert seen[0][1] is False, f"numpy came first: {seen}"
 
 
+@pytest.mark.slow
 def test_the_native_first_entry_puts_llama_ahead_of_the_core() -> None:
     body = "import sys\nsys.argv = ['lab', 'plugins']\nfrom lab_llamacpp import native_first\nnative_first.main()"
     seen = dlopens(body)
@@ -50,6 +52,7 @@ def test_the_check_can_fail_when_numpy_is_first() -> None:
     assert seen and seen[0][1] is True
 
 
+@pytest.mark.slow
 def test_a_benchmark_script_runs_behind_llama_too(tmp_path) -> None:  # type: ignore[no-untyped-def]
     script = tmp_path / "bench.py"
     script.write_text("import sys\nimport numpy\nprint('args', sys.argv[1:])\nsys.exit(3)\n")

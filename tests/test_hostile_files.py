@@ -29,7 +29,6 @@ from lab.base.probe import Probe
 from lab.cli import main
 from lab.profile.load import ProfileError, load_profile, parse_profile
 from lab.profile.read import MAX_TEXT_BYTES
-from lab.registry import load_registry
 from lab.render.report import render_markdown
 from lab.runner import Runner
 from lab.store import RunStore, load_run
@@ -53,11 +52,6 @@ name = "base"
 backend = "llamacpp"
 model = "embedded:smollm2"
 """
-
-
-@pytest.fixture(scope="module")
-def registry() -> Any:
-    return load_registry()
 
 
 def write_profile(d: Path, prompt: str = 'name = "p"\ntext = "Write about tides."', run: str = "") -> Path:
@@ -193,6 +187,7 @@ def _special(path: Path, kind: str) -> None:
         path.symlink_to("/dev/zero")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_results_that_are_no_regular_file_are_refused_at_once(run: Path, kind: str) -> None:
     _special(run / "results.json", kind)
@@ -202,6 +197,7 @@ def test_results_that_are_no_regular_file_are_refused_at_once(run: Path, kind: s
     assert "Traceback" not in got.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 @pytest.mark.parametrize("name", ["probe.json", "steps.jsonl"])
 def test_a_probe_or_steps_that_is_no_regular_file_costs_its_section(run: Path, kind: str, name: str) -> None:
@@ -356,6 +352,7 @@ def test_the_suite_prompt_cap_is_the_prompt_file_cap() -> None:
     assert readers.MAX_PROMPT_BYTES == MAX_TEXT_BYTES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["jsonl", "toml"])
 @pytest.mark.parametrize("where", ["turn", "system"])
 def test_a_suite_prompt_past_the_prompt_cap_is_refused(tmp_path: Path, registry: Any, fmt: str, where: str) -> None:
@@ -420,6 +417,7 @@ def test_compare_warnings_in_csv_reach_stderr_escaped(run: Path, tmp_path: Path,
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_a_lossless_check_that_is_no_regular_file_is_left_out(run: Path, kind: str) -> None:
     _special(run / "lossless.json", kind)

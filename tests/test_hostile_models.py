@@ -221,6 +221,7 @@ MLX_RUN_CASES = ["tensors-2^63-1", "kv-2^64-1", "key-1TB", "random-after-magic",
                  "block-count-1e9"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MLX_RUN_CASES)
 def test_a_malformed_gguf_on_mlx_costs_one_row(tmp_path: Path, name: str) -> None:
     pytest.importorskip("mlx.core", reason="MLX is not installed here (bash scripts/setup.sh mlx)")
@@ -255,6 +256,7 @@ def test_a_mutated_dflash_draft_costs_one_row(tmp_path: Path, value: int) -> Non
     _assert_one_row_lost(tmp_path, _mlx_arm(target, "mlx-dflash", draft) + "n_max = 3\n", str(draft), "block_count")
 
 
+@pytest.mark.slow
 def test_a_fifo_as_mlx_weights_costs_one_row(tmp_path: Path) -> None:
     pytest.importorskip("mlx.core", reason="MLX is not installed here (bash scripts/setup.sh mlx)")
     d = mlx_dir(tmp_path / "m", GOOD_CONFIG, GOOD_WEIGHTS)
@@ -263,12 +265,14 @@ def test_a_fifo_as_mlx_weights_costs_one_row(tmp_path: Path) -> None:
     _assert_one_row_lost(tmp_path, _mlx_arm(d), "not a regular file")
 
 
+@pytest.mark.slow
 def test_2_to_the_40_layers_in_config_json_costs_one_row(tmp_path: Path) -> None:
     pytest.importorskip("mlx.core", reason="MLX is not installed here (bash scripts/setup.sh mlx)")
     d = mlx_dir(tmp_path / "m", {**GOOD_CONFIG, "num_hidden_layers": 1 << 40}, GOOD_WEIGHTS)
     _assert_one_row_lost(tmp_path, _mlx_arm(d), "num_hidden_layers")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [0, 10 ** 9])
 def test_a_block_count_llama_cpp_aborts_on_costs_one_row(tmp_path: Path, value: int) -> None:
     try:
@@ -293,6 +297,7 @@ def test_reading_a_chat_template_refuses_a_lying_header_first(tmp_path: Path) ->
     assert time.monotonic() - t0 < 2
 
 
+@pytest.mark.slow
 def test_a_fifo_as_a_dflash_draft_costs_one_row(tmp_path: Path) -> None:
     pytest.importorskip("mlx.core", reason="MLX is not installed here (bash scripts/setup.sh mlx)")
     from lab.kit import models

@@ -141,6 +141,7 @@ def test_a_broken_plugin_is_a_listed_load_error(site: Path, label: str) -> None:
         assert "Broken" in errors[0].error, errors[0].error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label", ["SystemExit(0) at import", "sys.exit(3) in register",
                                    "BaseException subclass at import", "KeyboardInterrupt raised at import",
                                    "options = 5", "stacks = 5", "Option default of another type"])
@@ -169,6 +170,7 @@ def test_a_real_ctrl_c_while_plugins_load_still_stops_the_lab(site: Path) -> Non
         load_registry()
 
 
+@pytest.mark.slow
 def test_a_real_ctrl_c_in_lab_check_ends_it_as_a_ctrl_c(site: Path, tmp_path: Path) -> None:
     install(site, "lab-broken", "lab_broken_plugin",
             drafter(at_import="os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)"))
@@ -232,6 +234,7 @@ def test_a_builtin_drafter_name_is_refused(tmp_path: Path, name: str) -> None:
     assert not (tmp_path / "pkg").exists()
 
 
+@pytest.mark.slow
 def test_an_installed_plugin_drafter_name_is_refused(site: Path, tmp_path: Path) -> None:
     install(site, "lab-mine", "lab_mine_plugin", drafter().replace("'broken'", "'mine'"))
     got = lab(site, "new-drafter", "mine", "--dir", str(tmp_path / "pkg"))

@@ -145,6 +145,7 @@ def run_in_process(tmp_path: Path, module: Any, trick: str) -> tuple[dict[str, d
     return {r.arm: dict(r) for r in rows}, store.path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trick,words", [
     ("generate-none", "generate() returned NoneType"),
     ("generate-exit", "SystemExit"),
@@ -159,6 +160,7 @@ def test_a_generate_that_fails_oddly_is_its_arms_error_row(tmp_path: Path, hosti
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trick,words", [
     ("close-raises", "close() failed: RuntimeError: close failed on purpose"),
     ("close-exits", "close() failed: SystemExit"),
@@ -202,6 +204,7 @@ def _lab_run(tmp_path: Path, trick: str, timeout: float = 60) -> tuple[int, str,
     return rc, out, err, time.monotonic() - t0, rss
 
 
+@pytest.mark.slow
 def test_a_thread_a_plugin_leaves_does_not_keep_lab_run_alive(tmp_path: Path) -> None:
     rc, out, err, took, rss = _lab_run(tmp_path, "thread")
     assert rc == 0, err
@@ -212,6 +215,7 @@ def test_a_thread_a_plugin_leaves_does_not_keep_lab_run_alive(tmp_path: Path) ->
     assert rss < 1 << 30
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trick", ["spawn", "spawn-group"])
 def test_processes_a_plugin_started_end_with_its_arm(tmp_path: Path, trick: str) -> None:
     rc, out, err, took, rss = _lab_run(tmp_path, trick)
@@ -347,6 +351,7 @@ drafter_options = {{ which = "{which}" }}
     assert (store.path / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_plugin_report_past_its_budget_is_cut_and_results_json_stays_small(tmp_path: Path,
                                                                              hostile_module: Any) -> None:
     rows, run_dir = run_in_process(tmp_path, hostile_module, "huge-report")

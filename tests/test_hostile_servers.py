@@ -193,6 +193,7 @@ def run_against(srv: FakeServer, tmp_path: Path, options: str = "", arm: str = "
     return dict(rows[0]), store.path, took
 
 
+@pytest.mark.slow
 def test_a_well_behaved_fake_server_gives_an_ok_row(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
     """The fake itself is good enough for an ok row: what fails below fails
     for the one thing each server does wrong."""
@@ -204,6 +205,7 @@ def test_a_well_behaved_fake_server_gives_an_ok_row(serve: Callable[..., FakeSer
 # -- 1. every read bounded in time and bytes ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sse_comments_do_not_keep_an_arm_alive(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
     def pings(h: Handler) -> None:
         h.begin_stream()
@@ -219,6 +221,7 @@ def test_sse_comments_do_not_keep_an_arm_alive(serve: Callable[..., FakeServer],
     assert took < 8
 
 
+@pytest.mark.slow
 def test_a_data_line_that_never_ends_is_cut_at_the_line_cap(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
     def endless(h: Handler) -> None:
         h.begin_stream()
@@ -234,6 +237,7 @@ def test_a_data_line_that_never_ends_is_cut_at_the_line_cap(serve: Callable[...,
     assert took < 10
 
 
+@pytest.mark.slow
 def test_a_huge_build_info_is_capped_in_the_log_and_results(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
     row, run_dir, _ = run_against(serve(good_stream(4), build_info="B" * 20_000_000), tmp_path)
     assert row["status"] == "ok", row["detail"]
@@ -284,6 +288,7 @@ def test_a_stop_request_is_heard_between_comments() -> None:
 # -- 2. a counter that is no count --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("predicted", [50_000_000, 1e12, -5, "7", 2.5])
 def test_a_giant_or_malformed_predicted_n_is_an_error_at_once(serve: Callable[..., FakeServer], tmp_path: Path,
                                                               predicted: Any) -> None:
@@ -327,6 +332,7 @@ SPEC = "n_max = 4"
 SPEC_OPTIONS = ', spec_type = "ngram-simple"'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "stream", "figure"), [
     ("accepted > drafted", _spec_stream([(1, 0, 0), (2, 2, 5), (3, 2, 5)]), "draft_n_accepted = 5 is more than"),
     ("drafted 1e15", _spec_stream([(1, 0, 0), (2, 10**15, 1), (3, 10**15, 1)]), "draft_n"),
@@ -341,6 +347,7 @@ def test_impossible_figures_make_an_error_row(serve: Callable[..., FakeServer], 
     assert took < 8
 
 
+@pytest.mark.slow
 def test_more_tokens_than_asked_is_an_error_row(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
     def flood(h: Handler) -> None:
         h.begin_stream()
@@ -404,6 +411,7 @@ def _redirect(h: Handler) -> None:
     h.end_headers()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("answer", "why"), [
     (_closed_early, "ended before its stop chunk, after 1 tokens"),
     (_empty, "ended before its stop chunk, after 0 tokens"),
@@ -419,6 +427,7 @@ def test_an_unfinished_stream_is_no_ok_row(serve: Callable[..., FakeServer], tmp
 # -- 5. a server's words reach the report escaped ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_server_error_text_is_escaped_in_report_and_log(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
     evil = "boom \x1b[2J\x1b]52;c;ZXZpbA==\x07 " + "y" * 5000
 

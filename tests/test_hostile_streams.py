@@ -96,6 +96,7 @@ def test_a_gzip_bomb_is_read_within_bounds(serve: Callable[..., FakeServer], tmp
         assert row["status"] == "error", row
 
 
+@pytest.mark.slow
 def test_the_inflater_stops_a_bomb_at_its_cap() -> None:
     """The bound itself: the bomb inflates a piece at a time and is refused
     at the cap, never whole."""
@@ -156,6 +157,7 @@ def test_a_nan_counter_is_dropped_with_a_note_and_the_row_kept() -> None:
     assert per_position(counter_delta({'spec_decode_num_accepted_tokens_per_pos_total{position="1"}': -1e308}, got)) == []
 
 
+@pytest.mark.slow
 def test_a_nan_counter_from_a_server_keeps_the_row(serve: Callable[..., FakeServer], tmp_path: Path) -> None:
     row, _ = hostile_run(serve(good_stream(8), gets={"/metrics": metrics_text(2, nan=True)}), tmp_path)
     assert row["status"] == "ok", row["detail"]
@@ -259,12 +261,14 @@ def empty_first_stop(h: Handler) -> None:
     h.event(chunk(0, content="", stop=True))
 
 
+@pytest.mark.slow
 def test_a_stream_that_stops_before_its_first_token_is_no_baseline(serve: Callable[..., FakeServer],
                                                                       tmp_path: Path) -> None:
     row, _ = hostile_run(serve(empty_first_stop), tmp_path)
     assert row["status"] == "error" and "ignore_eos" in row["detail"], row["detail"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ms", [1e308, 1e12])
 def test_server_timings_the_lab_clock_refutes_are_an_error_naming_both(serve: Callable[..., FakeServer],
                                                                         tmp_path: Path, ms: float) -> None:

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-from fakes import BASE_AND_SPEC, fake_registry, profile_toml
 
 from lab.base.events import Status
 from lab.base.row import ResultRow
@@ -18,6 +17,7 @@ from lab.render.report import load_for_report, render_csv, render_markdown
 from lab.runner import Runner
 from lab.store import RunStore
 from lab.telemetry import latency
+from tests.fakes import BASE_AND_SPEC, fake_registry, profile_toml
 
 
 def test_percentile_interpolates_between_ranks() -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # (layer, the packages or modules it holds): declared once, here.
@@ -122,15 +124,18 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_no_import_cycles_anywhere() -> None:
     assert _cycles(_graph()) == []
 
 
+@pytest.mark.slow
 def test_every_lab_module_has_a_layer() -> None:
     lab = [m for m in _graph() if m == "lab" or m.startswith("lab.")]
     assert [m for m in lab if layer_of(m) is None] == []
 
 
+@pytest.mark.slow
 def test_no_import_reaches_a_higher_layer() -> None:
     upward = []
     for module, targets in _graph().items():

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -18,6 +20,7 @@ def test_ruff_is_clean() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_mypy_is_clean() -> None:
     packages = ["lab", "lab_llamacpp", "lab_drafters", "lab_llamacpp_server", "lab_mlx", "lab_mlx_lm", "lab_zlab_dflash",
                 "lab_dflash_mlx"]
@@ -27,6 +30,7 @@ def test_mypy_is_clean() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_core_imports_no_engine_and_no_textual() -> None:
     code = (
         "import sys, importlib, pkgutil, lab\n"

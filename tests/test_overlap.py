@@ -207,6 +207,7 @@ def test_short_cells_send_every_token_once(max_tokens: int) -> None:
     assert len(gen.ids) == max_tokens
 
 
+@pytest.mark.alone
 def test_sending_while_the_engine_idles_is_the_loops_time() -> None:
     """A listener that takes 2 ms an event, an engine that is done at once:
     the sending held the loop up, and counts as its own time, not the
@@ -223,6 +224,7 @@ def test_sending_while_the_engine_idles_is_the_loops_time() -> None:
     assert stats.overhead_s() >= 8 * 0.002
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("kind", ["baseline", "speculative"])
 def test_sending_while_the_engine_works_is_the_engines_time(kind: str) -> None:
     """An engine busy 6 ms a pass, a listener that takes 1 ms an event: the

@@ -142,6 +142,7 @@ model = "embedded:smollm2"
 """
 
 
+@pytest.mark.slow
 def test_strict_mode_ends_in_a_message_and_lab_run_names_load_errors(site: Path, tmp_path: Path) -> None:
     install(site, "lab_rival", "[lab.drafters]\naaa = lab_rival_mod\nbroken = lab_missing_module\n",
             {"lab_rival_mod": rival_drafters("ngram")})

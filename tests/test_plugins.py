@@ -124,6 +124,7 @@ def test_duplicate_names_are_a_load_error(plugin_path: Path) -> None:
     assert reg.drafters["ngram"].__module__ == "lab_drafters.ngram"
 
 
+@pytest.mark.slow
 def test_lab_plugins_lists_load_errors(plugin_path: Path) -> None:
     _install_fake_dist(plugin_path, "lab_broken2", "[lab.backends]\nbroken2 = lab_broken2_mod\n", {"lab_broken2_mod": "1/0\n"})
     env_path = f"{plugin_path}"
@@ -208,6 +209,7 @@ def test_resolve_builds_a_hook_registered_model(plugin_path: Path, monkeypatch: 
     assert "tiny:plugin-made" in models.known_models()
 
 
+@pytest.mark.slow
 def test_lab_plugins_lists_model_load_errors(plugin_path: Path) -> None:
     _install_fake_dist(plugin_path, "lab_broken3", "[lab.models]\nbroken3 = lab_broken3_mod\n", {"lab_broken3_mod": "1/0\n"})
     out = subprocess.run(
@@ -218,6 +220,7 @@ def test_lab_plugins_lists_model_load_errors(plugin_path: Path) -> None:
     assert "broken3 (lab.models)" in out.stdout and "ZeroDivisionError" in out.stdout
 
 
+@pytest.mark.slow
 def test_doctor_checks_come_from_plugins(plugin_path: Path) -> None:
     _install_fake_dist(
         plugin_path, "lab_doctor_third", "[lab.backends]\ndoc = lab_doctor_plugin\nbad-doc = lab_bad_doctor\n",

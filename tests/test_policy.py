@@ -228,6 +228,7 @@ def test_a_draft_policy_needs_a_drafter(tmp_path: Any) -> None:
         parse_profile(text, str(tmp_path / "p.toml"), None)
 
 
+@pytest.mark.slow
 def test_a_real_smollm2_run_with_a_grow_shrink_arm(tmp_path: Any) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     from lab.profile.load import parse_profile

@@ -68,6 +68,7 @@ def engine_ok() -> None:
         pytest.skip(why)
 
 
+@pytest.mark.slow
 def test_decode_probe_in_process(engine_ok: None) -> None:
     p = driver.measure(
         "llamacpp", "embedded:smollm2", (1, 2, 8), method="decode", repeats=2, threads=1, bandwidth=False
@@ -84,6 +85,7 @@ def test_decode_probe_in_process(engine_ok: None) -> None:
     assert p.notes["inner_passes"] >= 3
 
 
+@pytest.mark.slow
 def test_batched_bench_probe(engine_ok: None) -> None:
     from lab_llamacpp.probe import batched_bench_binary
 
@@ -104,6 +106,7 @@ def test_batched_bench_probe(engine_ok: None) -> None:
     assert (p.t_ratio(4) or 0) > 1.0
 
 
+@pytest.mark.slow
 def test_cli_probe_saves_json(engine_ok: None, tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "lab.cli", "probe", "--widths", "1-3", "--repeats", "1", "--no-bandwidth", "--threads", "1",
@@ -117,6 +120,7 @@ def test_cli_probe_saves_json(engine_ok: None, tmp_path: Path) -> None:
     assert probes.load(tmp_path).method == "decode"
 
 
+@pytest.mark.slow
 def test_cli_probe_errors_are_one_line(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "lab.cli", "probe", "--backend", "nope", "--no-bandwidth"],

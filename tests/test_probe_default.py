@@ -121,6 +121,8 @@ def test_cache_key_changes_with_threads_model_options_and_machine(monkeypatch: p
     assert base.key() != key
 
 
+@pytest.mark.slow
+@pytest.mark.alone
 def test_first_run_measures_second_finds_the_cache(tmp_path: Path, registry: Registry, cache: Path) -> None:
     profile = _profile(tmp_path, registry)
     first, events = _run(tmp_path, registry, profile)
@@ -148,6 +150,8 @@ def test_first_run_measures_second_finds_the_cache(tmp_path: Path, registry: Reg
     assert len(list(cache.glob("probe-*.json"))) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.alone
 def test_a_cached_probe_too_narrow_for_a_larger_n_max_is_measured_again(tmp_path: Path, cache: Path, registry: Registry) -> None:
     spec = driver.ProbeSpec("fake-probing", "", 1, {}, probes.needed_widths([2]))
     driver.obtain(spec, registry, repeats=1)
@@ -224,6 +228,8 @@ n_max = 2
 """
 
 
+@pytest.mark.engine
+@pytest.mark.slow
 def test_a_real_smollm2_run_reports_a_prediction_and_a_roofline(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     registry = load_registry()
@@ -247,6 +253,7 @@ def test_a_real_smollm2_run_reports_a_prediction_and_a_roofline(tmp_path: Path) 
     assert re.search(r"\| oracle \| code \| \d+\.\d \| \d+\.\d \| \d+\.\d \| \d+\.\d \|", latency), latency
 
 
+@pytest.mark.slow
 def test_a_probe_measured_on_a_busy_machine_serves_its_run_but_is_not_cached(
     tmp_path: Path, cache: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import fake_plugin
 
 from lab.base import probe as probes
 from lab.probing import driver, isolated
@@ -20,6 +19,7 @@ from lab.profile.load import parse_profile
 from lab.registry import load_registry
 from lab.runner import Runner
 from lab.store import RunStore
+from tests.fakes import fake_plugin
 
 pytestmark = pytest.mark.engine
 

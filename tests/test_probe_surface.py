@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Callable, ClassVar, Sequence
 
 import pytest
-from fakes import FakeBackend
 
 from lab.analysis.acceptance_file import PROMPT, AcceptanceFile, Costs, Entry
 from lab.analysis.measured_acceptance import PositionAcceptance
@@ -23,6 +22,7 @@ from lab.hookspecs import hookimpl
 from lab.probing import driver
 from lab.registry import Registry, load_registry
 from lab.render.surface import render_surface_predictions, surface_table
+from tests.fakes import FakeBackend
 
 # A one-row pass at each depth, and how much each further row adds to it:
 # at 8192 a row costs as much as a whole pass, so no acceptance can pay.
@@ -208,6 +208,7 @@ def test_a_context_too_small_for_depth_and_width_names_both(registry: Registry) 
         driver.measure("fake-places-depth", "", (1, 8), registry=registry, bandwidth=False, depth=1020, n_ctx=1024)
 
 
+@pytest.mark.slow
 def test_several_depths_load_the_model_once_with_room_for_the_deepest(registry: Registry) -> None:
     PlacesDepth.loads.clear()
     PlacesDepth.n_ctx.clear()
@@ -223,6 +224,7 @@ def test_several_depths_load_the_model_once_with_room_for_the_deepest(registry: 
     assert got[0].seconds[0][0] < got[2].seconds[0][0] < got[1].seconds[0][0]
 
 
+@pytest.mark.slow
 def test_a_stop_between_depths_hands_over_the_finished_ones(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     real = PlacesDepth.measure_verify_cost_at_depth
@@ -272,6 +274,8 @@ def test_lab_probe_depths_saves_one_surface(registry: Registry, tmp_path: Path,
 
 # -- a real probe ----------------------------------------------------------------------
 
+@pytest.mark.engine
+@pytest.mark.alone
 def test_a_deeper_cache_does_not_make_smollm2s_one_row_pass_faster(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     out = tmp_path / "surface.json"

@@ -24,11 +24,6 @@ HEAD = '[run]\nmax_tokens = 16\n\n[[prompts]]\nname = "p"\ntext = "hi"\n'
 BASE = '\n[[arms]]\nname = "base"\nbackend = "llamacpp"\nmodel = "embedded:smollm2"\n'
 
 
-@pytest.fixture(scope="module")
-def registry():
-    return load_registry()
-
-
 def refused(text: str, registry: Any, path: str = "t.toml") -> ProfileError:
     with pytest.raises(ProfileError) as info:
         parse_profile(text, path, registry)

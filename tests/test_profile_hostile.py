@@ -685,6 +685,7 @@ def test_a_remote_bind_runs_only_when_allowed_and_is_warned(registry, tmp_path: 
         assert argv is not None and "127.0.0.1" in argv
 
 
+@pytest.mark.slow
 def test_lab_check_prints_the_remote_bind_warning(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -734,6 +735,7 @@ def _one_per_category() -> list[Case]:
     return list(seen.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _one_per_category(), ids=lambda c: c.category)
 def test_lab_check_and_lab_run_exit_2_naming_file_and_key(tmp_path: Path, case: Case) -> None:
     """The CLI end of a refusal, one case per category: exit 2, the file
@@ -753,6 +755,7 @@ def test_lab_check_and_lab_run_exit_2_naming_file_and_key(tmp_path: Path, case: 
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_lab_plugins_shows_the_limits_a_profile_is_held_to() -> None:
     """Every bound the check holds a profile to is printed: the [run] keys,
     n_max, the sweep cap, and the ranges plugins declare."""

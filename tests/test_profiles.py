@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from lab.profile.load import ProfileError, load_profile, parse_profile
-from lab.registry import load_registry
 
 GOOD = """
 [profile]
@@ -35,11 +34,6 @@ drafter = "ngram"
 n_max = [3, 7, 12]
 drafter_options = { max_ngram = 3 }
 """
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return load_registry()
 
 
 def test_good_profile_sweeps_and_infers_baseline(registry) -> None:

@@ -21,6 +21,7 @@ def _embedded() -> Path:
     return models.resolve("embedded:smollm2")
 
 
+@pytest.mark.slow
 def test_gguf_template_matches_the_gguf_package() -> None:
     gguf = pytest.importorskip("gguf")
     path = _embedded()
@@ -50,6 +51,7 @@ def test_rendering_matches_a_hugging_face_tokenizer() -> None:
         assert prompting.render_chat(found, USER, system) == want
 
 
+@pytest.mark.slow
 def test_a_model_without_a_template_gets_the_one_fallback() -> None:
     pytest.importorskip("gguf")
     path = models.resolve("tiny:llama-notemplate")

@@ -88,6 +88,7 @@ def _run(tmp_path: Path, text: str) -> tuple[list[Any], Path, list[Any]]:
     return rows, store.path, heard
 
 
+@pytest.mark.slow
 def test_the_reference_runs_after_the_arms_cells_and_before_the_next_arm(tmp_path: Path) -> None:
     ReferencedFake.timeline.clear()
     text = _profile(_arm("server-like") + _arm("bench-like", reference_needs_load=False)
@@ -159,6 +160,7 @@ def test_llama_bench_is_compared_decode_for_decode() -> None:
     assert lines[0].startswith("- base: baseline 40.0 tok/s = 1.00 of llama-bench tg 400"), lines
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_reference_in_conditions_and_a_failed_one_says_why(tmp_path: Path) -> None:
     rows, run_dir, _ = _run(tmp_path, _profile(_arm("base", reference_tok_s=1e6)))
     md = (run_dir / "report.md").read_text()

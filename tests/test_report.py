@@ -84,6 +84,7 @@ def _by(summaries: list[dict[str, Any]], arm: str, prompt: str = "prose") -> dic
     return next(s for s in summaries if s["arm"] == arm and s["prompt"] == prompt)
 
 
+@pytest.mark.slow
 def test_summaries_explain_each_arm(run_dir: Path) -> None:
     data = load_for_report(run_dir)
     s = summarize(data["results"])
@@ -156,6 +157,7 @@ def test_prediction_matches_what_the_backend_does(run_dir: Path, tmp_path: Path)
     assert "## Roofline" in md and "bounds plain decoding" in md
 
 
+@pytest.mark.slow
 def test_compare_two_saved_runs(run_dir: Path, tmp_path: Path) -> None:
     changed = ARMS.replace("accepted = [4, 2, 0]", "accepted = [0]")
     other = _run(tmp_path, changed, name="fake-b")

@@ -44,6 +44,7 @@ def _loads_nothing(text: str) -> None:
     assert srcs and all(s.startswith(("data:image/svg+xml;base64,", "data:image/png;base64,")) for s in srcs)
 
 
+@pytest.mark.slow
 def test_the_demo_page_holds_its_figures_tables_and_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
     text = _html([str(DEMO)], capsys)
     _loads_nothing(text)
@@ -59,6 +60,7 @@ def test_the_demo_page_holds_its_figures_tables_and_arithmetic(capsys: pytest.Ca
     assert len(text.encode()) < 1_500_000
 
 
+@pytest.mark.slow
 def test_markup_in_a_saved_run_is_shown_never_run(tmp_path: Path) -> None:
     data = load_for_report(DEMO)
     data["results"] = [{**r, "arm": "<img src=x onerror=alert(1)>"} if r["arm"] == "ngram" else r
@@ -86,6 +88,7 @@ def test_the_compare_page_overlays_both_runs(capsys: pytest.CaptureFixture[str])
     assert "cells changed" in text
 
 
+@pytest.mark.slow
 def test_figures_flag_draws_into_the_run_and_links_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     shutil.copytree(DEMO, run)

@@ -80,6 +80,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return a, b
 
 
+@pytest.mark.slow
 def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
     a, _ = runs
     data = load_for_report(a)
@@ -104,6 +105,7 @@ def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
     assert len(rows) == 3 * 2 and rows[0]["verdict_kind"] == "baseline"
 
 
+@pytest.mark.slow
 def test_real_compare(runs: tuple[Path, Path]) -> None:
     a, b = runs
     out = lab("report", str(a), "--compare", str(b), cwd=a)

@@ -132,6 +132,7 @@ def make_runner(tmp_path: Path, text: str, listeners: list[Callable[[Event], Non
     return Runner(profile, registry, store, list(listeners), control), store
 
 
+@pytest.mark.slow
 def test_failures_are_results_and_the_other_arms_go_on(tmp_path: Path) -> None:
     ScriptedBackend.closed.clear()
     text = profile_text([
@@ -419,6 +420,7 @@ def test_emit_is_safe_from_many_threads(tmp_path: Path) -> None:
     assert [(e.arm, e.rss_bytes) for e in second] == [a[1:] for a, _ in pairs]
 
 
+@pytest.mark.slow
 def test_a_warmup_cell_generates_warmup_tokens_and_recorded_cells_max_tokens(tmp_path: Path) -> None:
     from lab.base.events import TokenEvent
     from tests.fakes import fake_registry, profile_toml
@@ -443,6 +445,7 @@ def test_a_warmup_cell_generates_warmup_tokens_and_recorded_cells_max_tokens(tmp
     assert ran("warmup_tokens = 0\n") == (24, 24)  # 0: as many as a measured cell
 
 
+@pytest.mark.slow
 def test_each_run_knows_the_runs_its_process_started_before_and_a_gpu_report_warns(tmp_path: Path) -> None:
     """An earlier lab run in the same process can leave a GPU slower for the
     next run's baseline: results.json records how many ran before, and the

@@ -58,6 +58,7 @@ def _fresh_env(tmp_path: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_scaffolded_drafter_installs_into_a_fresh_env_and_runs(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     made = write_drafter_package("lookback", tmp_path / "lab-lookback-drafter")
@@ -182,6 +183,7 @@ def test_the_plugin_page_is_the_scaffold(tmp_path: Path) -> None:
     assert made.name == "lookback"
 
 
+@pytest.mark.slow
 def test_the_scaffolds_own_test_passes_against_the_fake_target(tmp_path: Path) -> None:
     made = write_drafter_package("echo-back", tmp_path / "pkg", taken=[])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(made.directory), str(ROOT), str(ROOT / "plugins")])}

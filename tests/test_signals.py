@@ -88,6 +88,7 @@ def _server_ready() -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [
     "llamacpp",
     pytest.param("llamacpp-server", marks=pytest.mark.skipif(not _server_ready(), reason="llama-server not found")),
@@ -124,6 +125,7 @@ def test_sigterm_mid_run_keeps_what_was_measured(tmp_path: Path, backend: str) -
     assert not alive, f"engine processes outlived the run: {alive}"
 
 
+@pytest.mark.slow
 def test_probe_stopped_by_ctrl_c_saves_the_repeats_it_finished(tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
     proc = _start(["probe", "--backend", "llamacpp", "--model", "embedded:smollm2", "--widths", "1-4",

@@ -121,6 +121,7 @@ def _lab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "lab.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_lab_run_refuses_an_unwritable_out_before_the_run(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text(profile_toml("""
 [[arms]]
@@ -159,6 +160,7 @@ def _sabotage_after(n_finished: int, how: str, store_box: list[RunStore]):
     return listen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["replaced by a file", "removed", "removed and made again"])
 def test_a_run_directory_lost_mid_run_moves_the_run_to_a_named_fallback(
     registry: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
@@ -210,6 +212,7 @@ def test_when_no_directory_takes_the_run_the_rows_stay_in_memory(
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_says_where_the_run_went(registry: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     """`lab run` end to end in process (the fake backend): the directory is
@@ -283,6 +286,7 @@ sys.exit(main(["run", "p.toml", "--out", "runs", "--quiet"], registry=registry))
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_keeps_the_rows_in_memory_and_says_so(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parent.parent
     res = subprocess.run([sys.executable, "-c", FULL_DISK, "9000", str(root)], cwd=tmp_path, capture_output=True,

@@ -151,6 +151,7 @@ def test_a_broken_question_file_is_refused_at_the_suite_key(tmp_path: Path) -> N
     assert "q.jsonl:2" in info.value.message and "not JSON" in info.value.message
 
 
+@pytest.mark.slow
 def test_lab_check_refuses_an_unknown_category(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
     path.write_text(profile('[[prompts]]\nsuite = "speclab"\ncategories = ["poetry"]\n'))

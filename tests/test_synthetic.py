@@ -88,6 +88,7 @@ def test_register_names_every_shape() -> None:
         synthetic.shape_for("synthetic:nope")
 
 
+@pytest.mark.alone
 def test_writer_cost_grows_like_writing_the_bytes(tmp_path: Path) -> None:
     """No F16 pass and no quantize pass: eight more layers (70 MB) cost about
     what writing 70 MB costs. The vocabulary and the pools are a fixed cost

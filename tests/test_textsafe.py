@@ -60,6 +60,7 @@ def test_unassigned_and_private_use_are_escaped() -> None:
     assert printable(unassigned + "\ue000").isascii()
 
 
+@pytest.mark.slow
 def test_an_engine_error_echoing_a_profile_value_reaches_the_terminal_escaped(tmp_path: Path) -> None:
     """A llama-server arm whose raw argument carries an OSC 52 clipboard
     write and a screen clear: the server refuses the argument and echoes it;

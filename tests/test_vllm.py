@@ -32,6 +32,8 @@ from lab_vllm.stream import consume  # noqa: E402
 from tests.needs import need_vllm  # noqa: E402
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+# one vLLM server at a time across workers (tests/conftest.py): each takes gigabytes
+pytestmark = pytest.mark.xdist_group("vllm")
 
 # -- no server ----------------------------------------------------------------------------------------
 

@@ -8,12 +8,9 @@
   cached, so any backend's tests run with no downloads;
 - any other ``<namespace>:<name>`` a plugin registers (``synthetic:...``).
 
-Builders for derived and tiny models come from plugins through the
-``lab_register_models`` hook (see :mod:`lab.hookspecs`), loaded like backends
-and drafters by the one plugin registry (:mod:`lab.registry`), which hands
-them to :func:`register_model` as it loads: a plugin that fails is a load
-error ``lab plugins`` lists. Builders import their engine only when they run.
-"""
+Builders come from plugins (``lab_register_models``) through the registry,
+which hands them to :func:`register_model`; they import their engine only
+when they run."""
 
 from __future__ import annotations
 
@@ -22,9 +19,16 @@ import importlib
 import importlib.util
 import os
 import re
+import shutil
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 from lab.api import Builder, ModelBuilder
 from lab.base.machine import cache_path
@@ -81,16 +85,47 @@ def embedded_smollm2() -> Path:
     return path
 
 
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    if fcntl is None:  # no flock (Windows): threads are still kept apart by _lock
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def build_once(target: Path, write: Builder) -> Path:
+    """``target``, written by ``write`` unless it exists. ``write`` fills a
+    temporary path that is then moved in whole, and one writer at a time
+    works on a target across threads and processes (tests run in parallel
+    workers that share one cache): a reader never sees half a model."""
+    with _lock, _file_lock(target.with_name(target.name + ".lock")):
+        if not target.exists():
+            tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+            _remove(tmp)
+            try:
+                write(tmp)
+                os.replace(tmp, target)
+            finally:
+                _remove(tmp)
+    return target
+
+
 def written(ref: str, filename: str, version: str, write: Builder) -> Path:
     """The cached file of a model the lab writes, written on first use."""
     key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
-    target = cache_dir() / f"{key}-{filename}"
-    with _lock:
-        if not target.exists():
-            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-            write(tmp)
-            os.replace(tmp, target)
-    return target
+    return build_once(cache_dir() / f"{key}-{filename}", write)
 
 
 def deferred(module: str, function: str, *args: Any) -> Builder:

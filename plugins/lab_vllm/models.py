@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from pathlib import Path
 
 from lab.kit import models
@@ -30,11 +29,4 @@ def hf_dir(ref: str, python: str | None = None) -> Path:
     target = models.cache_dir() / f"hf-{key}-{gguf.stem}"
     if (target / "config.json").exists():
         return target
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        convert_in_process(gguf, tmp, python)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return models.build_once(target, lambda tmp: convert_in_process(gguf, tmp, python))

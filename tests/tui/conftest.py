@@ -1,5 +1,5 @@
-"""TUI test helpers: the repository root on sys.path (for ``tests.fakes``)
-and a small waiting helper for Pilot tests."""
+"""The repository root on sys.path, so TUI tests import ``tests.fakes``
+(their Pilot helpers are in helpers.py)."""
 
 from __future__ import annotations
 

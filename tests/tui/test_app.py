@@ -33,11 +33,6 @@ pytestmark = pytest.mark.anyio
 SIZE = (140, 45)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _app(tmp_path: Path, arms: str, **kw: Any) -> LabApp:
     path = tmp_path / "profile.toml"
     path.write_text(profile_toml(arms, **kw), encoding="utf-8")
@@ -106,6 +101,7 @@ async def test_run_streams_lanes_and_fills_the_comparison(tmp_path: Path) -> Non
         assert _cell_text(table, "spec", "prose", "accept") not in ("—", "")
 
 
+@pytest.mark.slow
 async def test_failures_become_modals_and_the_run_goes_on(tmp_path: Path) -> None:
     arms = BASE_AND_SPEC + """
 [[arms]]
@@ -295,6 +291,7 @@ async def test_open_a_saved_run_read_only(tmp_path: Path) -> None:
         assert isinstance(app.screen, PickerScreen)
 
 
+@pytest.mark.slow
 async def test_picker_lists_profiles_and_runs_and_opens_them(tmp_path: Path) -> None:
     registry = fake_registry()
     (tmp_path / "a.toml").write_text(profile_toml(BASE_AND_SPEC, name="alpha"))

@@ -76,11 +76,6 @@ def test_the_bridge_takes_each_arms_cadence_when_it_starts(tmp_path: Path) -> No
     assert session.bridge.interval == 1 / FULL_TEXT_HZ and session.cadence.reason == ""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_the_run_header_names_a_reduced_rate_while_running(tmp_path: Path) -> None:
     from lab.tui.app import LabApp

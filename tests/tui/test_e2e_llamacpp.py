@@ -42,11 +42,6 @@ n_max = 4
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 PROBE = PROFILE.split("[[arms]]")[0].replace("max_tokens = 32", "max_tokens = 4") + """
 [[arms]]
 name = "baseline"

@@ -17,7 +17,7 @@ from lab.store import load_run, load_steps
 from tests.needs import need_vllm
 from tests.tui.helpers import finished_run
 
-pytestmark = [pytest.mark.anyio, pytest.mark.engine, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.engine, pytest.mark.slow, pytest.mark.xdist_group("vllm")]
 
 PROFILE = """
 [profile]
@@ -40,11 +40,6 @@ model = "embedded:smollm2"
 n_max = 3
 options = { spec_method = "ngram", prompt_lookup_min = 2, prompt_lookup_max = 3 }
 """
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def _vllm_processes() -> list[int]:

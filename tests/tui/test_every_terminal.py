@@ -112,6 +112,7 @@ async def _assert_frame(pilot: Any, size: tuple[int, int], what: str) -> list[st
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_quit_and_help_show_and_the_header_is_one_line_in_every_state(tmp_path: Path,
                                                                              size: tuple[int, int]) -> None:
@@ -181,6 +182,7 @@ async def test_the_table_has_the_focus_and_gets_it_back_after_another_view(tmp_p
         assert table.cursor_row == 2
 
 
+@pytest.mark.slow
 async def test_the_lane_follows_the_running_arm_until_the_user_picks_one(tmp_path: Path) -> None:
     slow = DEMO_LIKE.replace("token_delay_s = 0.004", "token_delay_s = 0.01")
     app = _app(tmp_path, slow, prompts=("prose",), max_tokens=60)
@@ -234,6 +236,7 @@ options = { speculative = true, accepted = [0, 3, 1], virtual_clock = true }
 """
 
 
+@pytest.mark.slow
 async def test_rejected_drafts_are_marked_with_a_legend_and_figures_carry_units(tmp_path: Path) -> None:
     steps: list[Any] = []
 
@@ -320,6 +323,7 @@ def test_the_switcher_never_cuts_its_keys() -> None:
     assert all(f"arm-{i} pending" in wide.plain for i in range(3))
 
 
+@pytest.mark.slow
 async def test_the_export_dialog_says_its_keys_and_marks_the_format_without_colour(tmp_path: Path) -> None:
     app = _app(tmp_path, prompts=("prose",), max_tokens=20)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -53,11 +53,6 @@ options = { speculative = true, accepted = [2], virtual_clock = true, virtual_dr
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def screen_lines(app: LabApp) -> list[str]:
     """The screen as text, one string per terminal line."""
     return [strip.text for strip in app.screen._compositor.render_strips()]
@@ -86,6 +81,7 @@ def _verdict_column_text(app: LabApp, table: ComparisonTable) -> str:
     return " ".join(" ".join(column).split())
 
 
+@pytest.mark.slow
 async def test_at_160_columns_each_verdict_is_one_line_and_reads_in_full_below(tmp_path: Path) -> None:
     run_dir = _saved_run(tmp_path, VERDICT_ARMS)
     verdicts = {r["arm"]: r["verdict"] for r in load_run(run_dir)["results"]}
@@ -141,6 +137,7 @@ async def test_a_narrow_table_abbreviates_the_verdict_and_shows_it_in_full_below
         assert verdicts[longest] in " ".join(line.split())
 
 
+@pytest.mark.slow
 async def test_every_view_and_action_by_keyboard(tmp_path: Path) -> None:
     profile = tmp_path / "profile.toml"
     slow = BASE_AND_SPEC.replace("options = { virtual_clock = true }", "options = { token_delay_s = 0.02 }")

@@ -55,11 +55,6 @@ ARM_NAMES = ("base", "spec-nmax2", "spec-nmax4", "costly")
 PROMPTS = ("prose", "code", "chat")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def screen_lines(app: LabApp) -> list[str]:
     return [strip.text for strip in app.screen._compositor.render_strips()]
 
@@ -91,7 +86,8 @@ async def test_the_main_screen_fits(tmp_path: Path, size: tuple[int, int]) -> No
     async with app.run_test(size=size) as pilot:
         screen = app.screen
         assert isinstance(screen, RunScreen)
-        await pilot.pause()
+        # the footer composes its keys a frame after the bindings are known
+        await wait_until(pilot, lambda: "q Quit" in screen_lines(app)[-1], what="the footer's keys")
         lines = screen_lines(app)
         assert len(lines) == size[1]
         # before the run: the header says what to do, the footer how
@@ -223,6 +219,7 @@ async def test_a_running_cell_says_running_and_a_paused_lane_says_paused(tmp_pat
         await run_finished(pilot)
 
 
+@pytest.mark.slow
 async def test_export_defaults_to_markdown_and_refuses_a_blank_name(tmp_path: Path) -> None:
     app = _app(tmp_path, prompts=("prose",))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -313,6 +310,7 @@ def gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     GatedProbing.gate.set()
 
 
+@pytest.mark.slow
 async def test_the_probe_is_a_phase_of_its_own(tmp_path: Path, gated: Any) -> None:
     app = _app(tmp_path, PROBED, registry=gated)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -45,11 +45,6 @@ options = { speculative = true, accepted = [3, 1], virtual_clock = true, text = 
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _saved_run(tmp_path: Path, arms: str, name: str = "fake", **kw: Any) -> Path:
     registry = fake_registry()
     profile = parse_profile(profile_toml(arms, name=name, **kw), f"{name}.toml", registry)
@@ -246,6 +241,7 @@ options = { token_delay_s = 0.02 }
         await pilot.press("q")
 
 
+@pytest.mark.slow
 async def test_a_finished_live_runs_cells_follow_the_comparison_table_only(tmp_path: Path) -> None:
     path = tmp_path / "profile.toml"
     path.write_text(profile_toml(DIVERGING, max_tokens=30, prompts=("prose", "code")), encoding="utf-8")

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 
 from lab.api import Draft, Drafter, Option
@@ -116,6 +117,7 @@ class _ScriptedSession:
         return self._rows
 
 
+@pytest.mark.slow
 def test_run_screen_live(snap_compare: Any, tmp_path: Path) -> None:
     path = tmp_path / "sweep.toml"
     path.write_text(profile_toml(SWEEP_PROFILE, name="sweep"), encoding="utf-8")

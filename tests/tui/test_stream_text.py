@@ -15,11 +15,6 @@ pytestmark = pytest.mark.anyio
 WIDTH, HEIGHT = 20, 6
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Holder(App[None]):
     CSS_PATH = str(Path(lab.tui.__file__).parent / "lab.tcss")  # the draft style lives there
     CSS = f"StreamText {{ width: {WIDTH}; height: {HEIGHT}; scrollbar-size-vertical: 0; }}"
