@@ -26,7 +26,7 @@ from lab.kit import models
 from lab.kit.loading import resolve_target
 from lab.kit.prompting import RenderedPrompt, render_prompt
 from lab.kit.speculative import LoopStats, TraceStep, generate
-from lab_llamacpp.target import LlamaTarget, wants_gpu_pick
+from lab_llamacpp.target import LlamaTarget, close_engine, wants_gpu_pick
 
 if TYPE_CHECKING:
     from lab.api import Drafter, DrafterContext
@@ -245,12 +245,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
         return total
 
     def close(self) -> None:
-        if self.context is not None:
-            self.context.close()
-            self.context = None
-        if self.model is not None:
-            self.model.close()
-            self.model = None
+        self.context, self.model = close_engine(self.context, self.model)
 
     def report(self) -> dict[str, Any]:
         opts = self.arm.options

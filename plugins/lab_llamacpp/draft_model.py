@@ -49,10 +49,7 @@ class LlamaDraftModel(TargetDrafter):
         return self.model.size_bytes + (self.context.state_bytes() if self.context else 0)
 
     def close(self) -> None:
+        from lab_llamacpp.target import close_engine
+
         self.target = None
-        if self.context is not None:
-            self.context.close()
-            self.context = None
-        if self.model is not None:
-            self.model.close()
-            self.model = None
+        self.context, self.model = close_engine(self.context, self.model)

@@ -12,7 +12,17 @@ import numpy as np
 from lab.kit.speculative import softmax
 
 if TYPE_CHECKING:
-    from lab_llamacpp.engine import Context
+    from lab_llamacpp.engine import Context, Model
+
+
+def close_engine(context: Context | None, model: Model | None) -> tuple[None, None]:
+    """Free a context, then the model it came from (either may be None);
+    returns what the holder's two attributes become."""
+    if context is not None:
+        context.close()
+    if model is not None:
+        model.close()
+    return None, None
 
 
 class LlamaTarget:
