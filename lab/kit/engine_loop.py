@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from lab.api import Backend, BackendContext, Cancelled, EngineOOM, Generation, GenerationRequest
+from lab.api import Backend, BackendContext, Cancelled, EngineOOM, Generation, GenerationRequest, MissingEngine
 from lab.base.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
 from lab.kit import models
 from lab.kit.prompting import RenderedPrompt, render_prompt
@@ -146,6 +146,18 @@ class EngineBackend(Backend):
     and freed. Subclasses give ``load`` and ``_generate``."""
 
     stack = "mlx"
+    # (engine, modules looked up but not imported, install command), checked in order; mlx.core is imported
+    engine_checks: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+
+    @classmethod
+    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        from lab.kit.checks import import_failure
+
+        for engine, found, install in cls.engine_checks:
+            why = import_failure("mlx.core", found=found)
+            if why:
+                return MissingEngine(engine, why, install)
+        return None
 
     @classmethod
     def needs_model(cls, arm_options: Mapping[str, Any]) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, MissingEngine, Option
+from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.engine_loop import EngineBackend, EngineCell, end_ids, engine_version, lab_loop
@@ -24,6 +24,7 @@ FIXED_BLOCK = ("dflash", "off")
 
 class DFlashMlxBackend(EngineBackend):
     name = "dflash-mlx"
+    engine_checks = (("dflash-mlx", ("mlx_lm", "dflash_mlx"), INSTALL),)
     description = "dflash-mlx's DFlash engine (dflash generate): tree drafting, adaptive block, its own per-cycle timers"
     options = (
         Option("draft", str, None, "the DFlash draft checkpoint directory (dflash's --draft)", required=True, model_ref=True),
@@ -40,13 +41,6 @@ class DFlashMlxBackend(EngineBackend):
                "evaluates each draft before verifying); false: its pipelined default, steps timed by the lab"),
         Option("enable_thinking", bool, True, "passed to the chat template"),
     )
-
-    @classmethod
-    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
-        from lab.kit.checks import import_failure
-
-        why = import_failure("mlx.core", found=("mlx_lm", "dflash_mlx"))
-        return MissingEngine("dflash-mlx", why, INSTALL) if why else None
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab.api import BackendContext, Generation, GenerationRequest, MissingEngine, Option
+from lab.api import BackendContext, Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.engine_loop import EngineBackend, EngineCell, MaskedEnds, end_bias, end_ids, engine_version, lab_loop
@@ -20,6 +20,8 @@ INSTALL = 'pip install mlx-lm (or pip install -e ".[mlx]")'
 
 class MlxLmBackend(EngineBackend):
     name = "mlx-lm"
+    # looked up, not imported: mlx-lm's import brings transformers in (seconds)
+    engine_checks = (("mlx-lm", ("mlx_lm",), INSTALL),)
     description = "mlx-lm's own generation (stream_generate), plain or speculative with an MLX draft model"
     options = (
         Option("draft_model", str, None, "an MLX draft model directory (mlx-lm's --draft-model); none: plain generation",
@@ -34,14 +36,6 @@ class MlxLmBackend(EngineBackend):
     @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return bool(arm_options.get("draft_model"))
-
-    @classmethod
-    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
-        from lab.kit.checks import import_failure
-
-        # looked up, not imported: mlx-lm's import brings transformers in (seconds)
-        why = import_failure("mlx.core", found=("mlx_lm",))
-        return MissingEngine("mlx-lm", why, INSTALL) if why else None
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)

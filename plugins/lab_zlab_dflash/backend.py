@@ -6,9 +6,9 @@ step's seconds are when its yield reached the lab."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
-from lab.api import BackendContext, Generation, GenerationRequest, MissingEngine, Option
+from lab.api import BackendContext, Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.engine_loop import (
@@ -28,6 +28,8 @@ INSTALL = "pip install --no-deps dflash==0.1.0"
 
 class ZlabDFlashBackend(EngineBackend):
     name = "zlab-dflash"
+    engine_checks = (("mlx-lm", ("mlx_lm",), 'pip install -e ".[mlx]"'),
+                     ("dflash (z-lab)", ("dflash", "huggingface_hub"), INSTALL))
     description = "z-lab's dflash package (dflash mlx): its loader and DFlash / DFlash 2 loop on MLX"
     options = (
         Option("draft", str, None, "the DFlash draft checkpoint directory (config.json with dflash_config + safetensors)",
@@ -38,16 +40,6 @@ class ZlabDFlashBackend(EngineBackend):
         Option("prefill_step_size", int, 2048, "prompt tokens per prefill chunk", min=1),
         Option("enable_thinking", bool, True, "passed to the chat template (dflash's --reasoning off is false)"),
     )
-
-    @classmethod
-    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
-        from lab.kit.checks import import_failure
-
-        base = import_failure("mlx.core", found=("mlx_lm",))
-        if base:
-            return MissingEngine("mlx-lm", base, 'pip install -e ".[mlx]"')
-        why = import_failure("mlx.core", found=("dflash", "huggingface_hub"))
-        return MissingEngine("dflash (z-lab)", why, INSTALL) if why else None
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)
