@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 from lab.api import Cancelled, EngineFailure, Generation, GenerationRequest
 from lab.base.events import Emit, StepEvent, TokenEvent, now
 from lab.kit.server.client import ServerClient
-from lab.kit.server.concurrency import StreamRecord, stream_figures
+from lab.kit.server.concurrency import StreamRecord, end_side_streams, stream_figures
 from lab.kit.server.sse import parse_sse_lines
 from lab_llamacpp_server import crosscheck
 from lab_llamacpp_server.client import LlamaServerClient
@@ -149,10 +149,7 @@ def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: 
     except httpx.HTTPError as exc:
         raise EngineFailure(f"{type(exc).__name__}: {exc}") from exc
     finally:
-        stop.set()
-        start.abort()
-        for t in threads:
-            t.join(timeout=5.0)
+        end_side_streams(stop, start, threads)
     after = client.metrics()
 
     gen = generation(streamed)

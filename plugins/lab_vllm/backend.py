@@ -29,7 +29,7 @@ from lab.kit.prompting import ids_report
 from lab.kit.server import attach
 from lab.kit.server.attach import ATTACH_OPTIONS
 from lab.kit.server.client import HttpFailure, ServerClient, raise_for_status
-from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
+from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, end_side_streams, stream_figures
 from lab.kit.server.lifecycle import ServerBackend, poll_ready
 from lab.kit.server.process import ServerProcess, free_port
 from lab.kit.server.sse import STREAM_OPTIONS, parse_sse_lines
@@ -323,10 +323,7 @@ class VllmBackend(ServerBackend[ServerClient]):
         except (httpx.HTTPError, HttpFailure, VllmStreamError, threading.BrokenBarrierError) as exc:
             raise self._failed(exc) from exc
         finally:
-            stop.set()
-            start.abort()
-            for t in threads:
-                t.join(timeout=5.0)
+            end_side_streams(stop, start, threads)
         after = self._metrics()
         steps = self._steps(request, streamed, emit)
         gen = self._generation(streamed, steps, lead, side, before, after)

@@ -6,6 +6,7 @@ at most :data:`MAX_CONCURRENCY` streams within ``concurrency_timeout_s``."""
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -20,6 +21,15 @@ CONCURRENCY_OPTIONS: tuple[Option, ...] = (
     Option("concurrency_timeout_s", float, 600.0, min=1, max=86400, help=
            "seconds all streams of one cell may take before the cell fails"),
 )
+
+
+def end_side_streams(stop: threading.Event, start: threading.Barrier, threads: Sequence[threading.Thread]) -> None:
+    """Tell a cell's side streams to stop (waking any still at the start
+    barrier) and wait a bounded time for each: on every way out of a cell."""
+    stop.set()
+    start.abort()
+    for t in threads:
+        t.join(timeout=5.0)
 
 
 @dataclass
