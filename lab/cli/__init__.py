@@ -3,11 +3,8 @@
 ``DESCRIPTION``. :func:`usage_lines` lists every command's usage as its
 parser states it (the README's command list follows it).
 
-Only the module of the command that runs is imported, so ``lab -h`` loads
-no engine, plugin or statistics package, and one command never pays for
-another's imports. The plugin registry is built once per invocation, by
-the first command that asks :class:`lab.cli.context.Context` for it.
-"""
+Only the running command's module is imported; the plugin registry is built
+once, when :class:`lab.cli.context.Context` is first asked for it."""
 
 from __future__ import annotations
 
