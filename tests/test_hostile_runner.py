@@ -240,6 +240,45 @@ def test_processes_a_plugin_started_end_with_its_arm(tmp_path: Path, trick: str)
 
 
 
+def test_a_child_of_a_process_older_than_the_arm_is_not_the_arms_to_end() -> None:
+    """A server started before the arm (by a caller, or an attached one's
+    launcher) may spawn workers while the arm runs: those are not the
+    plugin's leftovers and must live on, while a process the arm itself
+    started is ended."""
+    import subprocess
+
+    from lab.telemetry.leftovers import Leftovers
+
+    spawner = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "sys.stdin.readline()\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(c.pid, flush=True)\n"
+        "time.sleep(60)\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    started: list[int] = [spawner.pid]
+    try:
+        before = Leftovers.before_arm()
+        assert spawner.stdin is not None and spawner.stdout is not None
+        spawner.stdin.write("go\n")
+        spawner.stdin.flush()
+        worker = int(spawner.stdout.readline())
+        started.append(worker)
+        own = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        started.append(own.pid)
+        left = before.after_arm()
+        ended = [p["pid"] for p in left.get("processes_ended", [])]
+        assert ended == [own.pid], left
+        assert psutil.Process(worker).status() != psutil.STATUS_ZOMBIE
+        assert spawner.poll() is None
+    finally:
+        for pid in started:  # only what this test started, by pid
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        spawner.wait(timeout=10)
+
+
 # -- a drafter proposing what is no token -------------------------------------------------------
 
 BAD_DRAFTER_SRC = '''

@@ -21,15 +21,15 @@ SECOND_LOOK_S = 0.3
 MAX_NAMED = 20
 
 
-def _descendants() -> dict[int, float]:
-    """pid -> start time of every process below this one."""
+def _descendants() -> dict[int, tuple[float, int]]:
+    """pid -> (start time, parent pid) of every process below this one."""
     try:
         import psutil
 
-        out: dict[int, float] = {}
+        out: dict[int, tuple[float, int]] = {}
         for p in psutil.Process().children(recursive=True):
             try:
-                out[p.pid] = p.create_time()
+                out[p.pid] = (p.create_time(), p.ppid())
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         return out
@@ -39,7 +39,7 @@ def _descendants() -> dict[int, float]:
 
 @dataclass
 class Leftovers:
-    processes: dict[int, float] = field(default_factory=dict)
+    processes: dict[int, tuple[float, int]] = field(default_factory=dict)
     threads: set[int] = field(default_factory=set)
 
     @classmethod
@@ -63,8 +63,23 @@ class Leftovers:
             out["threads_left"] = threads[:MAX_NAMED]
         return out
 
-    def _new_processes(self) -> dict[int, float]:
-        return {pid: t for pid, t in _descendants().items() if self.processes.get(pid) != t}
+    def _new_processes(self) -> dict[int, tuple[float, int]]:
+        """Processes started since :meth:`before_arm` whose every ancestor
+        below the lab is new too: a child that a process older than the arm
+        spawned (a server's own workers, one a caller started) is not the
+        arm's to end."""
+        now = _descendants()
+        new = {pid: seen for pid, seen in now.items() if self.processes.get(pid) != seen}
+        own = os.getpid()
+        kept: dict[int, tuple[float, int]] = {}
+        grew = True
+        while grew:
+            grew = False
+            for pid, seen in new.items():
+                if pid not in kept and (seen[1] == own or seen[1] in kept):
+                    kept[pid] = seen
+                    grew = True
+        return kept
 
     @staticmethod
     def line(left: Mapping[str, Any]) -> str:
