@@ -165,7 +165,8 @@ def test_attached_arms_give_the_launched_arms_figures(servers: dict[str, str], t
     from tests.test_server_engine import _server_pids
 
     monkeypatch.setenv("LAB_TEST_KEY", "sesame")
-    text = PROFILE.replace("max_tokens = 16", "max_tokens = 32\nn_ctx = 512\nthreads = 1")
+    # no verify-cost probe: the counts and texts compared here do not need one
+    text = PROFILE.replace("max_tokens = 16", "max_tokens = 32\nn_ctx = 512\nthreads = 1\nprobe = false")
     text = text.replace("http://127.0.0.1:1", servers["base"]).replace("http://127.0.0.1:2", servers["spec"])
     text = text.replace('text = "hi"', 'text = "Write a Python function that reverses a list, then use it twice."')
     assert 'spec_type = "draft-simple"' in text

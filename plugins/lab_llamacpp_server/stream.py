@@ -268,9 +268,11 @@ def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk
 
 # The server's seconds cannot exceed the request's open time (with tolerance
 # and slack), nor the tokens' arrival span shrink below 1/CLOCK_SPREAD of it.
+# The spread is wide: a lab on a busy machine reads a fast server's stream
+# late, and a tiny model's 0.07 s generation arrived over 1.4 s beside other work.
 CLOCK_TOLERANCE = 1.5
 CLOCK_SLACK_S = 0.1
-CLOCK_SPREAD = 20.0
+CLOCK_SPREAD = 1000.0
 CLOCK_MIN_SPAN_S = 1.0
 
 
