@@ -378,6 +378,8 @@ async def test_the_app_opens_a_saved_run_directory_read_only(tmp_path: Path) -> 
         screen = app.screen
         assert isinstance(screen, RunScreen) and screen.read_only
         assert screen.lane("spec").text.text  # the saved text
+        # the footer composes its keys a frame after the screen is up
+        await wait_until(pilot, lambda: "q Quit" in screen_lines(app)[-1], what="the footer's keys")
         lines = screen_lines(app)
         assert "read-only" in lines[0] and "q Quit" in lines[-1]
         assert not screen.check_action("start", ())
