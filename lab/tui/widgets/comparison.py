@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Static
 
 from lab.analysis.run import summarize
 from lab.base.units import DASH, mib_from_bytes, number, percent, speedup
-from lab.base.verdict import busy_warning
+from lab.base.verdict import THREADS_WARNING, busy_warning
 
 COLUMNS = (
     ("arm", "arm"), ("prompt", "prompt"), ("status", "status"), ("tok_s", "tok/s"),
@@ -77,18 +77,32 @@ def fit(text: str, width: int) -> str:
     return text if Text(text).cell_len <= width else text[: max(0, width - 1)] + "…"
 
 
+def short_busy(s: Mapping[str, Any]) -> str:
+    """The busy-machine mark in a few cells ("⚠ busy 1/2"), "" without one."""
+    full = busy_warning(s)
+    if not full:
+        return ""
+    if full.startswith(THREADS_WARNING):
+        return "⚠ threads"
+    busy, rounds = s.get("contended_rounds"), s.get("rounds")
+    part = f" {busy}/{rounds}" if isinstance(busy, int) and isinstance(rounds, int) and 0 < busy < rounds else ""
+    return f"⚠ busy{part}"
+
+
 def one_line_verdict(cell: str | Text, s: Mapping[str, Any] | None, width: int) -> Text:
     """The verdict cell on one line: in full where it fits, else its kind
-    and figures, cut to the width past that."""
+    and figures, cut to the width past that; a busy-machine mark is
+    shortened, never dropped, so the row says what the line under it says."""
     text = cell if isinstance(cell, Text) else Text(str(cell))
     if text.cell_len <= width:
         return text
     if s is not None:
-        short = short_verdict(s)
-        busy = busy_warning(s)
-        if busy and Text(short + " " + busy).cell_len <= width:
-            return Text(short, style=verdict_style(str(s.get("verdict") or ""))) + Text(" " + busy, style="yellow")
-        return Text(fit(short, width), style=verdict_style(str(s.get("verdict") or "")))
+        short, busy = short_verdict(s), busy_warning(s)
+        if busy and Text(short + " " + busy).cell_len > width:
+            busy = short_busy(s)
+        head = Text(fit(short, width - (Text(busy).cell_len + 1 if busy else 0)),
+                    style=verdict_style(str(s.get("verdict") or "")))
+        return head + Text(" " + busy, style="yellow") if busy else head
     return Text(fit(text.plain, width), style=text.style)
 
 
