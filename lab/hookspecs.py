@@ -1,6 +1,6 @@
 """Hook specifications: what a speclab plugin can register.
-A plugin is a module behind an entry point of :data:`lab.registry.GROUPS`
-implementing any of these with ``@lab.hookimpl``."""
+A plugin is a module (or an object: :class:`lab.kit.plugin.Plugin`) behind an
+entry point of :data:`lab.registry.GROUPS` implementing any of these with ``@lab.hookimpl``."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def test_missing_llama_server_has_one_fix_that_builds_it(monkeypatch: pytest.Mon
     import lab_llamacpp_server.binary as binary
 
     monkeypatch.setattr(binary, "find_llama_tool", lambda name: None)
-    check = next(c for c in _plugin_checks(lab_llamacpp_server) if c.name == "llama-server")
+    check = next(c for c in _plugin_checks(lab_llamacpp_server.plugin) if c.name == "llama-server")
     assert not check.ok
     assert check.fix == llama_tools.build_command()
     # the message says what is missing, not a second command
@@ -47,7 +47,7 @@ def test_a_broken_mlx_is_missing_in_doctor_as_in_check(monkeypatch: pytest.Monke
     monkeypatch.setattr(checks, "_import_results", {("mlx.core", "|"): "importing mlx.core failed: ImportError: x"})
     import lab_mlx
 
-    check = next(c for c in _plugin_checks(lab_mlx) if c.name == "mlx")
+    check = next(c for c in _plugin_checks(lab_mlx.plugin) if c.name == "mlx")
     assert not check.ok and "ImportError" in check.detail
     assert check.fix == "bash scripts/setup.sh mlx"
     assert (ROOT / "scripts" / "setup.sh").exists()

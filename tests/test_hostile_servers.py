@@ -151,7 +151,7 @@ def _registry() -> Any:
 
     reg = load_registry()
     if "llamacpp-server" not in reg.backends:
-        reg = load_registry([lab_llamacpp_server])
+        reg = load_registry([lab_llamacpp_server.plugin])
     return reg
 
 

@@ -27,7 +27,7 @@ def test_registration_does_not_import_mlx() -> None:
     code = (
         "import sys; import lab_mlx; from lab.api import Backend\n"
         "found = []\n"
-        "lab_mlx.lab_register_backends(register=found.append)\n"
+        "lab_mlx.plugin.lab_register_backends(register=found.append)\n"
         "print(sorted((c.name, c.stack, c.accepts_drafters) for c in found)); print('mlx' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
@@ -37,13 +37,13 @@ def test_registration_does_not_import_mlx() -> None:
 
 def test_entry_points_declared() -> None:
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'mlx = "lab_mlx"' in text
+    assert 'mlx = "lab_mlx:plugin"' in text
 
 
 def test_tiny_models_register_through_the_hook() -> None:
     import lab_mlx
 
-    reg = load_registry([lab_mlx])
+    reg = load_registry([lab_mlx.plugin])
     assert {"tiny:qwen3", "tiny:qwen3-draft", "tiny:qwen3-dflash", "tiny:qwen3-dflash2"} <= set(reg.models)
     assert reg.origins["model:tiny:qwen3"] in ("mlx", "lab_mlx")
 
@@ -59,7 +59,7 @@ def registry() -> Registry:
         # An install made before pyproject declared the entry point.
         import lab_mlx
 
-        reg = load_registry([lab_mlx])
+        reg = load_registry([lab_mlx.plugin])
     load_registry()
     if "tiny:qwen3" not in models._BUILDERS:
         from lab_mlx.models import register_models
@@ -215,7 +215,7 @@ class _SpyPlugin:
 def test_third_party_drafter_runs_on_the_engine_thread(registry: Registry) -> None:
     import lab_mlx
 
-    reg = load_registry([_SpyPlugin()] + ([] if "mlx" in load_registry().backends else [lab_mlx]))
+    reg = load_registry([_SpyPlugin()] + ([] if "mlx" in load_registry().backends else [lab_mlx.plugin]))
     _ThreadSpy.seen = set()
     arms = '\n[[arms]]\nname = "spy"\nbackend = "mlx"\nmodel = "tiny:qwen3"\ndrafter = "thread-spy"\nn_max = 2\n'
     rows, events = run_profile(reg, arms, max_tokens=12)

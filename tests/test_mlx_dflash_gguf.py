@@ -221,7 +221,7 @@ def _registry() -> Any:
     if "mlx-dflash" not in registry.backends:
         import lab_mlx
 
-        registry = load_registry([lab_mlx])
+        registry = load_registry([lab_mlx.plugin])
     if TARGET not in models._BUILDERS:
         from lab_llamacpp import hybrid
 

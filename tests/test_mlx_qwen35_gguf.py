@@ -205,7 +205,7 @@ def _run_mtp_profile() -> tuple[list[dict[str, Any]], list[Any]]:
     if "mlx-mtp" not in registry.backends:
         import lab_mlx
 
-        registry = load_registry([lab_mlx])
+        registry = load_registry([lab_mlx.plugin])
     if "synthetic:qwen35-tiny" not in models._BUILDERS:
         from lab_llamacpp import hybrid
 

@@ -49,7 +49,7 @@ def _backend(tmp_path: Path) -> Any:
 
     reg = load_registry()
     if "llamacpp-server" not in reg.backends:
-        reg = load_registry([lab_llamacpp_server])
+        reg = load_registry([lab_llamacpp_server.plugin])
     profile = parse_profile(PROFILE, str(tmp_path / "p.toml"), reg)
     arm = profile.arms[0]
     return reg.backend(arm.backend)(arm, BackendContext(profile.run, str(tmp_path), lambda _: None)), profile

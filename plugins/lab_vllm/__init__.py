@@ -3,26 +3,6 @@ Registering imports neither vLLM nor torch."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from lab.kit.plugin import Plugin
 
-from lab.api import Backend
-from lab.hookspecs import hookimpl
-
-if TYPE_CHECKING:
-    from lab.api import Check
-
-
-@hookimpl
-def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
-    from lab_vllm.backend import VllmBackend
-
-    register(VllmBackend)
-
-
-@hookimpl
-def lab_doctor_checks(register: Callable[[Check], None]) -> None:
-    from lab.api import Check
-    from lab_vllm.install import check_install
-
-    ok, detail = check_install()
-    register(Check("vllm", ok, detail, "bash scripts/setup.sh llamacpp,vllm" if not ok else ""))
+plugin = Plugin(backends=("lab_vllm.backend:VllmBackend",), checks=("lab_vllm.install:doctor_checks",))

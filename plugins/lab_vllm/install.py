@@ -9,6 +9,8 @@ import importlib.util
 import subprocess
 import sys
 
+from lab.api import Check
+
 IMPORT_CHECK = (
     "import importlib.metadata as m, vllm, transformers, torch, gguf, accelerate; "
     "print(vllm.__version__, torch.__version__, transformers.__version__)"
@@ -36,3 +38,8 @@ def check_install(python: str | None = None, timeout: float = 300.0) -> tuple[bo
         return False, f"the vllm set does not import: {last}{hint}"
     version = done.stdout.strip()
     return True, f"vllm {version.split()[0]} (torch {version.split()[1]}, transformers {version.split()[2]})"
+
+
+def doctor_checks() -> list[Check]:
+    ok, detail = check_install()
+    return [Check("vllm", ok, detail, "" if ok else "bash scripts/setup.sh llamacpp,vllm")]

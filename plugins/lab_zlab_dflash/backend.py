@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from lab.api import BackendContext, Generation, GenerationRequest, Option
+from lab.api import BackendContext, Check, Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
+from lab.kit.checks import package_check
 from lab.kit.engine_loop import (
     EngineBackend,
     EngineCell,
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 
 # z-lab's package pins tqdm, datasets and requests; its MLX module needs none of them
 INSTALL = "pip install --no-deps dflash==0.1.0"
+
+
+def doctor_checks() -> list[Check]:
+    return [package_check("dflash", "dflash", INSTALL)]
 
 
 class ZlabDFlashBackend(EngineBackend):
