@@ -21,14 +21,20 @@ from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
 from lab.base.events import (
+    REJECTED_AT,
     ArmReported,
+    Cell,
+    DraftMarks,
     Finished,
     Logged,
     ReferenceMeasured,
     RunEvent,
     RunFinished,
     RunStarted,
+    Status,
+    StatusChanged,
     StepEvent,
+    TokenEvent,
     finished_row,
 )
 from lab.base.machine import cpu_name, memory_bytes
@@ -166,6 +172,8 @@ class RunStore:
         # a step whose write failed, and every step once only memory is left
         self._steps_pending: list[str] = []
         self._log_lines: list[str] = []
+        # the running cells' rejected-draft offsets, saved with their steps
+        self._drafts: dict[Cell, DraftMarks] = {}
         self.meta: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -269,7 +277,14 @@ class RunStore:
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, StepEvent):
             self.add_step(event)
+        elif isinstance(event, TokenEvent):
+            if not event.cell.is_warmup:
+                self._drafts.setdefault(event.cell, DraftMarks()).token(event)
+        elif isinstance(event, StatusChanged):
+            if event.status == Status.RUNNING:
+                self._drafts.pop(event.cell, None)
         elif isinstance(event, Finished):
+            self._drafts.pop(event.cell, None)
             self.add_result(finished_row(event))
         elif isinstance(event, ArmReported):
             self.set_arm_report(event.arm, event.report)
@@ -288,7 +303,11 @@ class RunStore:
     def add_step(self, event: StepEvent) -> None:
         if event.cell.is_warmup:
             return
-        line = dumps(event.record()) + "\n"
+        record = event.record()
+        at = self._drafts.setdefault(event.cell, DraftMarks()).step(event)
+        if at is not None:
+            record[REJECTED_AT] = at
+        line = dumps(record) + "\n"
         if self.memory_only:
             self._steps_pending.append(line)
             return

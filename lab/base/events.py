@@ -109,6 +109,27 @@ class StepEvent:
 # A saved step's counts and seconds (StepEvent.record; lab.rows.shape checks them).
 STEP_COUNT_KEYS = ("index", "drafted", "accepted", "landed")
 STEP_SECONDS_KEYS = ("draft_s", "verify_s", "step_s")
+# a saved step that rejected drafts: where they go, in characters into its cell's text
+REJECTED_AT = "rejected_at"
+
+
+@dataclass
+class DraftMarks:
+    """Where each step of one cell puts its rejected drafts (None: it rejected
+    none): characters into the cell's text, before the target's token in their place."""
+
+    chars: int = 0
+    owed: int = 0  # characters of the target's token landed since the last step
+
+    def token(self, event: TokenEvent) -> None:
+        self.chars += len(event.text)
+        self.owed = 0 if event.from_draft else len(event.text)
+
+    def step(self, event: StepEvent) -> int | None:
+        owed, self.owed = self.owed, 0
+        if event.drafted <= event.accepted:
+            return None
+        return self.chars - (owed if event.landed > event.accepted else 0)
 
 
 @dataclass(frozen=True)

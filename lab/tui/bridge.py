@@ -17,6 +17,7 @@ from textual.message import Message
 from lab.base import metrics
 from lab.base.events import (
     Cell,
+    DraftMarks,
     Finished,
     Held,
     MemorySample,
@@ -71,6 +72,7 @@ class _Live:
     segments: list[tuple[str, bool]] = field(default_factory=list)
     batch_chars: int = 0  # characters in ``segments``
     marks: list[tuple[int, int]] = field(default_factory=list)  # rejected drafts: (offset into segments, count)
+    drafts: DraftMarks = field(default_factory=DraftMarks)  # the cell's marks, as the store saves them
     step_owed: bool = False  # the last token was the target's own and no step event followed it yet
     pending_steps: list[StepEvent] = field(default_factory=list)
     dirty: bool = False
@@ -83,6 +85,7 @@ class _Live:
         self.ttft_s = None
         self.tokens = self.first_tokens = self.steps = self.drafted = self.accepted = self.landed = 0
         self.step_owed = False
+        self.drafts = DraftMarks()
         self.first_t = self.last_t = None
         self.last_draft_ms = self.last_verify_ms = None
         self.dirty = self.metrics_dirty = True
@@ -166,6 +169,7 @@ class EventBridge:
                 live.last_t = event.t
                 live.segments.append((event.text, event.from_draft))
                 live.batch_chars += len(event.text)
+                live.drafts.token(event)
                 live.step_owed = live.steps > 0 and not event.from_draft
                 live.dirty = live.metrics_dirty = True
             return
@@ -178,8 +182,11 @@ class EventBridge:
                 live.landed += event.landed
                 live.last_draft_ms = None if event.draft_s is None else event.draft_s * 1000
                 live.last_verify_ms = None if event.verify_s is None else event.verify_s * 1000
-                if event.drafted > event.accepted:
-                    live.marks.append((_mark_offset(live, event), event.drafted - event.accepted))
+                at = live.drafts.step(event)
+                if at is not None:
+                    # into the pending batch (a mark whose token went out already opens the next)
+                    live.marks.append((max(0, at - live.drafts.chars + live.batch_chars),
+                                       event.drafted - event.accepted))
                 live.step_owed = False
                 live.pending_steps.append(event)
                 live.dirty = live.metrics_dirty = True
@@ -306,15 +313,6 @@ class EventBridge:
                 self.post(ArmMetricsUpdated(live.snapshot()))
             elif live.metrics_dirty:
                 live.dirty = True  # figures still owed: the next flush looks again
-
-
-def _mark_offset(live: _Live, step: StepEvent) -> int:
-    """Where a step's rejected drafts go in the pending text: before the
-    target's token in their place, else at the end."""
-    at = live.batch_chars
-    if step.landed > step.accepted and live.segments and not live.segments[-1][1]:
-        at -= len(live.segments[-1][0])
-    return at
 
 
 def _merge(pieces: list[tuple[str, bool]]) -> tuple[tuple[str, bool], ...]:

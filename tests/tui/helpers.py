@@ -30,10 +30,12 @@ async def run_finished(pilot: Pilot[Any], timeout: float = 30.0) -> None:
 
 
 @asynccontextmanager
-async def finished_run(profile: Path, runs_dir: Path, timeout: float) -> AsyncIterator[tuple[Pilot[Any], Any, list[Any]]]:
-    """Open the TUI on ``profile`` with the installed plugins, press s and
-    wait for the run to end; yields the pilot, the run screen and every
-    TokensLanded batch the app handled. The app quits on leaving."""
+async def finished_run(profile: Path, runs_dir: Path, timeout: float,
+                       registry: Any = None) -> AsyncIterator[tuple[Pilot[Any], Any, list[Any]]]:
+    """Open the TUI on ``profile`` with the installed plugins (or
+    ``registry``), press s and wait for the run to end; yields the pilot, the
+    run screen and every TokensLanded batch the app handled. The app quits
+    on leaving."""
     from lab.registry import load_registry
     from lab.tui.app import LabApp
     from lab.tui.messages import TokensLanded
@@ -45,7 +47,7 @@ async def finished_run(profile: Path, runs_dir: Path, timeout: float) -> AsyncIt
         if isinstance(message, TokensLanded):
             batches.append(message)
 
-    app = LabApp(str(profile), registry=load_registry(), runs_dir=runs_dir)
+    app = LabApp(str(profile), registry=registry or load_registry(), runs_dir=runs_dir)
     async with app.run_test(size=(140, 45), message_hook=hook) as pilot:
         screen = app.screen
         assert isinstance(screen, RunScreen)

@@ -41,7 +41,7 @@ from lab.tui.messages import (
 from lab.tui.series import ArmSeries, series_from_saved
 from lab.tui.widgets.comparison import ComparisonTable, VerdictLine
 from lab.tui.widgets.footer import LabFooter
-from lab.tui.widgets.lane import ArmLane, lane_id
+from lab.tui.widgets.lane import ArmLane, lane_id, saved_marks
 from lab.tui.widgets.plots import ArmPlots
 
 if TYPE_CHECKING:
@@ -231,6 +231,8 @@ class RunScreen(Screen[None]):
         self.saved = saved
         self.saved_dir = saved_dir
         self.saved_steps = list(saved_steps)
+        # rejected drafts per cell (arm, prompt, round), to show a finished cell as it streamed
+        self.cell_marks = saved_marks(self.saved_steps)
         self.saved_rows = tuple(ResultRow.from_json(r) for r in saved["results"]) if saved is not None else ()
         self.read_only = saved is not None
         self.session: RunSession | None = None
@@ -327,12 +329,15 @@ class RunScreen(Screen[None]):
             if not rows:
                 continue
             ok = [r for r in rows if r.ok]
-            last = (ok or rows)[-1]
-            self.lane(arm.name).show_saved(last, self._baseline_of(last))
+            self._show_row((ok or rows)[-1])
         self.series.update(series_from_saved(self.saved["profile"].get("arms", []), results, self.saved_steps))
         self._plots_dirty = True
 
     # -- viewing a finished cell ------------------------------------------------
+    def _show_row(self, row: ResultRow) -> None:
+        marks = self.cell_marks.get((row.arm, row.prompt, row.round), ())
+        self.lane(row.arm).show_saved(row, self._baseline_of(row), marks)
+
     def _baseline_of(self, row: ResultRow) -> ResultRow | None:
         """The baseline's cell of ``row``'s prompt and round (the one its
         text is compared with), None for a baseline or without one."""
@@ -363,7 +368,7 @@ class RunScreen(Screen[None]):
             row = (ok or rows)[-1]
         else:
             row = next((r for r in rows if r.round == round), rows[-1])
-        self.lane(arm).show_saved(row, self._baseline_of(row))
+        self._show_row(row)
         self.viewed = (arm, prompt, row.round)
         names = [a.name for a in self.arms]
         if arm in names and names.index(arm) != self.selected:
@@ -539,7 +544,12 @@ class RunScreen(Screen[None]):
 
     def on_tokens_landed(self, message: TokensLanded) -> None:
         cell = message.cell
-        self.lane(cell.arm).add_text(message.segments, message.rejected)
+        lane = self.lane(cell.arm)
+        if message.rejected and not cell.is_warmup:
+            into = lane.text.drafted_chars + lane.text.target_chars
+            marks = self.cell_marks.setdefault((cell.arm, cell.prompt, cell.round), [])
+            marks.extend((into + at, n) for at, n in message.rejected)
+        lane.add_text(message.segments, message.rejected)
         series = self.series.get(cell.arm)
         if series is not None and not cell.is_warmup:
             series.add_steps(message.steps)
@@ -771,6 +781,7 @@ class RunScreen(Screen[None]):
         self.paused = self.holding = False
         self.active_arm = None
         self.follow = True
+        self.cell_marks = {}
         for arm in self.arms:
             self.series[arm.name] = ArmSeries.of(arm)
             lane = self.lane(arm.name)

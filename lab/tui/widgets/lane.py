@@ -7,7 +7,7 @@ finished, "ttft" is the report's figure."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from rich.cells import cell_len
 from textual.app import ComposeResult
@@ -15,14 +15,14 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import ProgressBar, Static
 
-from lab.base.events import Status, StatusChanged
+from lab.base.events import REJECTED_AT, Status, StatusChanged
 from lab.base.profile import Arm
 from lab.base.row import ResultRow
 from lab.base.units import mib_from_bytes, milliseconds, ms_from_s, number, percent
 from lab.telemetry.gpu import GpuSampled
 from lab.tui.messages import ArmMetrics
 from lab.tui.widgets.cell_diff import CellDiff, DiffCaption, diff_caption
-from lab.tui.widgets.stream_text import StreamText
+from lab.tui.widgets.stream_text import Mark, StreamText
 
 # Statuses whose detail the lane shows under its badge.
 FAILED = (Status.OOM, Status.CRASHED, Status.ERROR)
@@ -63,6 +63,17 @@ def saved_pieces(text: str, origin: Any) -> list[tuple[str, bool]]:
         pieces.append((text[at:at + n], draft))
         at += n
     return pieces
+
+
+def saved_marks(steps: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, int], list[Mark]]:
+    """Each saved cell's rejected-draft marks by (arm, prompt, round); steps
+    saved without ``rejected_at``, or with one that is not a count, mark nothing."""
+    out: dict[tuple[str, str, int], list[Mark]] = {}
+    for s in steps:
+        at, rejected = s.get(REJECTED_AT), s["drafted"] - s["accepted"]
+        if type(at) is int and at >= 0 and rejected > 0:
+            out.setdefault((s["arm"], s["prompt"], s["round"]), []).append((at, rejected))
+    return out
 
 
 def wrapped_lines(text: str, width: int) -> int:
@@ -280,11 +291,12 @@ class ArmLane(Vertical):
             self._show_note()
         self._show_metrics()
 
-    def show_saved(self, row: ResultRow, baseline: ResultRow | None = None) -> None:
-        """Read-only view of a saved cell; with ``baseline`` the text shows
-        its difference from the baseline's."""
+    def show_saved(self, row: ResultRow, baseline: ResultRow | None = None, marks: Sequence[Mark] = ()) -> None:
+        """Read-only view of a saved cell, its rejected drafts at ``marks``;
+        with ``baseline`` the text shows its difference from the baseline's."""
+        text = row.text or ""
         self.text.clear()
-        self.text.append(saved_pieces(row.text or "", row.text_origin))
+        self.text.append(saved_pieces(text, row.text_origin), [m for m in marks if m[0] <= len(text)])
         against = baseline.text if baseline is not None and row.text is not None else None
         self.baseline_arm = baseline.arm if baseline is not None and against is not None else ""
         differs = against is not None and against != row.text
