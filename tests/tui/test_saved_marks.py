@@ -47,7 +47,10 @@ async def _saved_view(run_dir: Path) -> tuple[list[str], str]:
         return lane_text_lines(app, "spec"), screen.lane("spec").text.text
 
 
-async def test_a_saved_run_marks_rejected_drafts_where_the_live_lane_did(tmp_path: Path) -> None:
+async def test_a_saved_run_marks_rejected_drafts_where_the_live_lane_did(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # report.md is no part of what a saved run's lanes read, and writing it is most of this run's time
+    monkeypatch.setattr("lab.tui.session.ReportWriter", lambda: (lambda event: None))
     path = tmp_path / "profile.toml"
     path.write_text(profile_toml(REJECTING, name="marks", max_tokens=40), encoding="utf-8")
     async with finished_run(path, tmp_path / "runs", 60, fake_registry()) as (pilot, screen, _):
@@ -56,6 +59,10 @@ async def test_a_saved_run_marks_rejected_drafts_where_the_live_lane_did(tmp_pat
         live_text = screen.lane("spec").text.text
         rejected = screen.lane("spec").text.rejected
         run_dir = screen.run_dir()
+        # the finished cell looked at again from the table: marked as it streamed
+        screen.view_cell("spec", "prose")
+        await pilot.pause()
+        assert lane_text_lines(app, "spec") == live
     assert run_dir is not None
     body = "\n".join(live)
     # a step of [0] drafts 3 and rejects them all, one of [1] rejects 2
