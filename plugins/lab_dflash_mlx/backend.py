@@ -7,16 +7,13 @@ timed by the lab, and only a fixed block tells the drafted count."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
-from lab.api import BackendContext, Check, EngineFailure, Generation, GenerationRequest, Option
+from lab.api import Check, EngineFailure, Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.checks import package_check
 from lab.kit.engine_loop import EngineBackend, EngineCell, end_ids, engine_version, lab_loop
-
-if TYPE_CHECKING:
-    from lab.base.profile import Arm
 
 INSTALL = "pip install dflash-mlx==0.1.8"
 # verify modes whose block is the same every cycle (the drafted count follows from it)
@@ -29,6 +26,9 @@ def doctor_checks() -> list[Check]:
 
 class DFlashMlxBackend(EngineBackend):
     name = "dflash-mlx"
+    bundle: Any = None
+    runtime: Any = None
+    block_size = 0
     engine_checks = (("dflash-mlx", ("mlx_lm", "dflash_mlx"), INSTALL),)
     description = "dflash-mlx's DFlash engine (dflash generate): tree drafting, adaptive block, its own per-cycle timers"
     options = (
@@ -55,12 +55,6 @@ class DFlashMlxBackend(EngineBackend):
                             "then reports no block per cycle, so drafted tokens are not known; use verify_mode dflash or "
                             "keep cycle_events")
         return problems
-
-    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
-        super().__init__(arm, ctx)
-        self.bundle: Any = None
-        self.runtime: Any = None
-        self.block_size = 0
 
     def load(self, emit: Emit) -> None:
         import dataclasses

@@ -5,21 +5,21 @@ seconds are when its tokens reached the lab."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
-from lab.api import BackendContext, Generation, GenerationRequest, Option
+from lab.api import Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.engine_loop import EngineBackend, EngineCell, MaskedEnds, end_bias, end_ids, engine_version, lab_loop
-
-if TYPE_CHECKING:
-    from lab.base.profile import Arm
 
 INSTALL = 'pip install mlx-lm (or pip install -e ".[mlx]")'
 
 
 class MlxLmBackend(EngineBackend):
     name = "mlx-lm"
+    draft: Any = None
+    draft_bias: Any = None
+    num_draft = 0
     # looked up, not imported: mlx-lm's import brings transformers in (seconds)
     engine_checks = (("mlx-lm", ("mlx_lm",), INSTALL),)
     description = "mlx-lm's own generation (stream_generate), plain or speculative with an MLX draft model"
@@ -36,12 +36,6 @@ class MlxLmBackend(EngineBackend):
     @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return bool(arm_options.get("draft_model"))
-
-    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
-        super().__init__(arm, ctx)
-        self.draft: Any = None
-        self.draft_bias: Any = None
-        self.num_draft = 0
 
     def load(self, emit: Emit) -> None:
         from mlx_lm import load

@@ -6,9 +6,9 @@ step's seconds are when its yield reached the lab."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from lab.api import BackendContext, Check, Generation, GenerationRequest, Option
+from lab.api import Check, Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.checks import package_check
@@ -20,9 +20,6 @@ from lab.kit.engine_loop import (
     load_local,
 )
 
-if TYPE_CHECKING:
-    from lab.base.profile import Arm
-
 # z-lab's package pins tqdm, datasets and requests; its MLX module needs none of them
 INSTALL = "pip install --no-deps dflash==0.1.0"
 
@@ -33,6 +30,8 @@ def doctor_checks() -> list[Check]:
 
 class ZlabDFlashBackend(EngineBackend):
     name = "zlab-dflash"
+    draft: Any = None
+    block_size = 0
     engine_checks = (("mlx-lm", ("mlx_lm",), 'pip install -e ".[mlx]"'),
                      ("dflash (z-lab)", ("dflash", "huggingface_hub"), INSTALL))
     description = "z-lab's dflash package (dflash mlx): its loader and DFlash / DFlash 2 loop on MLX"
@@ -45,11 +44,6 @@ class ZlabDFlashBackend(EngineBackend):
         Option("prefill_step_size", int, 2048, "prompt tokens per prefill chunk", min=1),
         Option("enable_thinking", bool, True, "passed to the chat template (dflash's --reasoning off is false)"),
     )
-
-    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
-        super().__init__(arm, ctx)
-        self.draft: Any = None
-        self.block_size = 0
 
     def load(self, emit: Emit) -> None:
         import mlx.core as mx
