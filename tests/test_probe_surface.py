@@ -12,8 +12,9 @@ from typing import Callable, ClassVar, Sequence
 
 import pytest
 
-from lab.analysis.acceptance_file import PROMPT, AcceptanceFile, Costs, Entry
+from lab.analysis.acceptance_file import PROMPT, AcceptanceFile, Entry
 from lab.analysis.measured_acceptance import PositionAcceptance
+from lab.analysis.predict import ArmInputs
 from lab.analysis.surface import predict_on_surface
 from lab.api import Backend, Emit, Probing
 from lab.base import probe as probes
@@ -47,7 +48,8 @@ def _entry(rate: float = 0.8, loop_s: float = 0.0, draft_s: float = 0.0, draft_m
         scope=PROMPT, arm="ngram", name="prose", backend="llamacpp", target="embedded:smollm2", drafter="ngram",
         drafter_model=draft_model, n_max=4, temperature=0.0, prompts=("prose",), prompt_sha256=("0" * 64,),
         positions=PositionAcceptance(reached, accepted),
-        costs=Costs(baseline_token_s=0.010, draft_s_per_token=draft_s, loop_s_per_step=loop_s, plain_share=0.0),
+        costs=ArmInputs(baseline_token_s=0.010, draft_s_per_token=draft_s, loop_s_per_step=loop_s, plain_share=0.0,
+                        n_max=None),
     )
 
 

@@ -8,15 +8,14 @@ the source machine's own costs, for another machine's probe to price::
                   "backend", "target", "drafter", "drafter_model", "drafter_options", "n_max",
                   "temperature", "prompts", "prompt_sha256", "reached": [...], "accepted": [...],
                   "conditional": [...], "unconditional": [...],   # for people; ignored when loading
-                  "costs": {"baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share",
-                            "switch_in_share", "switch_out_share", "cell_tokens", "catch_up_s",
-                            "catch_up_per_token", "second_in_share", "second_out_share"} | null}]}
+                  "costs": {each of COSTS: a number} | null}]}
 
 :func:`predict_on` prices one entry through :func:`lab.analysis.predict.predict`
 and says where each input came from."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,27 +39,10 @@ class AcceptanceFileError(ValueError):
     """A profile that cannot be read or used, with a message for users."""
 
 
-@dataclass(frozen=True)
-class Costs:
-    """The source run's own costs (its machine's, not the probe's)."""
-
-    baseline_token_s: float
-    draft_s_per_token: float
-    loop_s_per_step: float
-    plain_share: float
-    # shares of passes that switched width (0 in older files)
-    switch_in_share: float = 0.0
-    switch_out_share: float = 0.0
-    # tokens a cell's passes decoded in the source run (its length less the
-    # prompt's token): the run's setting; 0 in files from before it was kept
-    cell_tokens: float = 0.0
-    # a draft model's catch-up in the source run (lab.analysis.predict.catch_up); 0 where not seen
-    catch_up_s: float = 0.0
-    catch_up_per_token: float = 0.0
-    # shares of passes right after a switch that keep its width (a step, a
-    # plain decode: where a CUDA backend captures its graph); 0 in older files
-    second_in_share: float = 0.0
-    second_out_share: float = 0.0
+# the source run's predict.ArmInputs as a file keeps them; all but the first four are 0 in older files
+COSTS = ("baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share", "switch_in_share",
+         "switch_out_share", "cell_tokens", "catch_up_s", "catch_up_per_token", "second_in_share", "second_out_share")
+REQUIRED_COSTS = 4
 
 
 @dataclass(frozen=True)
@@ -77,7 +59,7 @@ class Entry:
     prompts: tuple[str, ...]
     prompt_sha256: tuple[str, ...]
     positions: PositionAcceptance
-    costs: Costs | None
+    costs: predict.ArmInputs | None  # the source run's, on its machine; n_max is the entry's
 
     @property
     def label(self) -> str:
@@ -133,14 +115,7 @@ def _counts(pa: PositionAcceptance) -> dict[str, Any]:
 
 def _costs(rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
     inputs = predict.arm_inputs(rows, steps)
-    if inputs is None:
-        return None
-    return {"baseline_token_s": inputs.baseline_token_s, "draft_s_per_token": inputs.draft_s_per_token,
-            "loop_s_per_step": inputs.loop_s_per_step, "plain_share": inputs.plain_share,
-            "switch_in_share": inputs.switch_in_share, "switch_out_share": inputs.switch_out_share,
-            "cell_tokens": inputs.cell_tokens, "catch_up_s": inputs.catch_up_s,
-            "catch_up_per_token": inputs.catch_up_per_token, "second_in_share": inputs.second_in_share,
-            "second_out_share": inputs.second_out_share}
+    return None if inputs is None else {key: getattr(inputs, key) for key in COSTS}
 
 
 def _entry(scope: str, arm: str, name: str, rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
@@ -250,11 +225,8 @@ def _entry_of(raw: Any, i: int, path: str) -> Entry:
     if c is not None:
         if not isinstance(c, Mapping):
             raise AcceptanceFileError(f"{where}: costs must be an object or null")
-        costs = Costs(*(_number(c.get(k), k, where) for k in
-                        ("baseline_token_s", "draft_s_per_token", "loop_s_per_step", "plain_share")),
-                      *(_number(c[k], k, where) if c.get(k) is not None else 0.0
-                        for k in ("switch_in_share", "switch_out_share", "cell_tokens", "catch_up_s",
-                                  "catch_up_per_token", "second_in_share", "second_out_share")))
+        costs = predict.ArmInputs(n_max=None, **{k: 0.0 if i >= REQUIRED_COSTS and c.get(k) is None
+                                                 else _number(c.get(k), k, where) for i, k in enumerate(COSTS)})
         if costs.baseline_token_s <= 0 or costs.plain_share >= 1:
             raise AcceptanceFileError(f"{where}: costs need a baseline token above 0 s and a plain share below 1")
         if not all(0 <= x <= 1 for x in (costs.switch_in_share, costs.switch_out_share,
@@ -361,11 +333,9 @@ def inputs_for(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
             loop_s = ratio * token_s
             loop_from = f"{OTHER_MACHINE}: {ratio:.3f} baseline tokens per step there (--loop-us gives this machine's)"
     catch_s, catch_per_token, _ = _catch_up(entry, probe, draft_probe)
-    inputs = predict.ArmInputs(baseline_token_s=token_s, draft_s_per_token=draft_s, plain_share=c.plain_share,
-                               n_max=entry.n_max, loop_s_per_step=loop_s, switch_in_share=c.switch_in_share,
-                               switch_out_share=c.switch_out_share, second_in_share=c.second_in_share,
-                               second_out_share=c.second_out_share, cell_tokens=c.cell_tokens,
-                               catch_up_s=catch_s, catch_up_per_token=catch_per_token)
+    # the text's shares and the cell's length stay the source run's; seconds are this machine's
+    inputs = dataclasses.replace(c, baseline_token_s=token_s, draft_s_per_token=draft_s, n_max=entry.n_max,
+                                 loop_s_per_step=loop_s, catch_up_s=catch_s, catch_up_per_token=catch_per_token)
     return inputs, draft_from, loop_from
 
 
