@@ -6,6 +6,7 @@ run show the same numbers under the same words."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from textual.app import ComposeResult, RenderResult
 from textual.containers import Horizontal, Vertical
@@ -47,6 +48,12 @@ class TitledPlot(PlotextPlot):
     def set_titles(self, *titles: str) -> None:
         self.titles = titles
 
+    def cleared(self, *titles: str) -> Any:
+        self.plt.clear_data()
+        self.plt.clear_figure()
+        self.set_titles(*titles)
+        return self.plt
+
     def render(self) -> RenderResult:
         self.plt.title(title_for(self.size.width, *self.titles))
         return super().render()
@@ -56,10 +63,7 @@ class AcceptedLengthPlot(TitledPlot):
     """Histogram of tokens landed per speculative step (accepted + 1)."""
 
     def draw(self, series: ArmSeries | None) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
-        self.set_titles(fd.LANDED_TITLE, "tokens/step")
+        plt = self.cleared(fd.LANDED_TITLE, "tokens/step")
         if series is None or not series.landed:
             plt.xlabel("no speculative steps")
         else:
@@ -78,26 +82,25 @@ class StepCostPlot(TitledPlot):
     most a step can land; in milliseconds while no baseline is known."""
 
     def draw(self, series: ArmSeries | None, base_tok_per_s: float | None) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
+        plt = self.cleared("step cost")
         if series is None or not series.step_s:
-            self.set_titles("step cost")
             plt.xlabel("no speculative steps")
-        elif base_tok_per_s:
+            self.refresh()
+            return
+        if base_tok_per_s:
             self.set_titles(fd.STEP_COST_TITLE, "step cost (base tok)", "step cost")
-            xs = list(range(1, len(series.step_s) + 1))
-            plt.plot(xs, [c or 0.0 for c in fd.step_costs(series.step_s, base_tok_per_s)], marker="braille")
-            plt.xticks(count_ticks(len(xs))[1:] or [1])
-            if series.max_yield:
-                plt.hline(series.max_yield, "red")
-            plt.xlabel(fd.STEP_AXIS + (f" · {fd.MAX_YIELD_LABEL} {series.max_yield}" if series.max_yield else ""))
+            ys = [c or 0.0 for c in fd.step_costs(series.step_s, base_tok_per_s)]
         else:
             self.set_titles(fd.STEP_COST_MS_TITLE, "step cost (ms)")
-            xs = list(range(1, len(series.step_s) + 1))
-            plt.plot(xs, [s * 1000 for s in series.step_s], marker="braille")
-            plt.xticks(count_ticks(len(xs))[1:] or [1])
-            plt.xlabel(fd.STEP_AXIS)
+            ys = [s * 1000 for s in series.step_s]
+        xs = list(range(1, len(ys) + 1))
+        plt.plot(xs, ys, marker="braille")
+        plt.xticks(count_ticks(len(xs))[1:] or [1])
+        axis = fd.STEP_AXIS
+        if base_tok_per_s and series.max_yield:
+            plt.hline(series.max_yield, "red")
+            axis += f" · {fd.MAX_YIELD_LABEL} {series.max_yield}"
+        plt.xlabel(axis)
         self.refresh()
 
 
@@ -105,10 +108,7 @@ class TokRatePlot(TitledPlot):
     """tok/s over generation time, cell after cell."""
 
     def draw(self, series: ArmSeries | None) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
-        self.set_titles(fd.TOK_RATE_TITLE, "tok/s")
+        plt = self.cleared(fd.TOK_RATE_TITLE, "tok/s")
         if series is None or not series.rate:
             plt.xlabel("no tokens yet")
         else:
