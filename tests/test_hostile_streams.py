@@ -68,14 +68,15 @@ backend = "fake"
 options = {{ virtual_clock = true }}
 [[arms]]
 name = "hostile"
-backend = "llamacpp-server"
+backend = "{backend}"
 url = "{url}"
 options = {{ health_timeout_s = 5, concurrency_timeout_s = 20, first_token_timeout_s = 3, idle_timeout_s = 1.5{more} }}
 """
 
 
-def hostile_run(srv: FakeServer, tmp_path: Path, more: str = "") -> tuple[dict[str, Any], Any]:
-    got = contained_run(PROFILE.format(url=srv.url, more=more), tmp_path, timeout=90)
+def hostile_run(srv: FakeServer, tmp_path: Path, more: str = "",
+                backend: str = "llamacpp-server") -> tuple[dict[str, Any], Any]:
+    got = contained_run(PROFILE.format(url=srv.url, more=more, backend=backend), tmp_path, timeout=90)
     assert got.rc == 0, got.stderr
     rows = {r["arm"]: r for r in got.rows}
     assert rows["base"]["status"] == "ok"

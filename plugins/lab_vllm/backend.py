@@ -25,6 +25,7 @@ from lab.api import (
     MissingEngine,
 )
 from lab.base.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
+from lab.base.textsafe import clipped
 from lab.kit.prompting import ids_report
 from lab.kit.server import attach
 from lab.kit.server.attach import ATTACH_OPTIONS
@@ -36,7 +37,7 @@ from lab.kit.server.sse import STREAM_OPTIONS, parse_sse_lines
 from lab_vllm import metrics
 from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
 from lab_vllm.steptiming import time_steps
-from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, consume
+from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, check_figures, consume, token_id
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm
@@ -48,6 +49,9 @@ SERVER_TEMPLATE_IDS = "vllm-server (ids)"
 RAW_TEXT_IDS = "off (vllm ids)"
 # speculative_config methods whose state outlives a request
 STATEFUL_METHODS = frozenset({"suffix"})
+# /v1/models lists a few models; /metrics, histograms included, is some hundred KB
+MAX_MODELS_BYTES = 1 << 20
+MAX_METRICS_BYTES = 8 << 20
 _OOM_MARKS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "insufficient memory",
               "no available memory for the cache blocks")
 
@@ -184,7 +188,11 @@ class VllmBackend(ServerBackend[ServerClient]):
             return
         r = self._client.post("/reset_prefix_cache", json={})
         raise_for_status(r)
-        if not r.json().get("success"):
+        try:
+            body = r.json()
+        except (ValueError, RecursionError):
+            body = None
+        if not (isinstance(body, dict) and body.get("success")):
             raise EngineFailure(f"vLLM did not reset its prefix cache: {r.text[:200]}")
 
     def _models_listed(self) -> bool:
@@ -195,12 +203,12 @@ class VllmBackend(ServerBackend[ServerClient]):
 
         assert self._client is not None
         try:
-            r = self._client.get("/v1/models", timeout=2.0)
+            r = self._client.get("/v1/models", timeout=2.0, max_bytes=MAX_MODELS_BYTES)
             data = r.json().get("data") if r.status_code == 200 else None
-            if data:
+            if data and isinstance(data, list):
                 self.served_name = str(data[0].get("id") or self.served_name)
                 return True
-        except (httpx.HTTPError, ValueError, AttributeError):
+        except (httpx.HTTPError, ValueError, AttributeError, RecursionError):
             pass
         return False
 
@@ -227,7 +235,7 @@ class VllmBackend(ServerBackend[ServerClient]):
 
         assert self._client is not None
         try:
-            r = self._client.get("/metrics")
+            r = self._client.get("/metrics", max_bytes=MAX_METRICS_BYTES)
             return metrics.parse_metrics(r.text) if r.status_code == 200 else {}
         except httpx.HTTPError:
             return {}
@@ -246,7 +254,10 @@ class VllmBackend(ServerBackend[ServerClient]):
             body["prompt"] = request.prompt
         r = self._client.post("/tokenize", json=body)
         raise_for_status(r)
-        return [int(x) for x in r.json()["tokens"]]
+        tokens = r.json()["tokens"]
+        if not isinstance(tokens, list):
+            raise VllmStreamError(f"/tokenize answered tokens = {clipped(tokens, 40)}, not a list")
+        return [token_id(x) for x in tokens]
 
     @staticmethod
     def prompt_keys(prompt_ids: list[int], request: GenerationRequest) -> dict[str, str]:
@@ -267,10 +278,14 @@ class VllmBackend(ServerBackend[ServerClient]):
         return EngineFailure(message, self.server.excerpt(30))
 
     def _stream(self, client: ServerClient, body: dict[str, Any], on_chunk: Callable[[VllmChunk], None],
-                cancelled: Callable[[], bool]) -> VllmStreamed:
+                cancelled: Callable[[], bool], deadline: float | None = None) -> VllmStreamed:
+        """One stream, ended at the chunk past max_tokens, its figures checked."""
         t_sent = now()
-        with client.completion(body, path="/v1/completions", stop=cancelled) as lines:
-            return consume(parse_sse_lines(lines), t_sent, on_chunk, cancelled)
+        limit = int(body["max_tokens"]) + self.max_overshoot_tokens
+        with client.completion(body, path="/v1/completions", deadline=deadline, stop=cancelled) as lines:
+            streamed = consume(parse_sse_lines(lines), t_sent, on_chunk, cancelled, limit=limit)
+        check_figures(streamed, len(body["prompt"]), limit)
+        return streamed
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
         import httpx
@@ -281,7 +296,7 @@ class VllmBackend(ServerBackend[ServerClient]):
             raise self._failed(RuntimeError("vLLM is not running"))
         try:
             prompt_ids = self._prompt_ids(request)
-        except (httpx.HTTPError, HttpFailure, KeyError, ValueError) as exc:
+        except (httpx.HTTPError, HttpFailure, KeyError, ValueError, TypeError, RecursionError, VllmStreamError) as exc:
             raise self._failed(exc) from exc
         body: dict[str, Any] = {
             "model": self.served_name, "prompt": prompt_ids, "max_tokens": request.max_tokens,
@@ -289,10 +304,12 @@ class VllmBackend(ServerBackend[ServerClient]):
             "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True,
         }
         n = max(self.concurrency, 1)
+        # concurrent streams share the cell's deadline, as the llama-server stack's do
+        deadline = now() + float(self.opt("concurrency_timeout_s") or 600.0) if n > 1 else None
         side = [StreamRecord() for _ in range(n - 1)]
         start = threading.Barrier(n)
         stop = threading.Event()
-        threads = [threading.Thread(target=self._side, args=(body, rec, start, stop), daemon=True,
+        threads = [threading.Thread(target=self._side, args=(body, rec, start, stop, deadline), daemon=True,
                                     name=f"vllm-load-{i + 1}") for i, rec in enumerate(side)]
         before = self._metrics()
         for t in threads:
@@ -317,9 +334,9 @@ class VllmBackend(ServerBackend[ServerClient]):
             if n > 1:
                 start.wait(timeout=60)
             lead.t_sent = now()
-            streamed = self._stream(client, body, on_chunk, cancelled)
+            streamed = self._stream(client, body, on_chunk, cancelled, deadline)
             for t in threads:
-                t.join(timeout=float(self.opt("concurrency_timeout_s") or 600.0))
+                t.join(timeout=max(deadline - now(), 0.0) if deadline is not None else None)
         except (httpx.HTTPError, HttpFailure, VllmStreamError, threading.BrokenBarrierError) as exc:
             raise self._failed(exc) from exc
         finally:
@@ -330,7 +347,8 @@ class VllmBackend(ServerBackend[ServerClient]):
         gen.engine_report.update(self.prompt_keys(prompt_ids, request))
         return gen
 
-    def _side(self, body: dict[str, Any], record: StreamRecord, start: threading.Barrier, stop: threading.Event) -> None:
+    def _side(self, body: dict[str, Any], record: StreamRecord, start: threading.Barrier, stop: threading.Event,
+              deadline: float | None) -> None:
         import httpx
 
         assert self._client is not None
@@ -339,7 +357,8 @@ class VllmBackend(ServerBackend[ServerClient]):
         try:
             start.wait(timeout=60)
             record.t_sent = now()
-            streamed = self._stream(client, body, lambda c: record.arrivals.append((c.t, len(c.ids))), stop.is_set)
+            streamed = self._stream(client, body, lambda c: record.arrivals.append((c.t, len(c.ids))), stop.is_set,
+                                    deadline)
             steps = streamed.per_step()
             record.final = {"timings": {"draft_n": sum(d for d, _ in steps), "draft_n_accepted": sum(a for _, a in steps)},
                             "steps": steps}
