@@ -28,6 +28,8 @@ max_tokens = 96
 rounds = 3
 warmup = 0
 n_ctx = 1024
+threads = 1
+probe = false
 
 [[prompts]]
 name = "prose"
@@ -129,7 +131,7 @@ def test_sigterm_mid_run_keeps_what_was_measured(tmp_path: Path, backend: str) -
 def test_probe_stopped_by_ctrl_c_saves_the_repeats_it_finished(tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
     proc = _start(["probe", "--backend", "llamacpp", "--model", "embedded:smollm2", "--widths", "1-4",
-                   "--repeats", "200", "--no-bandwidth", "--out", str(out)], tmp_path)
+                   "--repeats", "200", "--threads", "1", "--no-bandwidth", "--out", str(out)], tmp_path)
     seen: list[str] = []
 
     def second_repeat() -> bool:
