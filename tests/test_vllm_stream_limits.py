@@ -29,6 +29,9 @@ class VllmHandler(Handler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         if self.path == "/v1/completions":
             self.path = "/completion"  # the fake's streamed route
+        if "POST " + self.path in self.server.gets:
+            self.server.gets["POST " + self.path](self)
+            return
         super().do_POST()
 
 
@@ -134,12 +137,14 @@ def test_a_vllm_stream_ends_at_its_limit_and_its_figures_meet_the_lab_clock(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("path", "answer"), [("/v1/models", slowloris), ("/metrics", bomb)])
-def test_a_vllm_models_or_metrics_answer_is_cut_at_its_deadline_or_byte_cap(
+@pytest.mark.parametrize(("path", "answer"), [("/v1/models", slowloris), ("/metrics", bomb),
+                                              ("POST /tokenize", lambda h: h._json({"tokens": [1, None]}))])
+def test_a_bad_plain_answer_to_a_vllm_arm_is_an_error_row_within_bounds(
         serve: Callable[..., FakeServer], tmp_path: Path, path: str, answer: Callable[[Handler], None]) -> None:
     row, got = hostile_run(serve(stream(8), gets={path: answer}), tmp_path)
-    # /v1/models says the server is up; /metrics is how an attached vLLM is recognised
+    # /v1/models says the server is up, /metrics that it is vLLM, /tokenize what the prompt is
     assert row["status"] == "error", row
+    assert "POST" not in path or "the server sent a token id None" in row["detail"], row["detail"]
     assert got.seconds < 40, got.seconds
 
 

@@ -145,4 +145,4 @@ def _seconds(metrics: dict[str, Any], key: str, default: float) -> float:
 def token_id(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT:
         return value
-    raise VllmStreamError(f"token_ids holds {clipped(value, 40)}, not a token id")
+    raise VllmStreamError(f"the server sent a token id {clipped(value, 40)}")
