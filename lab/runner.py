@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from lab import arm_process
 from lab.api import (
     Backend,
     BackendContext,
@@ -37,6 +40,7 @@ from lab.base.events import (
     Held,
     Listener,
     Logged,
+    MemorySample,
     ReferenceMeasured,
     RunEvent,
     RunFinished,
@@ -46,11 +50,12 @@ from lab.base.events import (
     StepEvent,
     TokenEvent,
     arm_cell,
+    finished_row,
     now,
 )
 from lab.base.machine import available_cores
 from lab.base.profile import Arm, Profile, RunSettings
-from lab.base.row import ResultRow
+from lab.base.row import GPU_KEYS, ResultRow
 from lab.probing import driver, isolated
 from lab.registry import Registry
 from lab.rows.bounds import bounded_report
@@ -180,6 +185,8 @@ class Runner:
         self.gpu: RunTelemetry | None = None
         self._gen_end: float | None = None
         self._categories = {p.name: p.category for p in profile.prompts}
+        # processes besides this one whose CPU is the lab's own (the run's, for an arm in a child)
+        self._lab_pids: list[int] = []
 
     @property
     def run_dir(self) -> str:
@@ -355,7 +362,8 @@ class Runner:
             text=gen.text if gen else None, baseline=baseline, peak_mem_bytes=peak,
             engine_bytes=gen.engine_bytes if gen else None, detail=detail,
             engine_report=gen.engine_report if gen else None, text_origin=origin,
-            gpu_keys=self._gpu_keys(arm, cell, gen, steps),
+            gpu_keys=self._gpu_keys(arm, cell, gen.gen_s if gen else None, len(gen.ids) if gen else None, steps,
+                                    self._gen_end),
             category=self._categories.get(cell.prompt),
             latency=latency.to_json() if latency is not None else None, contention=contention,
             warm=warm, cold_first=cold_first,
@@ -388,12 +396,13 @@ class Runner:
         detail = "skipped: the run moved on to the next arm" if status == Status.SKIPPED else "cancelled"
         self._record(arm, cell, status, detail=detail, peak=peak)
 
-    def _gpu_keys(self, arm: Arm, cell: Cell, gen: Generation | None, steps: Sequence[StepEvent]) -> dict[str, object] | None:
+    def _gpu_keys(self, arm: Arm, cell: Cell, gen_s: float | None, n_tokens: int | None,
+                  steps: Sequence[StepEvent], gen_end: float | None) -> dict[str, object] | None:
         if self.gpu is None:
             return None
-        if gen is None or self._gen_end is None:
+        if gen_s is None or gen_end is None:
             return self.gpu.cell_keys(arm.name, cell.prompt, cell.round)
-        return self.gpu.cell_keys(arm.name, cell.prompt, cell.round, self._gen_end, gen.gen_s, len(gen.ids), steps)
+        return self.gpu.cell_keys(arm.name, cell.prompt, cell.round, gen_end, gen_s, n_tokens, steps)
 
     def _close_gpu(self) -> None:
         """Stop sampling; gpu.json and the raw readings go beside the run."""
@@ -430,6 +439,77 @@ class Runner:
         )
 
     def _run_arm(self, arm: Arm) -> None:
+        if arm_process.wants_own_process(arm, self.registry):
+            self._run_arm_apart(arm)
+        else:
+            self.run_arm_here(arm)
+
+    def restore(self, rows: Sequence[ResultRow], reference_ids: Mapping[tuple[str, str, int], list[int]],
+                lab_pids: Sequence[int]) -> None:
+        """An arm's child process (lab.arm_process) starts where the run is."""
+        with self._rows_lock:
+            self._rows = list(rows)
+        self.reference_ids = dict(reference_ids)
+        self._lab_pids = list(lab_pids)
+
+    def _controls(self, arm: Arm) -> arm_process.Controls:
+        c = self.control
+        return c.cancelled, c.skip_requested, c.paused, c.arm_cancelled(arm.name)
+
+    def _run_arm_apart(self, arm: Arm) -> None:
+        """The arm in a child process: its rows as the child records them
+        and, if the child dies first, its cells left as crashed."""
+        try:
+            child = arm_process.ArmProcess(arm_process.ArmRequest(
+                self.profile, arm.name, self.run_dir, self.rows(), dict(self.reference_ids), self._controls(arm),
+                os.getpid()))
+        except Exception:  # noqa: BLE001 - no process of its own: the arm runs here, as before
+            self._log(f"arm {arm.name}: no process of its own, run in the lab's\n{traceback.format_exc()}")
+            self.run_arm_here(arm)
+            return
+        if self.gpu is not None:
+            self.gpu.begin_arm(arm.name, child.pids)
+        steps: list[StepEvent] = []
+        done = False
+        try:
+            for message in child.messages(lambda: self._controls(arm)):
+                if message.reference_ids is not None:
+                    self.reference_ids.update(message.reference_ids)
+                    done = True
+                elif message.event is not None:
+                    self._adopt(arm, message.event, message.gen_end, steps, child.pid)
+        finally:
+            child.stop()
+        if child.output.strip():
+            self._log(f"arm {arm.name} in its own process (pid {child.pid}):\n{child.output}")
+        if not done:
+            self._fill(arm, Status.CRASHED, child.death())
+
+    def _adopt(self, arm: Arm, event: RunEvent, gen_end: float | None, steps: list[StepEvent], pid: int) -> None:
+        """An event from the arm's child, as this runner would have emitted it:
+        rows kept, GPU figures (sampled here) added."""
+        if isinstance(event, StepEvent):
+            steps.append(event)
+        elif isinstance(event, MemorySample) and self.gpu is not None:
+            event = dataclasses.replace(event, device_bytes=self.gpu.device_bytes(arm.name))
+        elif isinstance(event, ArmReported):
+            event = dataclasses.replace(event, report={**event.report, "process": f"own (pid {pid})"})
+        elif isinstance(event, Finished):
+            row = finished_row(event)
+            cell_steps = [s for s in steps if s.cell == event.cell]
+            steps.clear()
+            if self.gpu is not None:
+                ok = row.status == Status.OK
+                keys = self._gpu_keys(arm, event.cell, row.gen_s if ok else None, row.n_tokens, cell_steps, gen_end)
+                gpu: dict[str, Any] = {k: (keys or {}).get(k) for k in GPU_KEYS}
+                row = dataclasses.replace(row, **gpu)
+                event = Finished(event.cell, row, event.t)
+            with self._rows_lock:
+                self._rows.append(row)
+        self.emit(event)
+
+    def run_arm_here(self, arm: Arm) -> None:
+        """The arm in this process: load, cells, close, on every path."""
         cell0 = arm_cell(arm.name)
         ctx = BackendContext(self.profile.run, self.run_dir, self._log)
         backend: Backend | None = None
@@ -456,7 +536,7 @@ class Runner:
             )
             # the noise guard: other processes' CPU use while this arm's cells run
             watcher = ContentionWatcher(
-                arm.name, type(backend).busy_cores(arm.options, self.profile.run.threads), backend.engine_pids)
+                arm.name, type(backend).busy_cores(arm.options, self.profile.run.threads), self._engine_pids(backend))
             with sampler, watcher:
                 self.emit(StatusChanged(cell0, Status.LOADING, phase="loading"))
                 try:
@@ -520,6 +600,10 @@ class Runner:
         if reference_after_close and backend is not None:
             self._measure_reference(arm, backend)
 
+    def _engine_pids(self, backend: Backend) -> Callable[[], list[int]]:
+        """The arm's processes for the noise guard: the engine's, and the run's own process."""
+        return lambda: [*backend.engine_pids(), *self._lab_pids]
+
     # -- the engine's own figure for a baseline ([run] reference) ---------------
     def _reference_with_engine(self, arm: Arm, backend: Backend) -> bool:
         """Measure the arm's reference now, while its engine is loaded, if
@@ -556,7 +640,7 @@ class Runner:
             # the noise guard, as over a cell: a reference taken on a busy machine says so
             watcher = ContentionWatcher(f"{arm.name}-reference",
                                         type(backend).busy_cores(arm.options, self.profile.run.threads),
-                                        backend.engine_pids)
+                                        self._engine_pids(backend))
             try:
                 with watcher:
                     mark = watcher.mark()
@@ -719,3 +803,7 @@ def _detail(exc: EngineFailure) -> str:
     if exc.log_excerpt:
         text += "\n--- engine log ---\n" + exc.log_excerpt
     return text
+
+
+if __name__ == "__main__":
+    sys.exit(arm_process.child_main(sys.argv[1:], Runner, RunControl))

@@ -35,11 +35,15 @@ def wants_own_process(spec: ProbeSpec, registry: Registry) -> bool:
     if os.environ.get("LAB_PROBE_PROCESS", "").strip().lower() == "shared":
         return False
     cls = registry.backends.get(spec.backend)
-    if cls is None:
-        return False
+    return cls is not None and installed(cls, "lab.backends")
+
+
+def installed(cls: type, group: str) -> bool:
+    """Whether ``cls`` comes from a plugin of entry-point ``group``, so a
+    child process finds it as the registry loads (a class registered by
+    hand does not)."""
     module = cls.__module__
-    return any(module == ep.module or module.startswith(ep.module + ".")
-               for ep in entry_points(group="lab.backends"))
+    return any(module == ep.module or module.startswith(ep.module + ".") for ep in entry_points(group=group))
 
 
 def obtain_isolated(
@@ -61,7 +65,7 @@ def obtain_isolated(
         request.write_text(json.dumps({
             "backend": spec.backend, "model": spec.model, "threads": spec.threads, "options": dict(spec.options),
             "widths": list(spec.widths), "repeats": repeats, "root": str(root) if root is not None else None,
-            "out": str(out), "depth": spec.depth,
+            "out": str(out), "depth": spec.depth, "deeper": spec.deeper,
             "request_tokens": list(spec.request_tokens) if spec.request_tokens is not None else None,
         }, default=str), encoding="utf-8")
         logfile = Path(tmp) / "child.log"
@@ -112,7 +116,8 @@ def main(argv: list[str]) -> int:
     lengths = req.get("request_tokens")
     spec = ProbeSpec(req["backend"], req["model"], int(req["threads"]), dict(req["options"]),
                      tuple(int(w) for w in req["widths"]), depth=int(depth) if depth is not None else None,
-                     request_tokens=(int(lengths[0]), int(lengths[1])) if lengths else None)
+                     request_tokens=(int(lengths[0]), int(lengths[1])) if lengths else None,
+                     deeper=int(req["deeper"]) if req.get("deeper") is not None else None)
     root = Path(req["root"]) if req.get("root") else None
     p = obtain(spec, load_registry(), repeats=int(req["repeats"]), root=root,
                progress=lambda text: print(text, flush=True))

@@ -43,6 +43,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
     stack = "llamacpp"
     description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
     accepts_drafters = True
+    engine_in_process = True
     gpu_layers_option = "n_gpu_layers"
     options = (
         Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)", min=-1),
