@@ -207,7 +207,7 @@ name = "probe-real"
 max_tokens = 24
 rounds = 1
 warmup = 0
-threads = 2
+threads = 1
 n_ctx = 512
 
 [[prompts]]
