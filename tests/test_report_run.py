@@ -26,6 +26,7 @@ rounds = 2
 warmup = 0
 n_ctx = 1024
 threads = 1
+probe = false  # measured by `lab probe` into run a, below
 
 [[prompts]]
 name = "prose"
