@@ -183,6 +183,10 @@ def test_the_cut_comes_before_a_giant_chunk_is_parsed() -> None:
     ({"time_to_first_token_ms": -4.0}, {}, ["no durations", "prompt -0.004"]),
     ({}, {"completion_tokens": 1e12}, ["usage.completion_tokens = 1000000000000.0", "not a count"]),
     ({}, {"prompt_tokens": 5000}, ["usage.prompt_tokens = 5000", "the lab sent 3 prompt tokens"]),
+    ({"speculative_decoding": {"per_step_drafted": [4] * 100_000, "per_step_accepted": [0] * 100_000}}, {},
+     ["holds 100000 steps", "for 8 tokens"]),
+    ({"speculative_decoding": {"per_step_drafted": [4, "4"], "per_step_accepted": [1, 1]}}, {},
+     ["holds 2 steps", "'4'"]),
 ])
 def test_usage_and_timings_the_lab_refutes_name_both_figures(metrics: dict[str, Any], usage: dict[str, Any],
                                                              words: list[str]) -> None:

@@ -400,7 +400,7 @@ class VllmBackend(ServerBackend[ServerClient]):
         report["steps_source"] = "vllm per-request spec decode metrics (detailed)"
         report["step_timing"] = list(self._step_timing)
         d = metrics.delta(before, after) if before or after else {}
-        report["metrics_delta"] = d
+        report["metrics_delta"] = {k: v for k, v in d.items() if not k.startswith(metrics.PER_POS)}
         report["metrics_accepted_per_pos"] = metrics.per_position(d)
         records = [lead, *side]
         lead.final = {"timings": {"draft_n": sum(s.drafted for s in steps),

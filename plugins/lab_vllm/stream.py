@@ -113,9 +113,13 @@ def check_figures(streamed: VllmStreamed, prompt_tokens: int, limit: int) -> Non
     or its timings cannot be true on the lab's own clock."""
     usage = streamed.usage
     for key in ("prompt_tokens", "completion_tokens"):
-        value = usage.get(key, 0)
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
-            raise VllmStreamError(f"the server sent usage.{key} = {clipped(value, 40)}, not a count of tokens")
+        if not _is_count(usage.get(key, 0)):
+            raise VllmStreamError(f"the server sent usage.{key} = {clipped(usage[key], 40)}, not a count of tokens")
+    steps = streamed.per_step()
+    # each verify step lands at least one token: a longer record is no record of this stream
+    if len(steps) > len(streamed.ids) or not all(_is_count(x) for step in steps for x in step):
+        raise VllmStreamError(f"the server's per-step record holds {len(steps)} steps "
+                              f"({clipped(steps, 80)}) for {len(streamed.ids)} tokens")
     if usage.get("completion_tokens", 0) > limit:
         raise VllmStreamError(f"the server's usage.completion_tokens = {usage['completion_tokens']} for "
                               f"max_tokens = {limit}, but {len(streamed.ids)} tokens arrived")
@@ -142,7 +146,11 @@ def _seconds(metrics: dict[str, Any], key: str, default: float) -> float:
     return float(raw) / 1000.0 if isinstance(raw, (int, float)) and not isinstance(raw, bool) else float("nan")
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
+
+
 def token_id(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT:
-        return value
+    if _is_count(value):
+        return int(value)
     raise VllmStreamError(f"the server sent a token id {clipped(value, 40)}")
