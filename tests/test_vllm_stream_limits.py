@@ -96,8 +96,8 @@ def stream(n: int = 8, usage: dict[str, Any] | None = None, **metrics: Any) -> C
     return answer
 
 
-def hostile_run(srv: FakeServer, tmp_path: Path) -> tuple[dict[str, Any], Any]:
-    return streams.hostile_run(srv, tmp_path, backend="vllm")
+def hostile_run(srv: FakeServer, tmp_path: Path, more: str = "") -> tuple[dict[str, Any], Any]:
+    return streams.hostile_run(srv, tmp_path, more, backend="vllm")
 
 
 def flood_after_limit(h: Handler) -> None:
@@ -118,17 +118,23 @@ def one_giant_chunk(h: Handler) -> None:
         time.sleep(0.05)
 
 
+PAST_16 = "the server sent 17 tokens for max_tokens = 16; the stream was ended there"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("answer", "words"), [
-    (stream(8), None),
-    (flood_after_limit, "the server sent 17 tokens for max_tokens = 16; the stream was ended there"),
-    (one_giant_chunk, "the server sent 100000 tokens for max_tokens = 16"),
-    (stream(8, generation_time_ms=1e12, time_to_first_token_ms=5.0), "the request was open"),
-    (stream(8, usage={"completion_tokens": 1000}), "usage.completion_tokens = 1000 for max_tokens = 16, but 8"),
+@pytest.mark.parametrize(("answer", "more", "words"), [
+    (stream(8), "", None),
+    (flood_after_limit, "", PAST_16),
+    # the lead stream and its side stream: each is cut, neither holds the cell
+    (flood_after_limit, ", concurrency = 2", PAST_16),
+    (one_giant_chunk, "", "the server sent 100000 tokens for max_tokens = 16"),
+    (stream(8, generation_time_ms=1e12, time_to_first_token_ms=5.0), "", "the request was open"),
+    (stream(8, usage={"completion_tokens": 1000}), "", "usage.completion_tokens = 1000 for max_tokens = 16, but 8"),
 ])
 def test_a_vllm_stream_ends_at_its_limit_and_its_figures_meet_the_lab_clock(
-        serve: Callable[..., FakeServer], tmp_path: Path, answer: Callable[[Handler], None], words: str | None) -> None:
-    row, got = hostile_run(serve(answer), tmp_path)
+        serve: Callable[..., FakeServer], tmp_path: Path, answer: Callable[[Handler], None], more: str,
+        words: str | None) -> None:
+    row, got = hostile_run(serve(answer), tmp_path, more)
     if words is None:  # the fake is good enough for an ok row: what fails below fails for one thing
         assert row["status"] == "ok" and row["n_tokens"] == 8, row["detail"]
     else:
