@@ -27,6 +27,7 @@ max_tokens = {max_tokens}
 rounds = {rounds}
 warmup = 0
 n_ctx = 1024
+probe = false
 
 [[prompts]]
 name = "prose"
