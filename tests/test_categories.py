@@ -218,6 +218,7 @@ rounds = 1
 warmup = 0
 n_ctx = 1024
 threads = 1
+probe = false
 
 [[prompts]]
 suite = "speclab"

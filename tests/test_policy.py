@@ -174,6 +174,7 @@ PROFILE = """
 max_tokens = 48
 rounds = 1
 warmup = 0
+threads = 1
 
 [[prompts]]
 name = "code"
