@@ -14,6 +14,7 @@ import os
 import pickle
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from lab.probing.isolated import STOP_GRACE_S, installed
 from lab.registry import Registry
 
 POLL_S = 0.05
+# how long the zygote may take to import the lab and answer its first fork
+STARTUP_S = 120.0
 TAIL_LINES = 12
 _FRAME = struct.Struct("!Q")
 
@@ -78,7 +81,7 @@ class Message:
 class ArmProcess:
     """The parent's side of one arm's child process."""
 
-    def __init__(self, request: ArmRequest) -> None:
+    def __init__(self, request: ArmRequest, zygote: Zygote | None = None) -> None:
         body = pickle.dumps(request)
         self._tmp = tempfile.TemporaryDirectory(prefix="lab-arm-")
         path = Path(self._tmp.name) / "request.pickle"
@@ -86,12 +89,16 @@ class ArmProcess:
         self._log = open(Path(self._tmp.name) / "child.log", "w+b")  # noqa: SIM115 - closed in stop()
         events_r, events_w = os.pipe()
         control_r, control_w = os.pipe()
+        self.child: subprocess.Popen[bytes] | Forked
         try:
-            # its own session: a terminal's Ctrl-C reaches the lab only, which stops it
-            self.child = subprocess.Popen(
-                [sys.executable, "-m", "lab.runner", str(path), str(events_w), str(control_r)],
-                stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                pass_fds=(events_w, control_r), start_new_session=True)
+            if zygote is not None:
+                self.child = zygote.fork(path, events_w, control_r, self._log.fileno())
+            else:
+                # its own session: a terminal's Ctrl-C reaches the lab only, which stops it
+                self.child = subprocess.Popen(
+                    [sys.executable, "-m", "lab.runner", str(path), str(events_w), str(control_r)],
+                    stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                    pass_fds=(events_w, control_r), start_new_session=True)
         except BaseException:
             for fd in (events_r, control_w):
                 os.close(fd)
@@ -276,13 +283,19 @@ def child_main(argv: list[str], runner_cls: Any, control_cls: Any) -> int:
     ``control_cls`` (given, so this module does not import the runner), send
     every event, then the arm's reference ids. Exits without waiting for
     threads a plugin left."""
+    from lab.registry import load_registry
+
+    if argv[0] == "--zygote":
+        return _zygote(socket.socket(fileno=int(argv[1])), load_registry(), runner_cls, control_cls)
+    _child(Path(argv[0]), int(argv[1]), int(argv[2]), load_registry(), runner_cls, control_cls)
+    return 1
+
+
+def _child(path: Path, events: int, control_fd: int, registry: Registry, runner_cls: Any, control_cls: Any) -> None:
     signal.signal(signal.SIGTERM, _stop_asked)
     signal.signal(signal.SIGINT, _stop_asked)
     faulthandler.enable()
-    from lab.registry import load_registry
-
-    request: ArmRequest = pickle.loads(Path(argv[0]).read_bytes())  # noqa: S301 - written by the run's process
-    events, control_fd = int(argv[1]), int(argv[2])
+    request: ArmRequest = pickle.loads(path.read_bytes())  # noqa: S301 - written by the run's process
     control = control_cls()
     _apply(control, request.controls, request.arm)
     runner: Any = None
@@ -290,7 +303,7 @@ def child_main(argv: list[str], runner_cls: Any, control_cls: Any) -> int:
     code = 0
     try:
         store, listeners = (sink, []) if request.run_dir else (None, [sink])
-        runner = runner_cls(request.profile, load_registry(), store, listeners, control)
+        runner = runner_cls(request.profile, registry, store, listeners, control)
         runner.restore(request.rows, request.reference_ids, [request.parent_pid])
         threading.Thread(target=_follow, args=(control_fd, control, request.arm), daemon=True,
                          name="arm-controls").start()
@@ -308,3 +321,184 @@ def child_main(argv: list[str], runner_cls: Any, control_cls: Any) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+# -- a zygote: the lab imported once, each arm's child forked from it (Linux) --
+_RECORD = struct.Struct("!cii")
+
+
+def can_fork() -> bool:
+    """Forking without exec is safe where the zygote has touched no engine
+    and the platform allows it (macOS frameworks refuse a forked child)."""
+    return sys.platform.startswith("linux") and os.environ.get("LAB_ARM_PROCESS", "").strip().lower() != "spawn"
+
+
+class Zygote:
+    """A process that imported the lab and loaded the plugins once and forks
+    each arm's child (``b"p"`` its pid, ``b"x"`` its wait status once reaped)."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "lab.runner", "--zygote", str(theirs.fileno())],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         pass_fds=(theirs.fileno(),), start_new_session=True)
+        finally:
+            theirs.close()
+        self.sock = mine
+        self.exits: dict[int, int] = {}
+        self._buffer = b""
+        self._pids: list[int] = []
+        self.alive = True
+
+    def fork(self, request: Path, events: int, control: int, log: int) -> Forked:
+        socket.send_fds(self.sock, [str(request).encode()], [events, control, log])
+        while not self._pids:
+            if not self.read(STARTUP_S):
+                raise RuntimeError("the arm processes' zygote did not answer")
+        return Forked(self, self._pids.pop(0))
+
+    def read(self, wait_s: float) -> bool:
+        """Take what the zygote said within ``wait_s``; False once it is gone."""
+        if not self.alive:
+            return False
+        if select.select([self.sock], [], [], wait_s)[0]:
+            try:
+                got = self.sock.recv(4096)
+            except OSError:
+                got = b""
+            if not got:
+                self.alive = False
+                return False
+            self._buffer += got
+            while len(self._buffer) >= _RECORD.size:
+                kind, pid, status = _RECORD.unpack_from(self._buffer)
+                self._buffer = self._buffer[_RECORD.size:]
+                if kind == b"p":
+                    self._pids.append(pid)
+                else:
+                    self.exits[pid] = status
+        return True
+
+    def close(self) -> None:
+        """The zygote ends (it stops any child it still has) and is reaped."""
+        self.sock.close()
+        try:
+            self.proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Starter:
+    """Starts a run's arm processes: forked from one zygote where
+    :func:`can_fork`, else each its own interpreter; :meth:`close` at the run's end."""
+
+    def __init__(self) -> None:
+        self._zygote: Zygote | None = None
+        self._fork = can_fork()
+
+    def start(self, request: ArmRequest, log: Callable[[str], None]) -> ArmProcess:
+        if self._fork:
+            try:
+                if self._zygote is None or not self._zygote.alive:
+                    self.close()
+                    self._zygote = Zygote()
+                return ArmProcess(request, self._zygote)
+            except Exception as exc:  # noqa: BLE001 - a fresh interpreter still serves
+                log(f"arm {request.arm}: no zygote to fork from ({type(exc).__name__}: {exc}); a fresh interpreter")
+                self._fork = False
+                self.close()
+        return ArmProcess(request)
+
+    def close(self) -> None:
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+
+
+class Forked:
+    """An arm's child forked by the zygote, as much of ``subprocess.Popen`` as
+    :class:`ArmProcess` uses."""
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote = zygote
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self, wait_s: float = 0.0) -> int | None:
+        if self.returncode is None:
+            self.zygote.read(wait_s)
+            status = self.zygote.exits.pop(self.pid, None)
+            if status is not None:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif not self.zygote.alive and not _running(self.pid):
+                self.returncode = -signal.SIGKILL  # its zygote died, its status with it
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll(POLL_S) is None:
+            if time.monotonic() > end:
+                raise subprocess.TimeoutExpired("arm process", timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, sig)
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _zygote(sock: socket.socket, registry: Registry, runner_cls: Any, control_cls: Any) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    children: set[int] = set()
+    while True:
+        if select.select([sock], [], [], POLL_S)[0]:
+            try:
+                got, fds, _flags, _addr = socket.recv_fds(sock, 4096, 3)
+            except OSError:
+                got, fds = b"", []
+            if not got or len(fds) != 3:
+                break
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                os.setsid()
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.dup2(fds[2], 1)
+                os.dup2(fds[2], 2)
+                os.close(fds[2])
+                try:
+                    _child(Path(got.decode()), fds[0], fds[1], registry, runner_cls, control_cls)
+                finally:
+                    os._exit(1)
+            for fd in fds:
+                os.close(fd)
+            children.add(pid)
+            sock.sendall(_RECORD.pack(b"p", pid, 0))
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if not pid:
+                break
+            children.discard(pid)
+            sock.sendall(_RECORD.pack(b"x", pid, status))
+    for pid in children:  # the run's process is gone: so are its arms
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return 0

@@ -187,6 +187,7 @@ class Runner:
         self._categories = {p.name: p.category for p in profile.prompts}
         # processes besides this one whose CPU is the lab's own (the run's, for an arm in a child)
         self._lab_pids: list[int] = []
+        self._arm_processes = arm_process.Starter()
 
     @property
     def run_dir(self) -> str:
@@ -252,6 +253,7 @@ class Runner:
             raise
         finally:
             self._close_gpu()
+            self._arm_processes.close()
             self.emit(RunFinished(self.run_dir, cancelled=self.control.cancelled or interrupted))
         return list(self.rows())
 
@@ -460,9 +462,9 @@ class Runner:
         """The arm in a child process: its rows as the child records them
         and, if the child dies first, its cells left as crashed."""
         try:
-            child = arm_process.ArmProcess(arm_process.ArmRequest(
+            child = self._arm_processes.start(arm_process.ArmRequest(
                 self.profile, arm.name, self.run_dir, self.rows(), dict(self.reference_ids), self._controls(arm),
-                os.getpid()))
+                os.getpid()), self._log)
         except Exception:  # noqa: BLE001 - no process of its own: the arm runs here, as before
             self._log(f"arm {arm.name}: no process of its own, run in the lab's\n{traceback.format_exc()}")
             self.run_arm_here(arm)

@@ -141,7 +141,16 @@ def test_a_segfault_in_an_arm_costs_its_rows_only_and_lab_run_exits_3(tmp_path: 
     assert took < 120, took
 
 
-def test_an_abort_is_its_arms_crashed_rows_and_events_arrive_in_order(tmp_path: Path, site: Path) -> None:
+def arm_processes() -> list[psutil.Process]:
+    """This process's arm processes and their zygote."""
+    return [p for p in psutil.Process().children(recursive=True) if "lab.runner" in " ".join(p.cmdline())]
+
+
+# forked from the run's zygote (Linux), or each a fresh interpreter (as on macOS)
+@pytest.mark.parametrize("start", ["", "spawn"])
+def test_an_abort_is_its_arms_crashed_rows_and_events_arrive_in_order(tmp_path: Path, site: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch, start: str) -> None:
+    monkeypatch.setenv("LAB_ARM_PROCESS", start)
     text = RUN + arm("base") + arm("crash", "crashing", 'how = "abort", at_cell = 1') + arm("after", "ngram")
     registry = load_registry()
     profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
@@ -157,6 +166,7 @@ def test_an_abort_is_its_arms_crashed_rows_and_events_arrive_in_order(tmp_path: 
     pids = [int(e.report["process"].split("pid ")[1].rstrip(")")) for e in events
             if isinstance(e, ArmReported) and "process" in e.report]
     assert len(set(pids)) == 2 and all(gone(p) for p in pids)
+    assert not arm_processes()
     for cell in {e.cell for e in events if isinstance(e, Finished) and e.cell.arm == "after"}:
         mine = [e for e in events if isinstance(e, (StatusChanged, TokenEvent, StepEvent, Finished)) and e.cell == cell]
         assert isinstance(mine[0], StatusChanged) and isinstance(mine[-1], Finished)
@@ -210,23 +220,25 @@ def test_a_signal_to_lab_run_in_a_load_deaf_to_sigterm_ends_it_and_its_process(
     profile = RUN + arm("stuck", "crashing", 'how = "hang-load"') + arm("later", "ngram")
     lab = subprocess.Popen(lab_run_command(tmp_path, profile), cwd=tmp_path, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, start_new_session=True)
-    child = None
+    children: list[psutil.Process] = []
     try:
         end = time.monotonic() + 120
         while not (tmp_path / "loading").exists():
             assert lab.poll() is None and time.monotonic() < end, lab.stderr.read() if lab.stderr else ""
             time.sleep(0.05)
-        child = next(p for p in psutil.Process(lab.pid).children() if "lab.runner" in " ".join(p.cmdline()))
+        # the arm's process (and, on Linux, the zygote it was forked from)
+        children = [p for p in psutil.Process(lab.pid).children(recursive=True) if "lab.runner" in " ".join(p.cmdline())]
+        assert children
         t0 = time.monotonic()
         lab.send_signal(sig)
         rc = lab.wait(60)
         took = time.monotonic() - t0
     finally:
-        for p in (lab, child):  # only what this test started, by pid
-            if p is not None and p.pid and not gone(p.pid):
+        for p in [lab, *children]:  # only what this test started, by pid
+            if not gone(p.pid):
                 os.kill(p.pid, signal.SIGKILL)
     assert rc == code
     assert took < 15, took
-    assert gone(child.pid)
+    assert all(gone(p.pid) for p in children)
     rows = saved_rows(tmp_path)
     assert {r["status"] for r in rows.values()} == {"cancelled"}
