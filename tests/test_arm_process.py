@@ -242,3 +242,34 @@ def test_a_signal_to_lab_run_in_a_load_deaf_to_sigterm_ends_it_and_its_process(
     assert all(gone(p.pid) for p in children)
     rows = saved_rows(tmp_path)
     assert {r["status"] for r in rows.values()} == {"cancelled"}
+
+
+def test_gpu_figures_of_an_arm_in_its_own_process_are_its_processes(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU telemetry stays in the run's process: the arm's device memory is
+    its child's (the card here reports 1 GiB for each arm process and its
+    zygote, none for the run's process), and each row's energy is computed
+    over the child's generation window (100 W, a counter of 100 J/s)."""
+    from lab.base.cells import now
+    from lab.telemetry.gpu import GpuSample, RunTelemetry
+
+    class Card:
+        source = "test"
+
+        def read(self) -> list[GpuSample]:
+            t = now()
+            held = {p.pid: 1 << 30 for p in arm_processes()}
+            return [GpuSample(t, 0, "test card", 2 << 30, 80 << 30, 50.0, 100.0, 100.0 * t, held)]
+
+        def close(self) -> None:
+            return None
+
+    monkeypatch.setattr(RunTelemetry, "open", classmethod(lambda cls, emit=None: cls(Card(), 0.02, emit).start()))
+    text = RUN.replace("max_tokens = 16", "max_tokens = 32") + arm("base")
+    registry = load_registry()
+    rows = Runner(parse_profile(text, str(tmp_path / "p.toml"), registry), registry).run()
+    for row in rows:
+        assert row.status.value == "ok" and row.gpu_name == "test card"
+        assert row.gpu_peak_mem_bytes == 1 << 30 and row.gpu_card_peak_bytes == 2 << 30
+        assert row["gpu_energy_j"] == pytest.approx(100.0 * row["gen_s"], rel=0.25)
+        assert row["energy_per_token_j"] == pytest.approx(row["gpu_energy_j"] / row["n_tokens"])
