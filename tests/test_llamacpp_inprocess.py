@@ -28,6 +28,8 @@ text = "Write a short paragraph about lighthouses."
 name = "code"
 text = "Write a Python function that reverses a linked list."
 """
+# One engine thread (a shared machine runs one best) and no probe: neither is what these tests check.
+QUIET = "threads = 1\nprobe = false"
 
 
 def run_profile(tmp_path: Path, run: str, arms: str) -> tuple[list[dict[str, Any]], dict[tuple[str, str, int], list[TokenEvent]], list[StepEvent], Path]:
@@ -94,7 +96,7 @@ drafter_options = { error_rate = 0.4, seed = 3 }
 @pytest.fixture(scope="module")
 def greedy_run(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("greedy")
-    return run_profile(tmp, "max_tokens = 48\nrounds = 1\nwarmup = 1\nn_ctx = 512", ARMS)
+    return run_profile(tmp, "max_tokens = 48\nrounds = 1\nwarmup = 1\nn_ctx = 512\n" + QUIET, ARMS)
 
 
 def test_every_cell_ran(greedy_run) -> None:
@@ -199,7 +201,7 @@ model = "embedded:smollm2"
 drafter = "ngram"
 n_max = 3
 """
-    results, tokens, steps, _ = run_profile(tmp_path, "max_tokens = 40\nrounds = 1\nwarmup = 0\ntemperature = 0.8\nseed = 7\nn_ctx = 512", arms)
+    results, tokens, steps, _ = run_profile(tmp_path, "max_tokens = 40\nrounds = 1\nwarmup = 0\ntemperature = 0.8\nseed = 7\nn_ctx = 512\n" + QUIET, arms)
     assert all(r["status"] == "ok" and r["n_tokens"] == 40 for r in results), [r["detail"] for r in results]
     self_draft = [s for s in steps if s.cell.arm == "draft"]
     # A model drafting for itself at the same temperature is accepted with
@@ -230,7 +232,7 @@ model = "embedded:smollm2"
 drafter = "ngram"
 n_max = 4
 """
-    text = f"[run]\nmax_tokens = 48\nrounds = 1\nwarmup = 0\nn_ctx = 512\n{PROMPTS}\n{arms}"
+    text = f"[run]\nmax_tokens = 48\nrounds = 1\nwarmup = 0\nn_ctx = 512\n{QUIET}\n{PROMPTS}\n{arms}"
     registry = load_registry()
     profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
     control = RunControl()
