@@ -251,6 +251,7 @@ def test_mlx_mtp_on_the_qwen35_gguf_is_lossless_and_keeps_the_set_rate(monkeypat
         return real_load(path, *args, **kwargs)
 
     monkeypatch.setattr(mx, "load", counting)
+    monkeypatch.setenv("LAB_ARM_PROCESS", "shared")  # the count is kept in this process
     rows, events = _run_mtp_profile()
     # each arm read the GGUF once, the mtp arms' heads included
     assert len(reads) == 3 and len(set(reads)) == 1, reads
