@@ -89,7 +89,7 @@ def step_prices(probe: Probe, inputs: predict.ArmInputs, n_max: int) -> tuple[fl
     loop = 0.0 if whole else inputs.loop_s_per_step / inputs.baseline_token_s
     prices = [1.0]
     for n in range(1, n_max + 1):
-        t = probe.t_ratio(n + 1)
+        t = probe.t_ratio_at(n + 1, inputs.depth)
         if t is None:
             break
         # the passes that switch width, at the row's shares, as the prediction prices them

@@ -37,6 +37,7 @@ class Prediction:
     # baseline tokens a cell's first passes cost beyond steady ones: this arm's, its baseline's
     cell_start: float = 0.0
     baseline_cell_start: float = 0.0
+    depth: float | None = None  # the KV depth T(w) was read at (ArmInputs.depth), on a probe of two depths
 
     @property
     def cost(self) -> float:
@@ -63,6 +64,7 @@ class ArmInputs:
     # the draft's catch-up seconds (after a step that kept all) and their part of draft_s_per_token
     catch_up_s: float = 0.0
     catch_up_per_token: float = 0.0
+    depth: float | None = None  # :func:`rows_depth`
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,16 @@ def arm_inputs(rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str,
         cell_tokens=_cell_tokens(ok),
         catch_up_s=seen.seconds if seen else 0.0,
         catch_up_per_token=seen.seconds * seen.after_full / drafted if seen and drafted else 0.0,
+        depth=rows_depth(ok),
     )
+
+
+def rows_depth(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """Mean KV depth of ``rows``' passes: prompt plus half the output (None: not saved)."""
+    got = [(saved_count(r.get("prompt_tokens")), saved_count(r.get("n_tokens"))) for r in rows]
+    if not got or any(p is None or n is None for p, n in got):
+        return None
+    return sum(int(p or 0) + int(n or 0) / 2 for p, n in got) / len(got)
 
 
 def _cell_tokens(rows: Sequence[Mapping[str, Any]]) -> float:
@@ -203,7 +214,7 @@ def predict(
     for n in ns:
         landed, missing = acceptance.expected_landed(n)
         kept = (landed - 1) / n if whole and probe.kept_none_ratio(n + 1) is not None else None
-        t = probe.t_ratio(n + 1) if kept is None else probe.step_ratio(n + 1, kept)
+        t = probe.t_ratio_at(n + 1, inputs.depth) if kept is None else probe.step_ratio(n + 1, kept)
         if t is None:
             continue
         catching_up = catch_up_tokens * acceptance.kept_all(n)
@@ -219,7 +230,8 @@ def predict(
             d = inputs.cell_tokens
             speedup = (d + starts[1]) / (d * per_pass_cost / per_pass_landed + starts[0])
         out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole, kept, switching,
-                              cell_start=starts[0], baseline_cell_start=starts[1], catch_up_cost=catching_up))
+                              cell_start=starts[0], baseline_cell_start=starts[1], catch_up_cost=catching_up,
+                              depth=inputs.depth if kept is None and probe.depth_span else None))
     return out
 
 
@@ -283,7 +295,7 @@ def t1_disagreement(baseline_rows: Sequence[Mapping[str, Any]], probe: Probe) ->
         return None
     mid = secs[len(secs) // 2] if len(secs) % 2 else (secs[len(secs) // 2 - 1] + secs[len(secs) // 2]) / 2
     spread = (secs[-1] - secs[0]) / mid
-    t1 = probe.pass_seconds(1)
+    t1 = probe.pass_seconds_at(1, rows_depth([r for r in baseline_rows if r.get("status") == "ok"]))
     gap = (t1 - mid) / mid
     if abs(gap) <= max(spread, T1_FLOOR):
         return None
@@ -337,13 +349,16 @@ DEPTH_FLOOR = 512
 def depth_disagreement(rows: Sequence[Mapping[str, Any]], probe: Probe) -> str | None:
     """A note when the row decoded at a KV depth (prompt plus half its
     tokens) far from the probe's (:attr:`lab.base.probe.Probe.kv_depth`):
-    T(w) moves with depth (``lab probe --depths``)."""
+    T(w) moves with depth (``lab probe --depths``); a probe of two depths
+    (:attr:`lab.base.probe.Probe.depth_span`) reads it between them."""
     depth = probe.kv_depth
     mids = sorted(int(r["prompt_tokens"]) + int(r.get("n_tokens") or 0) // 2 for r in rows
                   if r.get("status") == "ok" and r.get("prompt_tokens") is not None)
     if depth is None or not mids:
         return None
     mid = mids[len(mids) // 2]
+    span = probe.depth_span
+    depth = min(max(mid, span[0]), span[1]) if span else depth
     if abs(mid - depth) < DEPTH_FLOOR or max(mid, depth) < DEPTH_RATIO * max(1, min(mid, depth)):
         return None
     return (f"its steps ran at a KV depth of about {mid} tokens but the probe's passes ran at {depth}: a pass, the "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-from lab.analysis import drift, equivalence, holdout, predict, stats
+from lab.analysis import caveats, drift, equivalence, holdout, predict, stats
 from lab.analysis import measured_acceptance as acc
 from lab.analysis.predict import probe_for
 from lab.analysis.roofline import Roofline
@@ -169,9 +169,13 @@ def predictions(
         top = predict.best(preds)
         measured = stats.paired_ratios(results, arm, prompt)
         held = holdout.held_out(results, steps, arm, prompt, probe, inputs.n_max)
+        matches = probe.prices_arm(arm, rows[0].get("backend"), rows[0].get("model"))
         out.append({
             "arm": arm, "prompt": prompt, "n_max": inputs.n_max,
-            "probe_matches": probe.prices_arm(arm, rows[0].get("backend"), rows[0].get("model")),
+            "probe_matches": matches,
+            # why the prediction may miss (lab.analysis.caveats): [tag, sentence] each
+            "caveats": [[c.tag, c.why] for c in caveats.for_row(results, steps, arm, prompt, probe, matches)],
+            "priced_depth": own.depth if own else None,
             # what measured the step cost: the engine itself for a probe that prices whole steps
             "priced_by": probe.priced_by,
             "step_priced": probe.prices_steps,

@@ -42,6 +42,8 @@ RATIO_WIDTH = 8
 # ``notes["prices"]`` of a probe whose figures above width 1 are whole steps
 # (w - 1 drafts at full acceptance, draft and loop inside), as a server measures.
 PRICES_STEPS = "steps"
+# notes[DEEPER]: the widths at a deeper KV depth, {"depth": D, "seconds": [[s(w) ...] per repeat]}
+DEEPER = "deeper"
 
 
 class ProbeError(ValueError):
@@ -269,6 +271,53 @@ class Probe:
         """T(w), median over repeats; linear between measured widths, None
         beyond the widest one (no guessing past what was measured)."""
         return _between({x: statistics.median(self._ratios(x)) for x in self.widths}, w)
+
+    def _deeper(self) -> tuple[int, tuple[tuple[float, ...], ...]] | None:
+        """(depth, seconds) of :data:`DEEPER`; None where absent or damaged."""
+        got = self.notes.get(DEEPER)
+        if not isinstance(got, Mapping) or self.kv_depth is None:
+            return None
+        try:
+            depth = _depth(got["depth"])
+            seconds = tuple(tuple(_seconds(s) for s in rep) for rep in got["seconds"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if depth is None or depth <= self.kv_depth or len(seconds) != len(self.seconds) \
+                or any(len(rep) != len(self.widths) for rep in seconds):
+            return None
+        return depth, seconds
+
+    @property
+    def depth_span(self) -> tuple[int, int] | None:
+        """(shallow, deep): the two KV depths of a probe timed at both, else None."""
+        deeper = self._deeper()
+        return None if deeper is None or self.kv_depth is None else (self.kv_depth, deeper[0])
+
+    def _seconds_at(self, depth: float) -> list[tuple[float, ...]] | None:
+        """Each repeat's seconds per width at KV ``depth``, linear through the
+        two depths (carried on past them); None for one depth or at 0 or below."""
+        deeper, lo = self._deeper(), self.kv_depth
+        if deeper is None or lo is None:
+            return None
+        f = (depth - lo) / (deeper[0] - lo)
+        out = [tuple(a + (b - a) * f for a, b in zip(shallow, deep)) for shallow, deep in zip(self.seconds, deeper[1])]
+        return out if all(s > 0 for rep in out for s in rep) else None
+
+    def t_ratio_at(self, w: int, depth: float | None) -> float | None:
+        """T(w) at KV ``depth`` (:meth:`_seconds_at`), median over repeats,
+        linear between widths; :meth:`t_ratio` for one depth or no ``depth``."""
+        reps = None if depth is None else self._seconds_at(depth)
+        if reps is None:
+            return self.t_ratio(w)
+        return _between({x: statistics.median(rep[i] / rep[0] for rep in reps) for i, x in enumerate(self.widths)}, w)
+
+    def pass_seconds_at(self, w: int, depth: float | None) -> float:
+        """A w-row pass at KV ``depth`` as :meth:`t_ratio_at` reads it."""
+        reps = None if depth is None else self._seconds_at(depth)
+        if reps is None:
+            return self.pass_seconds(w)
+        i = self.widths.index(w)
+        return statistics.median(rep[i] for rep in reps)
 
     def kept_none_ratio(self, w: int) -> float | None:
         """A whole step at width w that kept none of its drafts, in baseline

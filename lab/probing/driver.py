@@ -16,6 +16,7 @@ from lab.api import Probing
 from lab.base import machine
 from lab.base.machine import machine_info
 from lab.base.probe import (
+    DEEPER,
     DEFAULT_WIDTHS,
     KIND,
     VERSION,
@@ -205,6 +206,8 @@ def depth_refusal(cls: type[Probing], backend: str, method: str) -> None:
 
 # one repeat: each width's figure is already a median of several passes
 DEFAULT_REPEATS = 1
+# prompt tokens (template included) up to which a row's mean depth lies within a run's two probe depths
+DEEPER_PROMPT = 256
 # 2: a llama.cpp probe on a GPU prices T(1) as the baseline decodes it.
 # 3: a llama-server probe times steps that kept none of their drafts too.
 # 4: a llama.cpp probe on a GPU times the passes that switch width too.
@@ -227,6 +230,8 @@ class ProbeSpec:
     depth: int | None = None
     # a probe that times whole requests: the run's (request, warmup) tokens; None elsewhere
     request_tokens: tuple[int, int] | None = None
+    # a second, deeper KV depth timed too, so each row reads T(w) at its own depth; None: one depth
+    deeper: int | None = None
 
     @property
     def label(self) -> str:
@@ -241,6 +246,8 @@ class ProbeSpec:
         at_depth: dict[str, Any] = {"depth": self.depth} if self.depth is not None else {}
         if self.request_tokens is not None:
             at_depth["request_tokens"] = list(self.request_tokens)
+        if self.deeper is not None:
+            at_depth["deeper"] = self.deeper
         return at_depth | {
             "kind": KIND, "version": VERSION, "cache_version": CACHE_VERSION,
             "backend": self.backend, "model": self.model, "model_file": _model_file_identity(self.model),
@@ -327,9 +334,24 @@ def plan(arms: Sequence[Any], threads: int, registry: Registry,
             wanted |= set(old.widths)
             arms_of = (*old.arms, arm.name)
         lengths = requests if cls.probe_times_requests else None
+        deeper = deeper_depth(requests[0]) if depth is None and requests and cls.probe_methods[0] in \
+            cls.probe_depth_methods else None
         specs[ident] = ProbeSpec(arm.backend, model, threads, opts, tuple(sorted(wanted)), arms_of, depth=at,
-                                 request_tokens=lengths)
+                                 request_tokens=lengths, deeper=deeper)
     return list(specs.values()), skipped
+
+
+def deeper_depth(max_tokens: int) -> int:
+    """A run's probe's second depth: a cell's mean after a prompt of :data:`DEEPER_PROMPT`."""
+    return DEEPER_PROMPT + max(1, max_tokens) // 2
+
+
+def with_deeper(shallow: Probe, deep: Probe) -> Probe:
+    """``shallow`` with ``deep``'s seconds as :data:`lab.base.probe.DEEPER`."""
+    if deep.widths != shallow.widths or deep.kv_depth is None:
+        return shallow
+    return dataclasses.replace(shallow, notes={
+        **shallow.notes, DEEPER: {"depth": deep.kv_depth, "seconds": [list(r) for r in deep.seconds]}})
 
 
 def cache_path(spec: ProbeSpec, root: Path | None = None) -> Path:
@@ -347,7 +369,7 @@ def cached(spec: ProbeSpec, root: Path | None = None) -> Probe | None:
         p = load(path)
     except ProbeError:
         return None
-    if p.depth != spec.depth:
+    if p.depth != spec.depth or (p.depth_span or (None, None))[1] != spec.deeper:
         return None
     wanted = set(spec.widths)
     if p.notes.get("widths_capped"):
@@ -391,11 +413,12 @@ def obtain(
     # a curve measured on busy cores serves this run (flagged) but is not cached
     with ContentionWatcher("probe", engine_cores) as watcher:
         mark = watcher.mark()
-        p = measure(
-            spec.backend, spec.model, widths=spec.widths, repeats=repeats, threads=spec.threads,
-            registry=reg, options=spec.options, bandwidth=False, progress=progress, depth=spec.depth,
-            requests=spec.request_tokens,
+        curves = measure_depths(
+            spec.backend, spec.model, (spec.depth,) if spec.deeper is None else (spec.depth, spec.deeper),
+            widths=spec.widths, repeats=repeats, threads=spec.threads, registry=reg, options=spec.options,
+            bandwidth=False, progress=progress, requests=spec.request_tokens,
         )
+        p = with_deeper(curves[0], curves[1]) if len(curves) > 1 else curves[0]
         t_curve = time.perf_counter() - t0
         bw = machine_bandwidth(threads=spec.threads or None, root=root)
         busy = watcher.reading(mark)

@@ -370,6 +370,7 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             f"{pr.backend} / {pr.model} by {pr.method}, {n} repeat{'s' if n != 1 else ''}"
             + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
             + "; T(w) " + ", ".join(f"{w}: {pr.t_ratio(w):.2f}" for w in pr.widths if w in (1, 2, 4, 5, 8, 16))
+            + _deeper_words(pr)
             + (f"; priced by {pr.priced_by}: whole steps that drafted w - 1 tokens and kept them all, "
                "the draft's cost inside" if pr.prices_steps else "")
             + _kept_none_words(pr)
@@ -393,11 +394,11 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         lines.append(
             f"| {p['arm']}{other} | {p['prompt']} | {_fmt(p['n_max'], 'd')} | "
             f"{_fmt(p['measured'])}{'x' if p['measured'] is not None else ''} | "
-            f"{_predicted(p['predicted'], p['measured'])} | {_held_out(p)} | {_fmt(p['best_n_max'], 'd')}"
+            f"{_predicted(p['predicted'], p['measured'])}{_caveat_tags(p)} | {_held_out(p)} | {_fmt(p['best_n_max'], 'd')}"
             f"{'*' if p.get('best_extrapolated') else ''} | "
             f"{_fmt(p['best_predicted'])}x | {curve} |"
         )
-    notes = (_t1_notes(data["results"], preds, pool) + _drift_notes(data.get("steps") or (), preds)
+    notes = (_caveat_notes(preds) + _t1_notes(data["results"], preds, pool) + _drift_notes(data.get("steps") or (), preds)
              + _switch_notes(preds) + _pass_kind_notes(data["results"], steps, pool) + _cell_notes(preds)
              + _catch_up_notes(preds) + _replay_notes(preds))
     if notes:
@@ -422,6 +423,30 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
            "so its figures price another engine's steps." if any(not p["probe_matches"] for p in preds) else ""),
     ]
     return lines
+
+
+def _deeper_words(pr: Any) -> str:
+    """A probe of two KV depths: its second curve, and how rows read it."""
+    span = pr.depth_span
+    if span is None:
+        return ""
+    shown = ", ".join(f"{w}: {pr.t_ratio_at(w, span[1]):.2f}" for w in pr.widths if w in (2, 4, 5, 8, 16))
+    return (f" at KV depth {span[0]}, {shown} at {span[1]}; each row's T(w) read at its own mean depth (its "
+            "prompt plus half its output), linear between the two")
+
+
+_NOTED = ("depth", "clocks", "draft drift")
+
+
+def _caveat_tags(p: Mapping[str, Any]) -> str:
+    tags = [str(c[0]) for c in p.get("caveats") or ()]
+    return f" ⚠ {', '.join(tags)}" if tags else ""
+
+
+def _caveat_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """⚠ per row and caveat (lab.analysis.caveats) that no other note words."""
+    return [f"- ⚠ {p['arm']} / {p['prompt']} ({tag}): {why}." for p in preds
+            for tag, why in p.get("caveats") or () if tag not in _NOTED]
 
 
 def _switch_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
