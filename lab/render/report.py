@@ -407,7 +407,9 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         "",
         "Predicted: expected tokens per step from the acceptance per position over a step's cost, "
         "T(n_max + 1) plus the drafter's measured seconds per drafted token and the loop's own measured "
-        "seconds per step (where the backend reports them), in baseline tokens. "
+        "seconds per step (where the backend reports them), in baseline tokens. From the row itself: its "
+        "acceptance per position, draft and loop seconds and, on a probe of two depths, the KV depth T(w) is read "
+        "at; from its baseline's rows: the seconds per token; from the probe: T(w). "
         "\\* marks n_max beyond the positions measured (the last position's acceptance carried on): "
         "a best n_max so marked is where to measure next, not a finding. "
         "Held out: made before the row ran, from nothing of its own: acceptance per position from its set rates "
