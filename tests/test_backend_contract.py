@@ -125,6 +125,7 @@ warmup = 0
 n_ctx = 512
 threads = 1
 memory_interval_s = 0.05
+probe = false
 
 [[prompts]]
 name = "p"
