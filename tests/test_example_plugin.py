@@ -39,7 +39,7 @@ def test_example_runs_lossless_on_llamacpp(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     module = load_example()
     registry = load_registry(extra_plugins=[module])
-    text = (EXAMPLE / "bigram.toml").read_text().replace("max_tokens = 200", "max_tokens = 40").replace("rounds = 2", "rounds = 1\nwarmup = 0")
+    text = (EXAMPLE / "bigram.toml").read_text().replace("max_tokens = 200", "max_tokens = 40").replace("rounds = 2", "rounds = 1\nwarmup = 0\nthreads = 1\nprobe = false")
     (tmp_path / "p.toml").write_text(text)
     profile = load_profile(tmp_path / "p.toml", registry)
     rows = Runner(profile, registry).run()
