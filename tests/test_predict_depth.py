@@ -182,3 +182,6 @@ def test_the_report_puts_a_rows_caveat_beside_its_prediction() -> None:
     assert _caveat_tags(pred) == " ⚠ busy, clocks"
     assert _caveat_notes([pred]) == ["- ⚠ spec / p (busy): 2 of its 2 cells ran beside other work."]
     assert _caveat_tags({"caveats": []}) == ""
+    # the same sentence for several rows is one line naming them
+    other = {**pred, "arm": "other"}
+    assert _caveat_notes([pred, other]) == ["- ⚠ spec / p, other / p (busy): 2 of its 2 cells ran beside other work."]

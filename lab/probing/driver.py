@@ -134,7 +134,7 @@ def measure_depths(
             seconds, notes = [], {}
             at = f" at KV depth {depth}" if depth is not None else ""
             if len(depths) > 1:
-                say(f"KV depth {depth} ({k + 1} of {len(depths)})")
+                say(f"KV depth {'of its prefix' if depth is None else depth} ({k + 1} of {len(depths)})")
             for i in range(repeats):
                 say(f"repeat {i + 1}/{repeats}: widths {format_widths(widths)} by {method}{at}")
                 try:

@@ -446,9 +446,13 @@ def _caveat_tags(p: Mapping[str, Any]) -> str:
 
 
 def _caveat_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
-    """⚠ per row and caveat (lab.analysis.caveats) that no other note words."""
-    return [f"- ⚠ {p['arm']} / {p['prompt']} ({tag}): {why}." for p in preds
-            for tag, why in p.get("caveats") or () if tag not in _NOTED]
+    """⚠ per caveat (lab.analysis.caveats) that no other note words, naming the rows it holds for."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    for p in preds:
+        for tag, why in p.get("caveats") or ():
+            if tag not in _NOTED:
+                rows.setdefault((tag, why), []).append(f"{p['arm']} / {p['prompt']}")
+    return [f"- ⚠ {', '.join(names)} ({tag}): {why}." for (tag, why), names in rows.items()]
 
 
 def _switch_notes(preds: Sequence[Mapping[str, Any]]) -> list[str]:
