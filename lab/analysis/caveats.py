@@ -3,6 +3,7 @@ from its error: a short tag (beside the prediction) and a sentence each."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -38,7 +39,7 @@ def for_row(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, A
                                   "which the probe's T(w) does not price"))
     spread = _round_spread(results, arm, prompt)
     if spread is not None and spread > HOLD:
-        out.append(Caveat("rounds", f"its rounds' speedups lie up to {spread * 100:.0f}% from their median: the "
+        out.append(Caveat("rounds", f"its rounds' speedups lie up to {math.ceil(round(spread * 100, 6))}% from their median: the "
                                     f"measured figure itself moves by more than ±{HOLD * 100:.0f}%"))
     depth = predict.depth_disagreement(rows, probe)
     if depth:
