@@ -129,7 +129,11 @@ def test_plan_times_a_second_depth_past_the_cells_mean_unless_the_profile_names_
     specs, _ = driver.plan([_arm()], 2, _Registry(_Placing), None, (400, 400))  # type: ignore[arg-type]
     # a 256-token prompt plus half of 400, rounded up to the step: 512, as for every max_tokens up to 512
     assert specs[0].deeper == 512 and specs[0].depth is None
-    assert driver.deeper_depth(24) == driver.deeper_depth(512) == 512 and driver.deeper_depth(1000) == 768
+    assert driver.deeper_depth(128) == driver.deeper_depth(512) == 512 and driver.deeper_depth(1000) == 768
+    # cells too short to leave the backend's prefix far behind: one depth, as before
+    assert driver.deeper_depth(127) is None
+    specs, _ = driver.plan([_arm()], 2, _Registry(_Placing), None, (24, 24))  # type: ignore[arg-type]
+    assert specs[0].deeper is None
     specs, _ = driver.plan([_arm()], 2, _Registry(_Placing), 2048, (400, 400))  # type: ignore[arg-type]
     assert specs[0].deeper is None and specs[0].depth == 2048
 
