@@ -127,11 +127,10 @@ def _arm(**over: Any) -> Any:
 
 def test_plan_times_a_second_depth_past_the_cells_mean_unless_the_profile_names_one() -> None:
     specs, _ = driver.plan([_arm()], 2, _Registry(_Placing), None, (400, 400))  # type: ignore[arg-type]
-    # a 256-token prompt plus half of 400, rounded up to the step: 512, as for every max_tokens up to 512
-    assert specs[0].deeper == 512 and specs[0].depth is None
-    assert driver.deeper_depth(128) == driver.deeper_depth(512) == 512 and driver.deeper_depth(1000) == 768
+    # the cell's length: with llama.cpp's 128-token prefix it brackets a cell after a short prompt
+    assert specs[0].deeper == 400 and specs[0].depth is None
     # cells too short to leave the backend's prefix far behind: one depth, as before
-    assert driver.deeper_depth(127) is None
+    assert driver.deeper_depth(255) is None and driver.deeper_depth(256) == 256
     specs, _ = driver.plan([_arm()], 2, _Registry(_Placing), None, (24, 24))  # type: ignore[arg-type]
     assert specs[0].deeper is None
     specs, _ = driver.plan([_arm()], 2, _Registry(_Placing), 2048, (400, 400))  # type: ignore[arg-type]

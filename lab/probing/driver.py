@@ -206,10 +206,7 @@ def depth_refusal(cls: type[Probing], backend: str, method: str) -> None:
 
 # one repeat: each width's figure is already a median of several passes
 DEFAULT_REPEATS = 1
-# prompt tokens (template included) up to which a row's mean depth lies within a run's two probe depths
-DEEPER_PROMPT = 256
-DEEPER_STEP = 256
-DEEPER_MIN_TOKENS = 128
+DEEPER_MIN_TOKENS = 256
 # 2: a llama.cpp probe on a GPU prices T(1) as the baseline decodes it.
 # 3: a llama-server probe times steps that kept none of their drafts too.
 # 4: a llama.cpp probe on a GPU times the passes that switch width too.
@@ -344,12 +341,10 @@ def plan(arms: Sequence[Any], threads: int, registry: Registry,
 
 
 def deeper_depth(max_tokens: int) -> int | None:
-    """A run's probe's second depth: a cell's mean after a prompt of :data:`DEEPER_PROMPT`,
-    rounded up to :data:`DEEPER_STEP` so runs of near lengths share a cached probe; None
-    for cells under :data:`DEEPER_MIN_TOKENS`, which decode near the backend's prefix."""
-    if max_tokens < DEEPER_MIN_TOKENS:
-        return None
-    return -(-(DEEPER_PROMPT + max_tokens // 2) // DEEPER_STEP) * DEEPER_STEP
+    """A run's probe's second depth: ``max_tokens``, so that with the backend's prefix
+    (llama.cpp's 128) the two bracket a cell after a short prompt, its mean near their
+    middle; None for cells under :data:`DEEPER_MIN_TOKENS`, which decode near the prefix."""
+    return max_tokens if max_tokens >= DEEPER_MIN_TOKENS else None
 
 
 def with_deeper(shallow: Probe, deep: Probe) -> Probe:
