@@ -8,8 +8,10 @@ child on every way out. ``LAB_ARM_PROCESS=shared`` runs every arm in the lab's.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
+import importlib
 import os
 import pickle
 import select
@@ -286,6 +288,9 @@ def child_main(argv: list[str], runner_cls: Any, control_cls: Any) -> int:
     from lab.registry import load_registry
 
     if argv[0] == "--zygote":
+        for module in filter(None, argv[2].split(",")):
+            with contextlib.suppress(Exception):  # the arm's process imports it itself, and says why it fails
+                importlib.import_module(module)
         return _zygote(socket.socket(fileno=int(argv[1])), load_registry(), runner_cls, control_cls)
     _child(Path(argv[0]), int(argv[1]), int(argv[2]), load_registry(), runner_cls, control_cls)
     return 1
@@ -337,10 +342,11 @@ class Zygote:
     """A process that imported the lab and loaded the plugins once and forks
     each arm's child (``b"p"`` its pid, ``b"x"`` its wait status once reaped)."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
         mine, theirs = socket.socketpair()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "lab.runner", "--zygote", str(theirs.fileno())],
+            self.proc = subprocess.Popen([sys.executable, "-m", "lab.runner", "--zygote", str(theirs.fileno()),
+                                          ",".join(preload)],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          pass_fds=(theirs.fileno(),), start_new_session=True)
         finally:
@@ -390,31 +396,37 @@ class Zygote:
             self.proc.wait()
 
 
-class Starter:
-    """Starts a run's arm processes: forked from one zygote where
-    :func:`can_fork`, else each its own interpreter; :meth:`close` at the run's end."""
+# This process's zygote, by what it preloaded and the environment it inherited
+# (its children's): kept across runs while both stay, ended at exit.
+_held: tuple[object, Zygote] | None = None
+_held_lock = threading.Lock()
+_fork_failed = False
 
-    def __init__(self) -> None:
-        self._zygote: Zygote | None = None
-        self._fork = can_fork()
 
-    def start(self, request: ArmRequest, log: Callable[[str], None]) -> ArmProcess:
-        if self._fork:
-            try:
-                if self._zygote is None or not self._zygote.alive:
-                    self.close()
-                    self._zygote = Zygote()
-                return ArmProcess(request, self._zygote)
-            except Exception as exc:  # noqa: BLE001 - a fresh interpreter still serves
-                log(f"arm {request.arm}: no zygote to fork from ({type(exc).__name__}: {exc}); a fresh interpreter")
-                self._fork = False
-                self.close()
-        return ArmProcess(request)
+def start(request: ArmRequest, preload: tuple[str, ...], log: Callable[[str], None]) -> ArmProcess:
+    """An arm's process: forked from this process's zygote (``preload``
+    imported) where :func:`can_fork`, else a fresh interpreter."""
+    global _held, _fork_failed
+    if can_fork() and not _fork_failed:
+        try:
+            key = (preload, sorted(os.environ.items()))
+            with _held_lock:
+                if _held is None or _held[0] != key or not _held[1].alive:
+                    close_zygote()
+                    _held = (key, Zygote(preload))
+                return ArmProcess(request, _held[1])
+        except Exception as exc:  # noqa: BLE001 - a fresh interpreter still serves
+            log(f"arm {request.arm}: no zygote to fork from ({type(exc).__name__}: {exc}); a fresh interpreter")
+            _fork_failed = True
+    return ArmProcess(request)
 
-    def close(self) -> None:
-        if self._zygote is not None:
-            self._zygote.close()
-            self._zygote = None
+
+@atexit.register
+def close_zygote() -> None:
+    global _held
+    if _held is not None:
+        _held[1].close()
+        _held = None
 
 
 class Forked:

@@ -187,7 +187,7 @@ class Runner:
         self._categories = {p.name: p.category for p in profile.prompts}
         # processes besides this one whose CPU is the lab's own (the run's, for an arm in a child)
         self._lab_pids: list[int] = []
-        self._arm_processes = arm_process.Starter()
+        self._fork_preload = self._preload()
 
     @property
     def run_dir(self) -> str:
@@ -253,7 +253,6 @@ class Runner:
             raise
         finally:
             self._close_gpu()
-            self._arm_processes.close()
             self.emit(RunFinished(self.run_dir, cancelled=self.control.cancelled or interrupted))
         return list(self.rows())
 
@@ -454,6 +453,11 @@ class Runner:
         self.reference_ids = dict(reference_ids)
         self._lab_pids = list(lab_pids)
 
+    def _preload(self) -> tuple[str, ...]:
+        found = (self.registry.backends.get(a.backend) for a in self.profile.arms)
+        return tuple(dict.fromkeys(m for cls in found if cls is not None and cls.engine_in_process
+                                   for m in cls.fork_preload))
+
     def _controls(self, arm: Arm) -> arm_process.Controls:
         c = self.control
         return c.cancelled, c.skip_requested, c.paused, c.arm_cancelled(arm.name)
@@ -462,9 +466,9 @@ class Runner:
         """The arm in a child process: its rows as the child records them
         and, if the child dies first, its cells left as crashed."""
         try:
-            child = self._arm_processes.start(arm_process.ArmRequest(
+            child = arm_process.start(arm_process.ArmRequest(
                 self.profile, arm.name, self.run_dir, self.rows(), dict(self.reference_ids), self._controls(arm),
-                os.getpid()), self._log)
+                os.getpid()), self._fork_preload, self._log)
         except Exception:  # noqa: BLE001 - no process of its own: the arm runs here, as before
             self._log(f"arm {arm.name}: no process of its own, run in the lab's\n{traceback.format_exc()}")
             self.run_arm_here(arm)

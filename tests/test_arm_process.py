@@ -142,8 +142,9 @@ def test_a_segfault_in_an_arm_costs_its_rows_only_and_lab_run_exits_3(tmp_path: 
 
 
 def arm_processes() -> list[psutil.Process]:
-    """This process's arm processes and their zygote."""
-    return [p for p in psutil.Process().children(recursive=True) if "lab.runner" in " ".join(p.cmdline())]
+    """This process's arm processes (the zygote's children; the zygote itself is kept across runs)."""
+    return [p for p in psutil.Process().children(recursive=True)
+            if "lab.runner" in " ".join(p.cmdline()) and p.ppid() != os.getpid()]
 
 
 # forked from the run's zygote (Linux), or each a fresh interpreter (as on macOS)
@@ -239,6 +240,9 @@ def test_a_signal_to_lab_run_in_a_load_deaf_to_sigterm_ends_it_and_its_process(
                 os.kill(p.pid, signal.SIGKILL)
     assert rc == code
     assert took < 15, took
+    end = time.monotonic() + 5  # the zygote ends as soon as it sees the lab gone
+    while not all(gone(p.pid) for p in children) and time.monotonic() < end:
+        time.sleep(0.05)
     assert all(gone(p.pid) for p in children)
     rows = saved_rows(tmp_path)
     assert {r["status"] for r in rows.values()} == {"cancelled"}

@@ -147,6 +147,7 @@ class EngineBackend(Backend):
 
     stack = "mlx"
     engine_in_process = True
+    fork_preload = ("mlx_lm.utils",)
     # (engine, modules looked up but not imported, install command), checked in order; mlx.core is imported
     engine_checks: tuple[tuple[str, tuple[str, ...], str], ...] = ()
 
