@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -69,6 +69,8 @@ class ArmRequest:
     controls: Controls
     # the run's process: its CPU counts as the lab's own in the noise guard
     parent_pid: int
+    # the run's environment as the arm starts (a forked child inherited its zygote's)
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,8 @@ def _child(path: Path, events: int, control_fd: int, registry: Registry, runner_
     signal.signal(signal.SIGINT, _stop_asked)
     faulthandler.enable()
     request: ArmRequest = pickle.loads(path.read_bytes())  # noqa: S301 - written by the run's process
+    os.environ.clear()
+    os.environ.update(request.environ)
     control = control_cls()
     _apply(control, request.controls, request.arm)
     runner: Any = None
@@ -396,8 +400,8 @@ class Zygote:
             self.proc.wait()
 
 
-# This process's zygote, by what it preloaded and the environment it inherited
-# (its children's): kept across runs while both stay, ended at exit.
+# This process's zygote, by what it preloaded and the environment its imports saw
+# (the lab's settings, the import path): kept across runs while both stay, ended at exit.
 _held: tuple[object, Zygote] | None = None
 _held_lock = threading.Lock()
 _fork_failed = False
@@ -409,7 +413,7 @@ def start(request: ArmRequest, preload: tuple[str, ...], log: Callable[[str], No
     global _held, _fork_failed
     if can_fork() and not _fork_failed:
         try:
-            key = (preload, sorted(os.environ.items()))
+            key = (preload, sorted((k, v) for k, v in os.environ.items() if k.startswith("LAB_") or k == "PYTHONPATH"))
             with _held_lock:
                 if _held is None or _held[0] != key or not _held[1].alive:
                     close_zygote()
