@@ -198,7 +198,7 @@ Rows = Sequence[Mapping[str, Any]]
 
 def run_arms(tmp_path: Path, run: str, prompts: Sequence[tuple[str, str]], arms: str) -> tuple[Rows, dict[tuple[str, str], list[int]]]:
     prompt_text = "".join(f'\n[[prompts]]\nname = "{name}"\ntext = """{text}"""\n' for name, text in prompts)
-    text = f"[run]\nallow_outside_paths = true  # models from the cache\n{run}\n{prompt_text}\n{arms}"
+    text = f"[run]\nallow_outside_paths = true  # models from the cache\nprobe = false\n{run}\n{prompt_text}\n{arms}"
     registry = load_registry()
     profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
     store = RunStore(profile, tmp_path / "runs")
