@@ -293,6 +293,12 @@ class Backend(ResourceHints, ABC):
     accepts_drafters: ClassVar[bool] = False
     # tokens a generation may deliver beyond max_tokens (more: lab.rows.plausible refuses)
     max_overshoot_tokens: ClassVar[int] = 0
+    # The engine runs in the lab's own process (no server): a native crash in it
+    # would end the run, so the runner gives such an arm a process of its own.
+    engine_in_process: ClassVar[bool] = False
+    # Slow imports such an arm's process may find done (Linux forks it from a process
+    # that imported these first): pure imports that touch no device.
+    fork_preload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         self.arm = arm
@@ -612,7 +618,7 @@ CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
         "max_overshoot_tokens": int, "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
         "missing_engine": METHOD,
         "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
-        "check_options": METHOD,
+        "check_options": METHOD, "engine_in_process": bool, "fork_preload": tuple,
     },
     Probing: {
         "probe_methods": tuple, "probe_depth_methods": tuple, "probe_needs_load": METHOD,

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kit: what plugins may use (the speculative loop, prompts, model references, checks)", ("lab.kit",)),
     ("services: the registry, profiles, suites, telemetry, rows, the store, the scaffold",
      ("lab.registry", "lab.profile", "lab.suites", "lab.telemetry", "lab.rows", "lab.store", "lab.scaffold")),
-    ("orchestration: the runner, the probe driver, the lossless sampler", ("lab.runner", "lab.probing", "lab.lossless")),
+    ("orchestration: the runner, the probe driver, the lossless sampler", ("lab.runner", "lab.arm_process", "lab.probing", "lab.lossless")),
     ("reading a run: analysis", ("lab.analysis",)),
     ("rendering: reports", ("lab.render",)),
     ("faces: the CLI and the TUI", ("lab.cli", "lab.tui")),

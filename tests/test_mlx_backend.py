@@ -238,6 +238,7 @@ def test_mlx_draft_model_loads_on_the_engine_thread(registry: Registry, monkeypa
         original(self)
 
     monkeypatch.setattr(dm.MlxDraftModel, "_load", spy)
+    monkeypatch.setenv("LAB_ARM_PROCESS", "shared")  # the spy is in this process
     arms = '\n[[arms]]\nname = "dm"\nbackend = "mlx"\nmodel = "tiny:qwen3"\ndrafter = "draft-model"\nn_max = 2\ndrafter_options = { model = "tiny:qwen3-draft" }\n'
     rows, _ = run_profile(registry, arms, max_tokens=6)
     assert all(r["status"] == "ok" for r in rows), rows
@@ -348,6 +349,7 @@ def test_mlx_allocation_failure_is_an_oom_result(registry: Registry, monkeypatch
         raise RuntimeError("[metal::malloc] Attempting to allocate 99999999999 bytes which is greater than the maximum allowed")
 
     monkeypatch.setattr(baseline, "generate_greedy_pipelined", fail)
+    monkeypatch.setenv("LAB_ARM_PROCESS", "shared")  # the failure is patched into this process
     rows, _ = run_profile(registry, "", max_tokens=4)
     assert rows[0]["status"] == "oom" and "malloc" in rows[0]["detail"]
 
