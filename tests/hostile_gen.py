@@ -136,7 +136,8 @@ def contained_run(profile_text: str, tmp: Path, timeout: float = 120) -> Contain
 
 def _wait4(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str, str, int]:
     """Run ``cmd`` in its own session; exit status, stdout, stderr and the
-    child's peak RSS in bytes (its VmHWM, polled every 20 ms), killed with
+    peak RSS in bytes (the child's VmHWM polled every 20 ms, or its whole
+    session's resident bytes every 100 ms, whichever is larger), killed with
     its group past ``timeout``."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(cwd), start_new_session=True)
     got: dict[str, bytes] = {}
@@ -150,8 +151,12 @@ def _wait4(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str, str, in
         t.start()
     end = time.monotonic() + timeout
     peak = 0
+    polls = 0
     while True:
         peak = max(peak, _hwm(proc.pid))
+        if polls % 5 == 0:  # the arm's own process and what it started count too
+            peak = max(peak, _session_rss(proc.pid))
+        polls += 1
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
@@ -189,3 +194,23 @@ def _hwm(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _session_rss(sid: int) -> int:
+    """The resident bytes of every process of session ``sid`` now, summed:
+    the lab, its arm processes (a crash-isolated engine runs there) and
+    whatever they started."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) != sid:
+                continue
+            with open(f"/proc/{entry.name}/statm", encoding="ascii") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
