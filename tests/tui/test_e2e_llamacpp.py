@@ -23,6 +23,9 @@ max_tokens = 32
 rounds = 1
 warmup = 0
 n_ctx = 512
+# what the TUI shows of a run needs no probe, and one engine thread is the cheapest beside other work
+probe = false
+threads = 1
 
 [[prompts]]
 name = "prose"
