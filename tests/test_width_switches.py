@@ -203,7 +203,8 @@ def run_ngram_with_recorded_probe(tmp_path: Any, notes: dict[str, Any], max_toke
     probes.save(recorded, tmp_path / "gpu-probe.json")
     registry = load_registry()
     text = POLICY_PROFILE.format(policy="").replace("max_tokens = 48", f"max_tokens = {max_tokens}")
-    text = text.replace("warmup = 0", 'warmup = 0\nthreads = 1\nprobe = "gpu-probe.json"')
+    text = text.replace("warmup = 0", 'warmup = 0\nprobe = "gpu-probe.json"')
+    assert "threads = 1" in text  # one engine thread, as the policy tests run it
     profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
     store = RunStore(profile, tmp_path / "runs")
     rows = Runner(profile, registry, store).run()
