@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -100,8 +101,10 @@ def lab(site: Path, *args: str, strict: bool = False, cwd: Path | None = None) -
     env.pop("LAB_PLUGINS_STRICT", None)
     if strict:
         env["LAB_PLUGINS_STRICT"] = "1"
+    # a test process that inherited SIGINT ignored would hand that on: the lab starts as from a terminal
     return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120, cwd=cwd, check=False)
+                          timeout=120, cwd=cwd, check=False,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 PROFILE = """[profile]
@@ -163,6 +166,16 @@ def test_lab_check_of_a_profile_naming_a_broken_plugin_fails_saying_why(site: Pa
     assert strict.returncode == 2 and "lab-broken" in strict.stderr and "Traceback" not in strict.stderr, strict.stderr
 
 
+@pytest.fixture
+def ctrl_c_handler() -> Iterator[None]:
+    """Python's own Ctrl-C handler, as a lab started from a terminal has it
+    (a test process may have inherited SIGINT ignored), given back after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("ctrl_c_handler")
 def test_a_real_ctrl_c_while_plugins_load_still_stops_the_lab(site: Path) -> None:
     install(site, "lab-broken", "lab_broken_plugin",
             drafter(at_import="os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)"))
