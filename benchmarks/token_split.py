@@ -15,11 +15,13 @@ sampler's token). A baseline cell's token then splits into
 
 llama-bench's tg pays launch and device and no pick or loop, so beside it
 this says which part a lab token adds. Only the last cell of an arm without
-a drafter is kept (a run's measured round comes after its warmup).
+a drafter is kept (a run's measured round comes after its warmup). Inside the
+block the lab runs its arms in this process, where the clocks are.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,6 +99,9 @@ def split_clocks() -> Iterator[SplitClocks]:
             clocks.baseline_counts = (clocks.cell.tokens, len(gen.ids) - 1)
         return gen
 
+    # the clocks are patched into this process: an arm in a process of its own would run unclocked
+    shared = os.environ.get("LAB_ARM_PROCESS")
+    os.environ["LAB_ARM_PROCESS"] = "shared"
     engine.Context.decode = timed_decode  # type: ignore[method-assign,assignment]
     engine.Context.wait = timed_wait  # type: ignore[method-assign]
     engine.Context.argmax = picked(argmax)  # type: ignore[method-assign]
@@ -108,3 +113,7 @@ def split_clocks() -> Iterator[SplitClocks]:
         engine.Context.decode, engine.Context.wait, engine.Context.argmax = decode, wait, argmax  # type: ignore[method-assign]
         gpu_pick.BackendGreedy.pick = device_pick  # type: ignore[method-assign]
         LlamaCppBackend.generate = generate  # type: ignore[method-assign]
+        if shared is None:
+            os.environ.pop("LAB_ARM_PROCESS", None)
+        else:
+            os.environ["LAB_ARM_PROCESS"] = shared

@@ -4,6 +4,8 @@ every generation-phase decode is seen once, and no part is counted twice
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
@@ -34,7 +36,10 @@ def test_the_engine_is_as_it_was_after_the_block() -> None:
 
     before = (engine.Context.decode, engine.Context.wait, engine.Context.argmax, gpu_pick.BackendGreedy.pick,
               LlamaCppBackend.generate)
+    env = os.environ.get("LAB_ARM_PROCESS")
     with split_clocks():
         assert engine.Context.decode is not before[0]
+        assert os.environ["LAB_ARM_PROCESS"] == "shared"  # the arm runs where the clocks are
+    assert os.environ.get("LAB_ARM_PROCESS") == env
     assert (engine.Context.decode, engine.Context.wait, engine.Context.argmax, gpu_pick.BackendGreedy.pick,
             LlamaCppBackend.generate) == before
