@@ -137,7 +137,7 @@ def contained_run(profile_text: str, tmp: Path, timeout: float = 120) -> Contain
 def _wait4(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str, str, int]:
     """Run ``cmd`` in its own session; exit status, stdout, stderr and the
     peak RSS in bytes (the child's VmHWM polled every 20 ms, or its whole
-    session's resident bytes every 100 ms, whichever is larger), killed with
+    process tree's resident bytes every 100 ms, whichever is larger), killed with
     its group past ``timeout``."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(cwd), start_new_session=True)
     got: dict[str, bytes] = {}
@@ -155,7 +155,7 @@ def _wait4(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str, str, in
     while True:
         peak = max(peak, _hwm(proc.pid))
         if polls % 5 == 0:  # the arm's own process and what it started count too
-            peak = max(peak, _session_rss(proc.pid))
+            peak = max(peak, _tree_rss(proc.pid))
         polls += 1
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -196,21 +196,26 @@ def _hwm(pid: int) -> int:
     return 0
 
 
-def _session_rss(sid: int) -> int:
-    """The resident bytes of every process of session ``sid`` now, summed:
-    the lab, its arm processes (a crash-isolated engine runs there) and
-    whatever they started."""
-    total = 0
+def _tree_rss(root: int) -> int:
+    """The resident bytes of ``root`` and every process below it now, summed:
+    the lab, the arm processes it forked (each in a session of its own, where
+    an in-process engine runs) and whatever they started."""
+    parent: dict[int, int] = {}
+    rss: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) != sid:
-                continue
-            with open(f"/proc/{entry.name}/statm", encoding="ascii") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            parent[int(entry.name)] = int(fields[1])
+            rss[int(entry.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, IndexError):
             continue
-    return total
+    below = {root}
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in below} - below
+        grew = bool(more)
+        below |= more
+    return sum(rss.get(pid, 0) for pid in below)
