@@ -157,11 +157,19 @@ def _run(tmp: Path) -> tuple[list[Any], str]:
     return rows, (store.path / "report.md").read_text(encoding="utf-8")
 
 
+# alone: the guard reads the whole machine, and other tests beside it decide how
+# much of it the burners and the engine get (and how long the run outlives them)
+@pytest.mark.alone
 @pytest.mark.engine
 def test_a_run_beside_a_cpu_burner_is_marked_and_its_report_says_so(tmp_path: Path) -> None:
+    import psutil
+
     pytest.importorskip("llama_cpp")
-    with foreign_burners(2, 240):
+    with foreign_burners(2, 240) as burners:
         rows, md = _run(tmp_path)
+        gone = [pid for pid in burners
+                if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE]
+    assert not gone, f"burners {gone} ended before the run did: the run read no burner"
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert all(r["contended"] and r["contention"] >= 0.5 for r in rows), [(r["arm"], r["contention"]) for r in rows]
     spec = next(r for r in rows if r["arm"] == "ngram")
