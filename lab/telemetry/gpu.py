@@ -459,7 +459,10 @@ class RunTelemetry:
         """A row's GPU keys: the arm's peaks so far, and for a cell that
         generated its energy over [t_end - gen_s, t_end] per token, split
         into draft and verify where the lab clocked every step as it ran."""
-        self.sampler.sample()  # the cell's last reading, so its window is closed by one
+        try:
+            self.sampler.sample()  # the cell's last reading, so its window is closed by one
+        except Exception:  # noqa: BLE001 - a failing reading is skipped, as the sampler's own
+            pass
         window = self._update_peaks(arm)
         samples = self.sampler.snapshot()
         keys: dict[str, Any] = dict.fromkeys(GPU_KEYS)
