@@ -425,6 +425,11 @@ def start(request: ArmRequest, preload: tuple[str, ...], log: Callable[[str], No
     return ArmProcess(request)
 
 
+def zygote_pid() -> int | None:
+    """The kept zygote's pid: it imports no engine, and outlives each run by design."""
+    return _held[1].proc.pid if _held is not None and _held[1].alive else None
+
+
 @atexit.register
 def close_zygote() -> None:
     global _held
