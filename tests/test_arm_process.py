@@ -227,7 +227,9 @@ def test_a_signal_to_lab_run_in_a_load_deaf_to_sigterm_ends_it_and_its_process(
         tmp_path: Path, site: Path, sig: int, code: int) -> None:
     profile = RUN + arm("stuck", "crashing", 'how = "hang-load"') + arm("later", "ngram")
     lab = subprocess.Popen(lab_run_command(tmp_path, profile), cwd=tmp_path, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                           stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                           # as from a terminal: a test process started in the background hands on SIGINT ignored
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     children: list[psutil.Process] = []
     try:
         end = time.monotonic() + 120
