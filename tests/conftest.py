@@ -9,7 +9,15 @@ The suite runs in parallel workers (pytest-xdist, ``-n auto`` in
 pyproject.toml). A test marked ``alone`` measures time: while it runs no
 other test runs in any worker, so what it measures is its own. Tests marked
 ``xdist_group(NAME)`` run one at a time, whichever worker has them (vLLM's
-engine takes a third of this machine's memory: two at once would not fit)."""
+engine takes a third of this machine's memory: two at once would not fit).
+
+Engines' OpenMP threads (llama.cpp's CPU kernels, torch under vLLM) wait for
+each other at every barrier. By default they spin while they wait, and with
+more workers than cores a spinning thread holds the core the thread it waits
+for needs: on this 2-core machine the engine tests took twice the CPU and
+twice the time. The suite sets ``OMP_WAIT_POLICY=PASSIVE`` (unless already
+set), so that a waiting thread sleeps; every engine and every engine's own
+tool the tests compare against runs under the same setting."""
 
 from __future__ import annotations
 
@@ -21,6 +29,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
     import fcntl
