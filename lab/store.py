@@ -20,23 +20,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
-from lab.base.events import (
-    REJECTED_AT,
-    ArmReported,
-    Cell,
-    DraftMarks,
-    Finished,
-    Logged,
-    ReferenceMeasured,
-    RunEvent,
-    RunFinished,
-    RunStarted,
-    Status,
-    StatusChanged,
-    StepEvent,
-    TokenEvent,
-    finished_row,
-)
+from lab.base import events
 from lab.base.machine import cpu_name, memory_bytes
 from lab.base.profile import Profile
 from lab.base.row import ResultRow
@@ -173,7 +157,7 @@ class RunStore:
         self._steps_pending: list[str] = []
         self._log_lines: list[str] = []
         # the running cells' rejected-draft offsets, saved with their steps
-        self._drafts: dict[Cell, DraftMarks] = {}
+        self._drafts: dict[events.Cell, events.DraftMarks] = {}
         self.meta: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -274,39 +258,39 @@ class RunStore:
         ``_.-``, bounded, and cannot climb out."""
         return self.path / _slug(name, MAX_FILE_CHARS, "log")
 
-    def __call__(self, event: RunEvent) -> None:
-        if isinstance(event, StepEvent):
+    def __call__(self, event: events.RunEvent) -> None:
+        if isinstance(event, events.StepEvent):
             self.add_step(event)
-        elif isinstance(event, TokenEvent):
+        elif isinstance(event, events.TokenEvent):
             if not event.cell.is_warmup:
-                self._drafts.setdefault(event.cell, DraftMarks()).token(event)
-        elif isinstance(event, StatusChanged):
-            if event.status == Status.RUNNING:
+                self._drafts.setdefault(event.cell, events.DraftMarks()).token(event)
+        elif isinstance(event, events.StatusChanged):
+            if event.status == events.Status.RUNNING:
                 self._drafts.pop(event.cell, None)
-        elif isinstance(event, Finished):
+        elif isinstance(event, events.Finished):
             self._drafts.pop(event.cell, None)
-            self.add_result(finished_row(event))
-        elif isinstance(event, ArmReported):
+            self.add_result(events.finished_row(event))
+        elif isinstance(event, events.ArmReported):
             self.set_arm_report(event.arm, event.report)
-        elif isinstance(event, ReferenceMeasured) and event.done:
+        elif isinstance(event, events.ReferenceMeasured) and event.done:
             self.meta["machine"].setdefault("references", {})[event.arm] = dict(event.record)
             self._write_results()
-        elif isinstance(event, Logged):
+        elif isinstance(event, events.Logged):
             self.log(event.text)
-        elif isinstance(event, RunStarted):
+        elif isinstance(event, events.RunStarted):
             self.meta["machine"]["lab_runs_before"] = event.runs_before
             if event.threads is not None:
                 self.meta["machine"]["threads"] = dict(event.threads)
-        elif isinstance(event, RunFinished):
+        elif isinstance(event, events.RunFinished):
             self.finish(cancelled=event.cancelled)
 
-    def add_step(self, event: StepEvent) -> None:
+    def add_step(self, event: events.StepEvent) -> None:
         if event.cell.is_warmup:
             return
         record = event.record()
-        at = self._drafts.setdefault(event.cell, DraftMarks()).step(event)
+        at = self._drafts.setdefault(event.cell, events.DraftMarks()).step(event)
         if at is not None:
-            record[REJECTED_AT] = at
+            record[events.REJECTED_AT] = at
         line = dumps(record) + "\n"
         if self.memory_only:
             self._steps_pending.append(line)

@@ -14,22 +14,7 @@ from typing import Callable, Mapping
 
 from textual.message import Message
 
-from lab.base import metrics
-from lab.base.events import (
-    Cell,
-    DraftMarks,
-    Finished,
-    Held,
-    MemorySample,
-    RunEvent,
-    RunFinished,
-    RunStarted,
-    Status,
-    StatusChanged,
-    StepEvent,
-    TokenEvent,
-    finished_row,
-)
+from lab.base import events, metrics
 from lab.base.probe import ProbeReported
 from lab.runner import RunControl
 from lab.telemetry.gpu import GpuSampled
@@ -72,9 +57,9 @@ class _Live:
     segments: list[tuple[str, bool]] = field(default_factory=list)
     batch_chars: int = 0  # characters in ``segments``
     marks: list[tuple[int, int]] = field(default_factory=list)  # rejected drafts: (offset into segments, count)
-    drafts: DraftMarks = field(default_factory=DraftMarks)  # the cell's marks, as the store saves them
+    drafts: events.DraftMarks = field(default_factory=events.DraftMarks)  # the cell's marks, as the store saves them
     step_owed: bool = False  # the last token was the target's own and no step event followed it yet
-    pending_steps: list[StepEvent] = field(default_factory=list)
+    pending_steps: list[events.StepEvent] = field(default_factory=list)
     dirty: bool = False
     metrics_dirty: bool = False
     metrics_posted_at: float = float("-inf")
@@ -85,7 +70,7 @@ class _Live:
         self.ttft_s = None
         self.tokens = self.first_tokens = self.steps = self.drafted = self.accepted = self.landed = 0
         self.step_owed = False
-        self.drafts = DraftMarks()
+        self.drafts = events.DraftMarks()
         self.first_t = self.last_t = None
         self.last_draft_ms = self.last_verify_ms = None
         self.dirty = self.metrics_dirty = True
@@ -156,8 +141,8 @@ class EventBridge:
         self.control.cancel()  # a hold ends on its own when the run is cancelled
 
     # -- the listener (runner thread) ------------------------------------------
-    def __call__(self, event: RunEvent) -> None:
-        if isinstance(event, TokenEvent):
+    def __call__(self, event: events.RunEvent) -> None:
+        if isinstance(event, events.TokenEvent):
             with self._lock:
                 live = self._arm(event.cell.arm)
                 if live.first_t is None:
@@ -173,7 +158,7 @@ class EventBridge:
                 live.step_owed = live.steps > 0 and not event.from_draft
                 live.dirty = live.metrics_dirty = True
             return
-        if isinstance(event, StepEvent):
+        if isinstance(event, events.StepEvent):
             with self._lock:
                 live = self._arm(event.cell.arm)
                 live.steps += 1
@@ -191,7 +176,7 @@ class EventBridge:
                 live.pending_steps.append(event)
                 live.dirty = live.metrics_dirty = True
             return
-        if isinstance(event, MemorySample):
+        if isinstance(event, events.MemorySample):
             with self._lock:
                 live = self._arm(event.arm)
                 live.mem_bytes = event.rss_bytes
@@ -202,7 +187,7 @@ class EventBridge:
             if event.arm:  # between arms a reading belongs to no lane
                 self.post(GpuSampledLive(event))
             return
-        if isinstance(event, Held):
+        if isinstance(event, events.Held):
             with self._lock:
                 if event.seconds is not None and event.in_cell:
                     # live tok/s leaves the held time out, as the result does
@@ -212,11 +197,11 @@ class EventBridge:
                 self._flush_locked()
             self.post(PauseChanged(self.paused if event.seconds is not None else True, event.seconds is None))
             return
-        if isinstance(event, RunStarted):
+        if isinstance(event, events.RunStarted):
             self._start_flusher()
             self.post(RunBegan(event.run_dir, event.arms, event.prompts, event.rounds))
             return
-        if isinstance(event, StatusChanged):
+        if isinstance(event, events.StatusChanged):
             self._on_status(event)
             return
         if isinstance(event, ProbeReported):
@@ -224,12 +209,12 @@ class EventBridge:
                 self._flush_locked()
                 self.post(ProbeProgress(event.stack, event.text, event.done))
             return
-        if isinstance(event, Finished):
+        if isinstance(event, events.Finished):
             with self._lock:
                 self._flush_locked()
-                self.post(CellFinished(event.cell, finished_row(event)))
+                self.post(CellFinished(event.cell, events.finished_row(event)))
             return
-        if isinstance(event, RunFinished):
+        if isinstance(event, events.RunFinished):
             self._stop.set()
             if self._flusher is not None and self._flusher is not threading.current_thread():
                 self._flusher.join(timeout=1)
@@ -238,13 +223,13 @@ class EventBridge:
                 self.running_arm = None
                 self.post(RunEnded(event.run_dir, event.cancelled))
 
-    def _on_status(self, event: StatusChanged) -> None:
+    def _on_status(self, event: events.StatusChanged) -> None:
         cell = event.cell
-        if cell.round < 0 and event.status == Status.LOADING:
+        if cell.round < 0 and event.status == events.Status.LOADING:
             with self._lock:
                 self.running_arm = cell.arm
                 self.cadence = self.cadences.get(cell.arm, self.cadence)
-        if cell.round >= 0 and event.status in (Status.RUNNING, Status.WARMUP):
+        if cell.round >= 0 and event.status in (events.Status.RUNNING, events.Status.WARMUP):
             with self._lock:
                 self._arm(cell.arm).start_cell(cell.prompt, cell.round, event.t)
         with self._lock:
@@ -297,7 +282,7 @@ class EventBridge:
                 if tps is not None and live.first_t is not None and live.last_t is not None:
                     rate = (live.last_t - live.first_t, tps)
                 self.post(TokensLanded(
-                    Cell(live.arm, live.prompt, live.round), _merge(live.segments),
+                    events.Cell(live.arm, live.prompt, live.round), _merge(live.segments),
                     tuple(live.pending_steps), rate, tuple(live.marks),
                 ))
                 live.segments = []

@@ -6,20 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from lab.api import (
-    Backend,
-    BackendContext,
-    DivergenceExplaining,
-    Drafting,
-    DraftModelHost,
-    EngineOOM,
-    Generation,
-    GenerationRequest,
-    MissingEngine,
-    Option,
-    Probing,
-    Referencing,
-)
+from lab import api
 from lab.base.events import Emit, Status, StatusChanged, arm_cell
 from lab.base.machine import available_cores
 from lab.kit import models
@@ -38,7 +25,9 @@ if TYPE_CHECKING:
 REFERENCE_REPETITIONS = 3
 
 
-class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, DivergenceExplaining):
+class LlamaCppBackend(
+    api.Backend, api.Drafting, api.DraftModelHost, api.Probing, api.Referencing, api.DivergenceExplaining
+):
     name = "llamacpp"
     stack = "llamacpp"
     description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
@@ -46,14 +35,14 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
     engine_in_process = True
     gpu_layers_option = "n_gpu_layers"
     options = (
-        Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)", min=-1),
-        Option("n_batch", int, 512, "logical batch size for prompt processing (-b)", min=1, max=65536),
-        Option("extra_bufts", bool, True, "let llama.cpp repack weights for faster CPU kernels (--no-repack turns it off)"),
-        Option("batch_invariant", bool, False,
+        api.Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)", min=-1),
+        api.Option("n_batch", int, 512, "logical batch size for prompt processing (-b)", min=1, max=65536),
+        api.Option("extra_bufts", bool, True, "let llama.cpp repack weights for faster CPU kernels (--no-repack turns it off)"),
+        api.Option("batch_invariant", bool, False,
                "never decode a token alone (pad it to two rows), so greedy speculation is token-identical to the "
                "baseline on the CPU kernels; it slows every one-token decode (0.55x on SmolLM2 with 2 threads), "
                "so speeds are not the engine's own: for checking losslessness, not for verdicts"),
-        Option("gpu_pick", str, "auto",
+        api.Option("gpu_pick", str, "auto",
                "greedy picks by llama.cpp's backend sampler inside the decode (no logits copied to the host, no "
                "host arg-max): auto = on when layers are offloaded to a GPU, the run is greedy and the arm drafts "
                "(a baseline's one-row decodes pick on the host, which costs less there)",
@@ -65,12 +54,12 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
         return True  # lab check refuses an arm without one
 
     @classmethod
-    def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+    def missing_engine(cls, arm_options: Mapping[str, Any]) -> api.MissingEngine | None:
         from lab.kit.checks import import_failure
 
         # importing llama_cpp loads its shared library: both are checked
         why = import_failure("llama_cpp")
-        return MissingEngine("llama_cpp", why, "bash scripts/setup.sh llamacpp") if why else None
+        return api.MissingEngine("llama_cpp", why, "bash scripts/setup.sh llamacpp") if why else None
 
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
@@ -80,7 +69,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
     def reference_tool(cls, arm_options: Mapping[str, Any]) -> str | None:
         return "llama-bench tg"
 
-    def __init__(self, arm: Arm, ctx: BackendContext) -> None:
+    def __init__(self, arm: Arm, ctx: api.BackendContext) -> None:
         super().__init__(arm, ctx)
         self.model: Model | None = None
         self.context: Context | None = None
@@ -113,7 +102,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
                                           batch_invariant=bool(opts.get("batch_invariant", False)),
                                           outputs_per_seq=self._outputs_per_seq() if self.gpu_pick_verifies else 0)
         except engine.LlamaError as exc:
-            raise EngineOOM(str(exc)) from exc
+            raise api.EngineOOM(str(exc)) from exc
 
     def _outputs_per_seq(self) -> int:
         from lab_llamacpp.gpu_pick import OUTPUTS_PER_SEQ
@@ -141,18 +130,18 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
         assert self.model is not None
         return self.model.n_vocab
 
-    def rendered_prompt(self, request: GenerationRequest) -> RenderedPrompt:
+    def rendered_prompt(self, request: api.GenerationRequest) -> RenderedPrompt:
         """The cell's prompt as the lab renders it for every stack (see
         lab.kit.prompting), from the model file this arm loaded."""
         assert self.model is not None
         return render_prompt(self.model.path, request.prompt, request.system, request.chat_template)
 
-    def prompt_ids(self, request: GenerationRequest, rendered: RenderedPrompt | None = None) -> list[int]:
+    def prompt_ids(self, request: api.GenerationRequest, rendered: RenderedPrompt | None = None) -> list[int]:
         assert self.model is not None
         rendered = rendered or self.rendered_prompt(request)
         return self.model.tokenize(rendered.text, add_special=rendered.add_special, parse_special=rendered.parse_special)
 
-    def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
+    def generate(self, request: api.GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> api.Generation:
         from lab_llamacpp import engine
 
         assert self.context is not None
@@ -174,7 +163,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
                 self._explain_divergence(request, target, ids, trace, gen)
         except engine.LlamaError as exc:
             if "KV cache full" in str(exc):
-                raise EngineOOM(str(exc)) from exc
+                raise api.EngineOOM(str(exc)) from exc
             raise
         gen.engine_bytes = self.engine_bytes()
         gen.engine_report.update(rendered.report())
@@ -185,15 +174,15 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
             gen.engine_report["host_redos"] = redos
         return gen
 
-    # -- why a greedy cell left its baseline (DivergenceExplaining) --------------
-    def _checks_divergence(self, request: GenerationRequest) -> bool:
+    # -- why a greedy cell left its baseline (DivergenceExplaining) -----------------
+    def _checks_divergence(self, request: api.GenerationRequest) -> bool:
         # Greedy cells only (sampled ones differ by design); picks on the
         # GPU leave no host logits to compare.
         return (self.drafter is not None and request.temperature <= 0 and not request.cell.is_warmup
                 and not self.gpu_pick)
 
-    def _explain_divergence(self, request: GenerationRequest, target: LlamaTarget, prompt_ids: Sequence[int],
-                            trace: list[TraceStep], gen: Generation) -> None:
+    def _explain_divergence(self, request: api.GenerationRequest, target: LlamaTarget, prompt_ids: Sequence[int],
+                            trace: list[TraceStep], gen: api.Generation) -> None:
         """After the cell's clocks stopped: the evidence for why its output
         left the baseline's, in ``engine_report["divergence"]``."""
         from lab_llamacpp import divergence
@@ -262,7 +251,7 @@ class LlamaCppBackend(Backend, Drafting, DraftModelHost, Probing, Referencing, D
     def reference_needs_load(self) -> bool:
         return False  # llama-bench loads the model itself: measured once the arm's copy is freed
 
-    def measure_reference(self, request: GenerationRequest, prompt_tokens: int | None) -> dict[str, Any]:
+    def measure_reference(self, request: api.GenerationRequest, prompt_tokens: int | None) -> dict[str, Any]:
         """llama-bench tg of ``max_tokens`` decodes at the prompt's depth,
         with the arm's threads, GPU layers, batch sizes, repacking and flash
         attention (the context's default, auto, as llama-bench's)."""
