@@ -27,9 +27,14 @@ BURN = "import time\nend = time.time() + {s}\nwhile time.time() < end:\n    pass
 def foreign_burners(n: int, seconds: float) -> Iterator[list[int]]:
     """``n`` busy loops that are not this process's descendants (a shell
     starts them in the background and exits, so they are reparented), as a
-    neighbour's processes would be. Bounded by ``seconds`` and killed on the
-    way out by their pids."""
-    script = " ".join(f'"{sys.executable}" -c "$BURN" >/dev/null 2>&1 & echo $!;' for _ in range(n))
+    neighbour's processes would be: each in a session of its own, as programs
+    started from other terminals are (where the kernel shares the cores
+    between sessions, autogroup, a burner in this test's session would
+    compete only with the test, not with the lab's arm process, which has a
+    session of its own). Bounded by ``seconds`` and killed on the way out by
+    their pids."""
+    script = " ".join(f'"{sys.executable}" -c "import os; os.setsid(); exec(os.environ[\'BURN\'])" '
+                      ">/dev/null 2>&1 & echo $!;" for _ in range(n))
     out = subprocess.run(["sh", "-c", script], env={**os.environ, "BURN": BURN.format(s=seconds)},
                          capture_output=True, text=True, timeout=30, check=True).stdout
     pids = [int(x) for x in out.split()]
@@ -171,7 +176,7 @@ def test_a_run_beside_a_cpu_burner_is_marked_and_its_report_says_so(tmp_path: Pa
                 if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE]
     assert not gone, f"burners {gone} ended before the run did: the run read no burner"
     assert [r["status"] for r in rows] == ["ok", "ok"]
-    assert all(r["contended"] and r["contention"] >= 0.5 for r in rows), [(r["arm"], r["contention"]) for r in rows]
+    assert all(r["contended"] and r["contention"] >= 0.5 for r in rows), [(r["arm"], r["contention"], r["contention_note"], r["threads_hint"]) for r in rows]
     spec = next(r for r in rows if r["arm"] == "ngram")
     assert breakeven.classify(spec).kind == breakeven.UNCERTAIN
     assert not spec["verdict"].startswith(("pays", "loses"))
