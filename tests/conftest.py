@@ -24,13 +24,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 try:
     import fcntl
@@ -110,40 +112,78 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(room, ignore_errors=True)
 
 
+# The room an ``alone`` test held whole, kept for the ``alone`` test after it
+# (collection puts them first, one after the other: the room drains once).
+_whole: tuple[IO[bytes], IO[bytes]] | None = None
+
+
 @contextmanager
-def _turn(room: Path, alone: bool) -> Iterator[None]:
+def _turn(room: Path, alone: bool, keep_whole: bool) -> Iterator[None]:
     """Every test holds the room shared, an ``alone`` test holds it whole.
     The gate is taken on the way in, and an ``alone`` test keeps it while it
-    waits and runs: no test gets in ahead of one that waits to be alone."""
+    waits and runs: no test gets in ahead of one that waits to be alone.
+    With ``keep_whole`` an ``alone`` test hands both on to the next one."""
+    global _whole
     assert fcntl is not None
-    with open(room / "gate", "a+b") as gate, open(room / "room", "a+b") as hall:
+    if alone and _whole is not None:
+        gate, hall = _whole
+        _whole = None
+    else:
+        gate, hall = open(room / "gate", "a+b"), open(room / "room", "a+b")
         fcntl.flock(gate.fileno(), fcntl.LOCK_EX)
         try:
             fcntl.flock(hall.fileno(), fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         finally:
             if not alone:
                 fcntl.flock(gate.fileno(), fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(hall.fileno(), fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(gate.fileno(), fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        if alone and keep_whole:
+            _whole = (gate, hall)
+        else:
+            hall.close()  # closing drops the lock
+            gate.close()
+
+
+# How many tests of a group may run at once (1 unless named): the suite's
+# vLLM servers take 2.5 GiB each (1 GiB of KV cache, VLLM_CPU_KVCACHE_SPACE).
+_GROUP_SLOTS = {"vllm": 2}
+
+
+def _take_slot(room: Path, name: str) -> IO[bytes]:
+    """A slot of the group, held while the returned file stays open."""
+    assert fcntl is not None
+    slots = [room / f"group-{name}-{i}" for i in range(_GROUP_SLOTS.get(name, 1))]
+    while True:
+        for path in slots:
+            f = open(path, "a+b")
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | (fcntl.LOCK_NB if len(slots) > 1 else 0))
+                return f
+            except BlockingIOError:
+                f.close()
+        time.sleep(0.2)
 
 
 @contextmanager
 def _one_of(room: Path, groups: list[str]) -> Iterator[None]:
-    """One test of each named group at a time (taken before the room: a test
-    waiting for its group keeps no ``alone`` test out)."""
-    assert fcntl is not None
-    files = [open(room / f"group-{name}", "a+b") for name in sorted(set(groups))]
+    """As many tests of each named group at a time as it has slots (taken
+    before the room: a test waiting for its group keeps no ``alone`` test out)."""
+    files = []
     try:
-        for f in files:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        for name in sorted(set(groups)):
+            files.append(_take_slot(room, name))
         yield
     finally:
         for f in files:
             f.close()  # closing drops the lock
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The ``alone`` tests first, one after another: the workers' room drains
+    # once, at the start, instead of before each of them wherever it stands.
+    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -154,5 +194,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     groups = [str(m.args[0]) if m.args else str(m.kwargs.get("name", "")) for m in item.iter_markers("xdist_group")]
     # setup, call and teardown: a module's engine starts inside the turn too
-    with _one_of(Path(room), groups), _turn(Path(room), item.get_closest_marker("alone") is not None):
+    alone = item.get_closest_marker("alone") is not None
+    keep_whole = alone and nextitem is not None and nextitem.get_closest_marker("alone") is not None
+    with _one_of(Path(room), groups), _turn(Path(room), alone, keep_whole):
         yield
