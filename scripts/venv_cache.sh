@@ -47,7 +47,8 @@ case "${1:-}" in
     new="$(cd "$(dirname "$venv")" && pwd)/$(basename "$venv")"
     # scripts' #! lines, the activate scripts and pyvenv.cfg name the place
     # the environment was installed in; compiled modules fix their own paths
-    grep -lIF "$old" "$tmp"/bin/* "$tmp/pyvenv.cfg" 2>/dev/null | while IFS= read -r f; do
+    # (grep says 2 for what it cannot read: bin/ holds directories and links)
+    { grep -lIF "$old" "$tmp"/bin/* "$tmp/pyvenv.cfg" 2>/dev/null || true; } | while IFS= read -r f; do
       sed -i "s|$old|$new|g" "$f"
     done
     mv "$tmp" "$venv"
