@@ -41,9 +41,9 @@ case "${1:-}" in
     [ ! -e "$venv" ] || { echo "venv cache: $venv exists; not replacing it" >&2; exit 1; }
     tmp="$venv.restoring.$$"
     trap 'rm -rf "$tmp"' EXIT
+    mkdir -p "$(dirname "$venv")"
     cp -a "$entry/venv" "$tmp"
     old="$(cat "$entry/origin")"
-    mkdir -p "$(dirname "$venv")"
     new="$(cd "$(dirname "$venv")" && pwd)/$(basename "$venv")"
     # scripts' #! lines, the activate scripts and pyvenv.cfg name the place
     # the environment was installed in; compiled modules fix their own paths
