@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import pytest
 
 from lab.base import economics as breakeven
+from lab.base.machine import available_cores
 from lab.telemetry import contention
 from lab.telemetry.contention import ContentionWatcher
 
@@ -208,7 +209,11 @@ def test_a_run_does_not_count_its_own_engine(tmp_path: Path) -> None:
 def test_two_runs_started_at_once_mark_each_other(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
     profile = tmp_path / "p.toml"
-    profile.write_text(PROFILE.replace("rounds = 1", "rounds = 2"), encoding="utf-8")
+    # Each run asks for every core: with threads = 0 a run that starts while
+    # the other loads may take fewer, and two one-thread engines on two cores
+    # leave each other alone (the guard rightly reads them quiet).
+    cores = available_cores()
+    profile.write_text(PROFILE.replace("rounds = 1", f"rounds = 2\nthreads = {cores}"), encoding="utf-8")
     procs = [
         subprocess.Popen([sys.executable, "-m", "lab.cli", "run", str(profile), "--out", str(tmp_path / f"runs{i}")],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
