@@ -21,6 +21,7 @@ tool the tests compare against runs under the same setting."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -180,10 +181,86 @@ def _one_of(room: Path, groups: list[str]) -> Iterator[None]:
             f.close()  # closing drops the lock
 
 
+# -- order --------------------------------------------------------------------------
+# Each file runs whole on one worker (--dist loadfile: a module's engine
+# fixture starts once), the longest files first, so that no long file starts
+# last and keeps one worker busy after the others are done. The ``alone``
+# tests come last, as one unit of their own: the room drains once, when only
+# the shortest files are left. tests/durations.json holds each file's seconds
+# in the last recorded run; `LAB_TEST_DURATIONS=tests/durations.json pytest`
+# records them again (a file it does not know counts as UNTIMED_S).
+DURATIONS = Path(__file__).with_name("durations.json")
+UNTIMED_S = 10.0
+_ALONE_UNIT = "(alone)"
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _is_alone(item: pytest.Item) -> bool:
+    return item.get_closest_marker("alone") is not None
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The ``alone`` tests first, one after another: the workers' room drains
-    # once, at the start, instead of before each of them wherever it stands.
-    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
+    try:
+        seconds = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        seconds = {}
+    # stable: a file's tests stay together and in their order
+    items.sort(key=lambda item: (_is_alone(item), -float(seconds.get(_file_of(item.nodeid), UNTIMED_S))))
+    room = getattr(config, "workerinput", {}).get(_ROOM)
+    if room:  # for the scheduler, which sees node ids only
+        mine = Path(room) / f"alone.{os.getpid()}"
+        mine.write_text("\n".join(item.nodeid for item in items if _is_alone(item)), encoding="utf-8")
+        os.replace(mine, Path(room) / "alone")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesThenAlone(LoadFileScheduling):  # type: ignore[misc]
+        """Files as units, in the workers' order; the ``alone`` tests one unit."""
+
+        _alone: frozenset[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._alone is None:
+                room = getattr(config, "_lab_room", None)
+                try:
+                    listed = (Path(room) / "alone").read_text(encoding="utf-8").split() if room else []
+                except OSError:
+                    listed = []
+                self._alone = frozenset(listed)
+            return _ALONE_UNIT if nodeid in self._alone else str(super()._split_scope(nodeid))
+
+    return FilesThenAlone(config, log)
+
+
+# -- durations ----------------------------------------------------------------------
+_spent: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get("LAB_TEST_DURATIONS"):
+        path = _file_of(report.nodeid)
+        _spent[path] = _spent.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = os.environ.get("LAB_TEST_DURATIONS")
+    if not out or hasattr(session.config, "workerinput") or not _spent:
+        return  # a worker's reports reach the controller too: it writes
+    try:
+        known = json.loads(Path(out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    known.update({path: round(s, 1) for path, s in _spent.items()})
+    Path(out).write_text(json.dumps(dict(sorted(known.items())), indent=0) + "\n", encoding="utf-8")
 
 
 @pytest.hookimpl(hookwrapper=True)
