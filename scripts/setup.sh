@@ -82,6 +82,10 @@ else
   # kept before llama.cpp's libraries go in: they come from the build cache
   if [ -n "$fresh" ]; then bash scripts/venv_cache.sh save "$key" "$VENV" || true; fi
 fi
+# The project's own modules, compiled once, as pip compiles what it installs:
+# where PYTHONDONTWRITEBYTECODE is set, every process (each `lab run`, each
+# arm's process) would otherwise compile them again.
+"$VENV/bin/python" -m compileall -q -j 0 lab plugins benchmarks >/dev/null || true
 # The HTML report's test opens the page in a real headless browser:
 # Debian's chromium, where apt-get can install it (CI runs as root); elsewhere
 # that test skips and says so.
