@@ -114,7 +114,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 # The room an ``alone`` test held whole, kept for the ``alone`` test after it
-# (collection puts them first, one after the other: the room drains once).
+# (they run last, one after the other, as one unit: the room drains once).
 _whole: tuple[IO[bytes], IO[bytes]] | None = None
 
 
