@@ -8,8 +8,9 @@ are the exception.
 The suite runs in parallel workers (pytest-xdist, ``-n auto`` in
 pyproject.toml). A test marked ``alone`` measures time: while it runs no
 other test runs in any worker, so what it measures is its own. Tests marked
-``xdist_group(NAME)`` run one at a time, whichever worker has them (vLLM's
-engine takes a third of this machine's memory: two at once would not fit).
+``xdist_group(NAME)`` run as many at a time as the group has slots,
+whichever worker has them (vLLM: two, each server with 1 GiB of KV cache;
+at vLLM's own default a server takes a third of this machine's memory).
 
 Engines' OpenMP threads (llama.cpp's CPU kernels, torch under vLLM) wait for
 each other at every barrier. By default they spin while they wait, and with
@@ -232,7 +233,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             if self._alone is None:
                 room = getattr(config, "_lab_room", None)
                 try:
-                    listed = (Path(room) / "alone").read_text(encoding="utf-8").split() if room else []
+                    listed = (Path(room) / "alone").read_text(encoding="utf-8").splitlines() if room else []
                 except OSError:
                     listed = []
                 self._alone = frozenset(listed)
