@@ -89,6 +89,36 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
     return code
 
 
+def program(command: Callable[[list[str]], int] | None = None) -> int:
+    """The ``lab`` program (its console script and ``python -m lab``): the
+    command runs with the lab as the reaper of what its plugins orphan, and
+    on every way out (Ctrl-C and SIGTERM included) every process still below
+    the lab is ended: no server, arm or helper outlives it. ``command`` (the
+    command line's by default) is for tests."""
+    import signal
+
+    from lab.cli.context import EXIT_SIGINT, EXIT_SIGTERM, Terminated
+    from lab.kit.children import adopt_orphans, end_descendants
+
+    adopt_orphans()
+    terminated: list[int] = []
+
+    def on_term(signum: int, _frame: object) -> None:
+        if not terminated:
+            terminated.append(signum)
+            raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    argv = sys.argv[1:]
+    try:
+        return command(argv) if command is not None else main()
+    except KeyboardInterrupt:
+        return EXIT_SIGTERM if terminated else EXIT_SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        end_descendants()
+
+
 def _end_past_lingering_threads(code: int) -> None:
     """As the program (argv from the command line), end now when a plugin
     left a non-daemon thread running: Python would wait for it at exit,
@@ -101,6 +131,9 @@ def _end_past_lingering_threads(code: int) -> None:
     names = ", ".join(t.name for t in left[:5])
     print(f"lab: {len(left)} thread(s) a plugin started still run ({printable(names)}); ending without them",
           file=sys.stderr)
+    from lab.kit.children import end_descendants
+
+    end_descendants()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

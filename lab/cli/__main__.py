@@ -2,7 +2,7 @@
 
 import sys
 
-from lab.cli import main
+from lab.cli import program
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(program())

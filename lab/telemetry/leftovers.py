@@ -7,11 +7,12 @@ CLI ends the process when a run is done, see :func:`lingering_threads`).
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from lab.kit.children import end_processes
 
 # How long a leftover process has after SIGTERM before SIGKILL.
 TERM_GRACE_S = 3.0
@@ -56,7 +57,7 @@ class Leftovers:
             again = self._new_processes()
             new = {pid: t for pid, t in new.items() if again.get(pid) == t}
         if new:
-            out["processes_ended"] = end_processes(sorted(new))[:MAX_NAMED]
+            out["processes_ended"] = end_processes(sorted(new), TERM_GRACE_S)[:MAX_NAMED]
         threads = [t.name for t in threading.enumerate()
                    if t.ident not in self.threads and t.is_alive() and not t.daemon]
         if threads:
@@ -99,41 +100,6 @@ class Leftovers:
             parts.append("threads still running when it closed (the lab does not wait for them): " + ", ".join(threads))
         parts.extend(str(e) for e in items("close_errors"))
         return "; ".join(parts)
-
-
-def end_processes(pids: list[int]) -> list[dict[str, Any]]:
-    """SIGTERM each (its whole group where it leads one of its own), SIGKILL
-    what is left after TERM_GRACE_S; what was ended, by pid and name."""
-    import psutil
-
-    own_group = os.getpgrp()
-    procs = []
-    ended: list[dict[str, Any]] = []
-    for pid in pids:
-        try:
-            p = psutil.Process(pid)
-            name = p.name()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        procs.append(p)
-        ended.append({"pid": pid, "name": name})
-        _signal(pid, own_group, signal.SIGTERM)
-    _gone, alive = psutil.wait_procs(procs, timeout=TERM_GRACE_S)
-    for p in alive:
-        _signal(p.pid, own_group, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=TERM_GRACE_S)
-    return ended
-
-
-def _signal(pid: int, own_group: int, sig: int) -> None:
-    try:
-        group = os.getpgid(pid)
-        if group == pid and group != own_group:
-            os.killpg(group, sig)
-        else:
-            os.kill(pid, sig)
-    except OSError:
-        pass
 
 
 def lingering_threads() -> list[threading.Thread]:
