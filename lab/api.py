@@ -293,12 +293,11 @@ class Backend(ResourceHints, ABC):
     accepts_drafters: ClassVar[bool] = False
     # tokens a generation may deliver beyond max_tokens (more: lab.rows.plausible refuses)
     max_overshoot_tokens: ClassVar[int] = 0
-    # The engine runs in the lab's own process (no server): a native crash in it
-    # would end the run, so the runner gives such an arm a process of its own.
-    engine_in_process: ClassVar[bool] = False
-    # Slow imports such an arm's process may find done (Linux forks it from a process
-    # that imported these first): pure imports that touch no device.
-    fork_preload: ClassVar[tuple[str, ...]] = ()
+    # Modules the arm's own process imports before anything else (lab.arms.host):
+    # the engine's native libraries, ahead of numpy, whose BLAS may bring an
+    # OpenMP runtime that crashes an engine loaded after it. Pure imports that
+    # touch no device.
+    native_preload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         self.arm = arm
@@ -618,7 +617,7 @@ CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
         "max_overshoot_tokens": int, "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
         "missing_engine": METHOD,
         "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
-        "check_options": METHOD, "engine_in_process": bool, "fork_preload": tuple,
+        "check_options": METHOD, "native_preload": tuple,
     },
     Probing: {
         "probe_methods": tuple, "probe_depth_methods": tuple, "probe_needs_load": METHOD,

@@ -16,10 +16,10 @@ from typing import Any, Mapping, Sequence, TextIO
 import numpy as np
 
 from lab.api import Backend, BackendContext, Drafter, Drafting, GenerationRequest, Option
+from lab.arms.life import attach_drafter
 from lab.base.events import Cell, Event, StepEvent, TokenEvent
 from lab.base.profile import Arm, RunSettings
 from lab.registry import Registry, load_registry
-from lab.runner import attach_drafter
 
 # Short (every sample repeats the prompt): open-ended, repetitive, in between.
 DEFAULT_CONTEXTS: tuple[tuple[str, str], ...] = (

@@ -13,7 +13,7 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NoReturn
 
 import pluggy
 
@@ -100,6 +100,27 @@ def _strict() -> bool:
 def _blocked() -> set[str]:
     raw = os.environ.get("LAB_BLOCK_PLUGINS", "")
     return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+class PluginExited(Exception):
+    """A plugin called ``os._exit`` while it loaded: its load error, not the lab's end."""
+
+
+@contextlib.contextmanager
+def _exit_refused() -> Iterator[None]:
+    """While a plugin's module imports and its hooks register, ``os._exit``
+    raises instead of ending the process (nothing else can be caught: the
+    lab would end with no word of which plugin was loading)."""
+    real = os._exit
+
+    def refused(status: int) -> NoReturn:
+        raise PluginExited(f"it called os._exit({status}) while it loaded; the lab refused to end")
+
+    os._exit = refused
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 class _CtrlC:
@@ -212,10 +233,11 @@ def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], c
         # a plugin registers whole or not at all: what it added before its error goes
         before = (dict(registry.backends), dict(registry.drafters), dict(registry.models), dict(registry.origins))
         try:
-            for hook, register in hooks:
-                for impl in hook.get_hookimpls():
-                    if impl.plugin_name == name:
-                        impl.function(register=register)
+            with _exit_refused():
+                for hook, register in hooks:
+                    for impl in hook.get_hookimpls():
+                        if impl.plugin_name == name:
+                            impl.function(register=register)
         except BaseException as exc:  # noqa: BLE001 - a plugin's failure is data, SystemExit included
             registry.backends, registry.drafters, registry.models, registry.origins = before
             pm.unregister(plugin)
@@ -232,7 +254,8 @@ def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], c
             continue
         seen.add(ep.value)
         try:
-            plugin = ep.load()
+            with _exit_refused():
+                plugin = ep.load()
         except BaseException as exc:  # noqa: BLE001 - SystemExit at import included (see _CtrlC)
             if not ctrl_c.plugins_own(exc):
                 raise

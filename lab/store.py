@@ -281,6 +281,9 @@ class RunStore:
             self.meta["machine"]["lab_runs_before"] = event.runs_before
             if event.threads is not None:
                 self.meta["machine"]["threads"] = dict(event.threads)
+        elif isinstance(event, events.OrderPlanned):
+            self.meta["order"] = {"order": event.order, "words": event.words, "groups": [dict(g) for g in event.groups]}
+            self._write_results()
         elif isinstance(event, events.RunFinished):
             self.finish(cancelled=event.cancelled)
 

@@ -1,5 +1,5 @@
-"""Arms whose engine runs in the lab's process (llama.cpp in process here) run
-in a child process of their own (lab.arm_process): a native crash there
+"""Every arm runs in a process of its own (lab.arms.host; llama.cpp in
+process here): a native crash there
 (SIGSEGV, SIGABRT) costs that arm's remaining cells as crashed rows, the
 other arms run, report.md is written and `lab run` exits 3; the run's
 controls reach the child; Ctrl-C and SIGTERM to `lab run` during such an
@@ -142,23 +142,19 @@ def test_a_segfault_in_an_arm_costs_its_rows_only_and_lab_run_exits_3(tmp_path: 
 
 
 def arm_processes() -> list[psutil.Process]:
-    """This process's arm processes (the zygote's children; the zygote itself is kept across runs),
-    one that ended but is not reaped yet counted as gone, as a card tells it."""
+    """This process's arm processes, one that ended but is not reaped yet
+    counted as gone, as a card tells it."""
     found = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and "lab.runner" in " ".join(p.cmdline()) and p.ppid() != os.getpid():
+            if p.status() != psutil.STATUS_ZOMBIE and "lab.arms.host" in " ".join(p.cmdline()):
                 found.append(p)
         except psutil.Error:
             continue
     return found
 
 
-# forked from the run's zygote (Linux), or each a fresh interpreter (as on macOS)
-@pytest.mark.parametrize("start", ["", "spawn"])
-def test_an_abort_is_its_arms_crashed_rows_and_events_arrive_in_order(tmp_path: Path, site: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch, start: str) -> None:
-    monkeypatch.setenv("LAB_ARM_PROCESS", start)
+def test_an_abort_is_its_arms_crashed_rows_and_events_arrive_in_order(tmp_path: Path, site: Path) -> None:
     text = RUN + arm("base") + arm("crash", "crashing", 'how = "abort", at_cell = 1') + arm("after", "ngram")
     registry = load_registry()
     profile = parse_profile(text, str(tmp_path / "p.toml"), registry)
@@ -236,8 +232,9 @@ def test_a_signal_to_lab_run_in_a_load_deaf_to_sigterm_ends_it_and_its_process(
         while not (tmp_path / "loading").exists():
             assert lab.poll() is None and time.monotonic() < end, lab.stderr.read() if lab.stderr else ""
             time.sleep(0.05)
-        # the arm's process (and, on Linux, the zygote it was forked from)
-        children = [p for p in psutil.Process(lab.pid).children(recursive=True) if "lab.runner" in " ".join(p.cmdline())]
+        # the arm's process
+        children = [p for p in psutil.Process(lab.pid).children(recursive=True)
+                    if "lab.arms.host" in " ".join(p.cmdline())]
         assert children
         t0 = time.monotonic()
         lab.send_signal(sig)
@@ -253,7 +250,7 @@ def test_a_signal_to_lab_run_in_a_load_deaf_to_sigterm_ends_it_and_its_process(
                 os.kill(p.pid, signal.SIGKILL)
     assert rc == code
     assert took < 15, took
-    end = time.monotonic() + 5  # the zygote ends as soon as it sees the lab gone
+    end = time.monotonic() + 5
     while not all(gone(p.pid) for p in children) and time.monotonic() < end:
         time.sleep(0.05)
     assert all(gone(p.pid) for p in children)
@@ -264,8 +261,8 @@ def test_a_signal_to_lab_run_in_a_load_deaf_to_sigterm_ends_it_and_its_process(
 def test_gpu_figures_of_an_arm_in_its_own_process_are_its_processes(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """GPU telemetry stays in the run's process: the arm's device memory is
-    its child's (the card here reports 1 GiB for each arm process and its
-    zygote, none for the run's process), and each row's energy is computed
+    its child's (the card here reports 1 GiB for each arm process, none
+    for the run's process), and each row's energy is computed
     over the child's generation window (100 W, a counter of 100 J/s)."""
     from lab.base.cells import now
     from lab.telemetry.gpu import GpuSample, RunTelemetry

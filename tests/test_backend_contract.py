@@ -20,7 +20,6 @@ from typing import Any, Mapping
 import psutil
 import pytest
 
-from lab import arm_process
 from lab.base.events import Cell, Event, Finished, Status, StatusChanged, StepEvent, TokenEvent
 from lab.profile.load import parse_profile
 from lab.registry import Registry, load_registry
@@ -252,13 +251,11 @@ def test_token_text_concatenates_to_the_row_text(ran: Ran) -> None:
 
 
 def _children() -> set[int]:
-    """This process's live descendants but the arm processes' zygote, which is kept
-    across runs and imports no engine (the arm processes it forks do count)."""
+    """This process's live descendants (each arm's own process among them)."""
     out = set()
-    zygote = arm_process.zygote_pid()
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.pid != zygote:
+            if proc.status() != psutil.STATUS_ZOMBIE:
                 out.add(proc.pid)
         except psutil.NoSuchProcess:
             continue

@@ -1,8 +1,9 @@
-"""llama.cpp's shared libraries load before numpy where the lab can order
-it: registering the llama.cpp plugin in a process without numpy yet, and
-any command started through ``python -m lab_llamacpp.native_first`` (on
-the GPU image the lab was measured on, the other order crashed at model
-load). Checked with an audit hook that sees every ``ctypes.dlopen``."""
+"""Where llama.cpp's shared libraries load, and in which order: never in the
+lab's own process (registering the plugins loads no engine), and first, before
+numpy, in every process the lab starts to run one: an arm's
+(tests/test_arm_deadlines.py runs one), the probe's, and a benchmark's (on the
+GPU image the lab was measured on, the other order crashed at model load).
+Checked with an audit hook that sees every ``ctypes.dlopen``."""
 
 from __future__ import annotations
 
@@ -34,17 +35,8 @@ def dlopens(body: str) -> list[tuple[str, bool]]:
 
 
 @pytest.mark.slow
-def test_registering_the_plugin_loads_llama_before_numpy() -> None:
-    seen = dlopens("from lab.registry import load_registry\nload_registry()")
-    assert seen, "the registry loaded no llama.cpp library"
-    assert seen[0][1] is False, f"numpy came first: {seen}"
-
-
-@pytest.mark.slow
-def test_the_native_first_entry_puts_llama_ahead_of_the_core() -> None:
-    body = "import sys\nsys.argv = ['lab', 'plugins']\nfrom lab_llamacpp import native_first\nnative_first.main()"
-    seen = dlopens(body)
-    assert seen and seen[0][1] is False, seen
+def test_registering_the_plugins_loads_no_engine_in_the_labs_process() -> None:
+    assert dlopens("from lab.registry import load_registry\nload_registry()\nimport lab.runner") == []
 
 
 def test_the_check_can_fail_when_numpy_is_first() -> None:
@@ -53,9 +45,17 @@ def test_the_check_can_fail_when_numpy_is_first() -> None:
 
 
 @pytest.mark.slow
-def test_a_benchmark_script_runs_behind_llama_too(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    script = tmp_path / "bench.py"
-    script.write_text("import sys\nimport numpy\nprint('args', sys.argv[1:])\nsys.exit(3)\n")
-    body = f"import sys\nsys.argv = ['x', {str(script)!r}, '--n', '1']\nfrom lab_llamacpp import native_first\nrc = native_first.main()\nprint('rc', rc)"
+def test_the_probes_process_loads_llama_before_numpy() -> None:
+    body = ("import sys\nsys.argv = ['probe_child', '/nonexistent.json', 'llama_cpp']\n"
+            "from lab.base.native import preload\npreload('llama_cpp')\nimport lab.probing.isolated")
     seen = dlopens(body)
+    assert seen and seen[0][1] is False, seen
+    # and the entry does it before importing the lab: its module imports no numpy first
+    seen = dlopens("import lab.probing.probe_child, sys\nassert 'numpy' not in sys.modules")
+    assert seen == []
+
+
+@pytest.mark.slow
+def test_a_benchmark_loads_llama_before_numpy() -> None:
+    seen = dlopens("import benchmarks\nimport numpy")
     assert seen and seen[0][1] is False, seen

@@ -23,16 +23,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kit: what plugins may use (the speculative loop, prompts, model references, checks)", ("lab.kit",)),
     ("services: the registry, profiles, suites, telemetry, rows, the store, the scaffold",
      ("lab.registry", "lab.profile", "lab.suites", "lab.telemetry", "lab.rows", "lab.store", "lab.scaffold")),
-    ("orchestration: the runner, the probe driver, the lossless sampler", ("lab.runner", "lab.arm_process", "lab.probing", "lab.lossless")),
+    ("orchestration: the runner, the probe driver, the lossless sampler", ("lab.runner", "lab.arms", "lab.probing", "lab.lossless")),
     ("reading a run: analysis", ("lab.analysis",)),
     ("rendering: reports", ("lab.render",)),
     ("faces: the CLI and the TUI", ("lab.cli", "lab.tui")),
 )
 # Plugins sit beside the kit: they may use base, the contract and the kit.
 PLUGIN_MAY_USE = 2
-# The one plugin module allowed above that: a launcher that loads llama.cpp's
-# native library first and then runs the lab's own CLI, as a program would.
-LAUNCHERS = {"lab_llamacpp.native_first": "lab.cli"}
+# Plugin modules allowed above that (none: an arm's process loads its engine first itself).
+LAUNCHERS: dict[str, str] = {}
 
 
 def _modules() -> dict[str, Path]:

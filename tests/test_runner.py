@@ -198,7 +198,8 @@ def test_cancel_marks_the_rest_cancelled(tmp_path: Path) -> None:
     control = RunControl()
 
     def listen(event: Event) -> None:
-        if isinstance(event, Finished) and event.result["arm"] == "base" and event.result["prompt"] == "second":
+        # cells run paired: the base's first cell, then the spec's beside it
+        if isinstance(event, Finished) and event.result["arm"] == "base":
             control.cancel()
 
     text = profile_text([("base", {}), ("spec", {"spec": True, "fail": "hang"})])
@@ -207,6 +208,7 @@ def test_cancel_marks_the_rest_cancelled(tmp_path: Path) -> None:
     statuses = {(r["arm"], r["prompt"], r["round"]): r["status"] for r in results}
     assert len(results) == 8
     assert [s for k, s in statuses.items() if k[0] == "spec"] == ["cancelled"] * 4
+    assert sorted(s for k, s in statuses.items() if k[0] == "base") == ["cancelled"] * 3 + ["ok"]
     assert load_run(store.path)["cancelled"] is True
 
 
@@ -276,7 +278,8 @@ def test_a_backend_that_cannot_stop_between_steps_is_held_before_the_next_cell(t
     results = runner.run()
     held = [e for e in events if isinstance(e, Held)]
     assert held and not any(e.in_cell for e in held)
-    assert held[0].cell == Cell("spec", "first", 2)  # the cell after the one it paused in
+    # the cell after the one it paused in: paired, the base's next
+    assert held[0].cell == Cell("base", "first", 2)
     row = next(r for r in results if (r["arm"], r["prompt"], r["round"]) == ("spec", "first", 1))
     assert "paused_s" not in row["engine_report"]
 

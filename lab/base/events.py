@@ -236,8 +236,21 @@ class Logged:
     t: float = field(default_factory=now)
 
 
+@dataclass(frozen=True)
+class OrderPlanned:
+    """How the run orders its cells (lab.arms.order) and, per group of arms
+    that share a baseline, which engines stay loaded between their cells
+    (lab.arms.fit): ``groups`` holds ``{"arms": [...], "resident": [...],
+    "note": "..."}`` each."""
+
+    order: str
+    words: str
+    groups: tuple[Mapping[str, Any], ...] = ()
+    t: float = field(default_factory=now)
+
+
 # the probe phase's progress, before any arm (lab.probing.driver)
-RunEvent = Union[Event, ArmReported, ReferenceMeasured, Logged, ProbeReported]
+RunEvent = Union[Event, ArmReported, ReferenceMeasured, Logged, ProbeReported, OrderPlanned]
 Listener = Callable[[RunEvent], None]
 
 

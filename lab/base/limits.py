@@ -52,6 +52,9 @@ RUN_RANGES: dict[str, Range] = {
     # below 10 ms the sampler itself would take a core from the engine
     "memory_interval_s": Range(0.01, 3600),
 }
+# Seconds a plugin call may go without a sign of life (lab.base.profile.Deadlines):
+# under a tenth of a second no engine answers; beyond a day no one waits.
+DEADLINE_RANGE = Range(0.1, 86400)
 # Tokens drafted per step; the write-ups went to 12, n-gram drafters to 64.
 N_MAX = Range(1, 1024)
 # An int option whose plugin declares no range still reaches C as a 32-bit int.
@@ -114,6 +117,7 @@ def describe_limits() -> dict[str, str]:
     """Every bound this module holds a profile to, printable."""
     out = {f"run.{k}": r.describe() for k, r in RUN_RANGES.items()}
     out["arms.n_max"] = N_MAX.describe()
+    out["arms.deadlines.*"] = DEADLINE_RANGE.describe()
     out["arms (after sweeps)"] = f"at most {MAX_ARMS}"
     out["prompts"] = f"at most {MAX_PROMPTS}"
     out["arm and prompt names"] = f"letters, digits, '_', '.', '-'; at most {MAX_NAME} characters; no '..'"

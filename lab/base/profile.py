@@ -33,11 +33,38 @@ class RunSettings:
     reference: bool = False
     # files the profile reads may lie outside its own directory tree
     allow_outside_paths: bool = False
+    # how cells are ordered: "paired", each stack's arms cell by cell beside
+    # their baseline's; "arms", one arm's every cell after another's
+    order: str = "paired"
 
     def request_lengths(self) -> tuple[int, int]:
         """Tokens of a measured cell and of a warmup one (``warmup_tokens``
         0: a whole cell): what a probe that times requests sends."""
         return self.max_tokens, self.warmup_tokens or self.max_tokens
+
+
+ORDERS = ("paired", "arms")
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long each of an arm's plugin calls may go without a sign of life
+    before the lab ends the arm's process and records which call hung:
+    ``load`` (the engine and its drafter), ``generate`` (the longest a cell
+    may go without a token or a step, prompt processing and every
+    ``draft()`` included), ``close``, and ``reference`` (the engine's own
+    tool timing the baseline)."""
+
+    load: float = 60.0
+    generate: float = 60.0
+    close: float = 5.0
+    reference: float = 300.0
+
+    def of(self, call: str) -> float:
+        return float(getattr(self, call))
+
+
+DEADLINE_CALLS = ("load", "generate", "close", "reference")
 
 
 @dataclass(frozen=True)
@@ -70,6 +97,7 @@ class Arm:
     acceptance: SetAcceptance | None = None
     # how many tokens each step asks the drafter for, up to n_max (lab.base.draft_policy)
     draft_policy: str = FIXED
+    deadlines: Deadlines = field(default_factory=Deadlines)
 
     @property
     def set_rates(self) -> tuple[float, ...] | None:

@@ -146,8 +146,7 @@ class EngineBackend(Backend):
     and freed. Subclasses give ``load`` and ``_generate``."""
 
     stack = "mlx"
-    engine_in_process = True
-    fork_preload = ("mlx_lm.utils",)
+    native_preload = ("mlx.core", "mlx_lm.utils")
     # (engine, modules looked up but not imported, install command), checked in order; mlx.core is imported
     engine_checks: tuple[tuple[str, tuple[str, ...], str], ...] = ()
 

@@ -157,6 +157,25 @@ def resolve(ref: str) -> Path:
     return path
 
 
+def cached(ref: str) -> Path | None:
+    """The model's file if it is on disk now (a path, the embedded model, a
+    built model already cached), without building anything; else None."""
+    try:
+        if ref == "embedded:smollm2":
+            return embedded_smollm2()
+    except ModelNotFound:
+        return None
+    path = Path(os.path.expanduser(ref))
+    if path.exists():
+        return path
+    if _NAMESPACED.match(ref) and ref in _BUILDERS:
+        filename, _builder, version = _BUILDERS[ref]
+        key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
+        built = cache_dir() / f"{key}-{filename}"
+        return built if built.exists() else None
+    return None
+
+
 def model_file_bytes(model: str) -> int | None:
     """Size of the model's file (or directory) on disk: the bytes a token
     reads, near enough for a roofline."""

@@ -4,15 +4,15 @@ backend, measures and caches the curve as :func:`lab.probing.driver.obtain`
 does, writes it to a file and exits; it is stopped and waited for on every
 way out. ``LAB_PROBE_PROCESS=shared`` measures in the run's process.
 
-    python -m lab.probing.isolated REQUEST.json   (the child; not a command for users)"""
+    python -m lab.probing.probe_child REQUEST.json MODULES   (the child; not a command for users)"""
 
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab.base.probe import Probe, ProbeError, load, save
+from lab.kit.children import Child
 from lab.probing.driver import DEFAULT_REPEATS, ProbeSpec, obtain
 from lab.registry import Registry, load_registry
 
@@ -68,40 +69,27 @@ def obtain_isolated(
             "out": str(out), "depth": spec.depth, "deeper": spec.deeper,
             "request_tokens": list(spec.request_tokens) if spec.request_tokens is not None else None,
         }, default=str), encoding="utf-8")
-        logfile = Path(tmp) / "child.log"
-        with open(logfile, "w+", encoding="utf-8", errors="replace") as child_log:
-            child = subprocess.Popen([sys.executable, "-m", "lab.probing.isolated", str(request)],
-                                     stdin=subprocess.DEVNULL, stdout=child_log, stderr=subprocess.STDOUT)
-            try:
-                while child.poll() is None:
-                    if cancelled():
-                        return None
-                    time.sleep(POLL_S)
-            finally:
-                stop(child)
-                child_log.seek(0)
-                said = child_log.read()[-20_000:]
-                if said.strip():
-                    log(f"probe of {spec.label} in its own process (pid {child.pid}):\n{said}")
+        cls = registry.backends[spec.backend]
+        # a fresh interpreter that loads the engine's native libraries before the lab (lab.arms.host)
+        child = Child([sys.executable, "-m", "lab.probing.probe_child", str(request), ",".join(cls.native_preload)],
+                      name="the probe's process", log_path=Path(tmp) / "child.log")
+        try:
+            while child.alive():
+                if cancelled():
+                    return None
+                time.sleep(POLL_S)
+        finally:
+            child.stop(STOP_GRACE_S)
+            said = "\n".join(ln for ln in child.output.splitlines() if not ln.startswith(("$ ", "# lab: ")))
+            if said.strip():
+                log(f"probe of {spec.label} in its own process (pid {child.pid}):\n{said}")
         if child.returncode != 0:
-            last = [line for line in said.splitlines() if line.strip()][-1:] or ["no output"]
-            raise RuntimeError(f"the probe's process ended with status {child.returncode}: {last[0]}")
+            raise RuntimeError(f"the probe's process ended: {child.death()}")
         try:
             p = load(out)
         except ProbeError as exc:
             raise RuntimeError(f"the probe's process wrote no usable probe: {exc}") from None
     return dataclasses.replace(p, origin={**p.origin, "process": "own"})
-
-
-def stop(child: subprocess.Popen[Any]) -> None:
-    """The child ended and reaped: asked first, then killed."""
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-    child.wait()
 
 
 def _stop_asked(_signum: int, _frame: Any) -> None:
@@ -111,6 +99,7 @@ def _stop_asked(_signum: int, _frame: Any) -> None:
 def main(argv: list[str]) -> int:
     # SIGTERM as Ctrl-C, so every finally runs and a started server is stopped
     signal.signal(signal.SIGTERM, _stop_asked)
+    faulthandler.enable(all_threads=True)
     req = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     depth = req.get("depth")
     lengths = req.get("request_tokens")

@@ -39,6 +39,7 @@ def infer_baselines(src: Source, drafts: Sequence[ArmDraft], registry: Registry 
                 options=d.options, drafter_options=d.drafter_options, baseline=base,
                 is_baseline=d.name not in named and not speculative[d.name],
                 stack=d.stack, group=d.group, sweep=d.sweep, acceptance=d.acceptance, draft_policy=d.draft_policy,
+                deadlines=d.deadlines,
             )
         )
     return tuple(arms)

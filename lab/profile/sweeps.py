@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from lab.base.draft_policy import FIXED
 from lab.base.limits import MAX_ARMS
-from lab.base.profile import Arm
+from lab.base.profile import Arm, Deadlines
 from lab.base.set_acceptance import SetAcceptance
 from lab.profile.errors import KeyPath, Source, shown
 from lab.profile.names import UniqueNames, name_problem, swept_name
@@ -34,6 +34,7 @@ class ArmEntry:
     stack: str
     acceptance: tuple[SetAcceptance | None, ...] = (None,)
     draft_policy: str = FIXED
+    deadlines: Deadlines = Deadlines()
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def expand(src: Source, entries: Sequence[ArmEntry]) -> list[ArmDraft]:
                     drafter_options={k: values[("drafter_options", k)] for k in e.drafter_options},
                     baseline=e.baseline, is_baseline=False, stack=e.stack, group=e.name, sweep=sweep,
                     acceptance=values[("acceptance", "acceptance")], draft_policy=e.draft_policy,
+                    deadlines=e.deadlines,
                 )
             )
     return out

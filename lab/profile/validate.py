@@ -10,8 +10,17 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from lab.api import with_defaults
 from lab.base import draft_policy
-from lab.base.limits import MAX_DESCRIPTION, MAX_NAME, MAX_PROMPTS, N_MAX, RUN_RANGES, out_of_range
-from lab.base.profile import Prompt, RunSettings
+from lab.base.limits import (
+    DEADLINE_RANGE,
+    MAX_ARMS,
+    MAX_DESCRIPTION,
+    MAX_NAME,
+    MAX_PROMPTS,
+    N_MAX,
+    RUN_RANGES,
+    out_of_range,
+)
+from lab.base.profile import DEADLINE_CALLS, ORDERS, Deadlines, Prompt, RunSettings
 from lab.profile import acceptance_key, files
 from lab.profile.errors import KeyPath, Problems, Source, shown
 from lab.profile.errors import clean as clean_text
@@ -28,7 +37,7 @@ TOP_KEYS = ("profile", "run", "prompts", "arms")
 PROFILE_KEYS = ("name", "description")
 PROMPT_KEYS = ("name", "text", "system", "file")
 ARM_KEYS = ("name", "backend", "model", "drafter", "n_max", "options", "drafter_options", "baseline",
-            "url", "api_key_env", "concurrency", "acceptance", "draft_policy")
+            "url", "api_key_env", "concurrency", "acceptance", "draft_policy", "deadlines")
 # arm-level keys that are options of a server arm's backend, checked as such
 ARM_OPTION_KEYS = ("url", "api_key_env", "concurrency")
 RUN_TYPES: dict[str, tuple[type, ...]] = {
@@ -48,6 +57,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "probe_depth": (int,),
     "reference": (bool,),
     "allow_outside_paths": (bool,),
+    "order": (str,),
 }
 _FLOAT_KEYS = ("temperature", "memory_interval_s")
 
@@ -118,6 +128,11 @@ def validate_run(src: Source, raw: Any) -> RunSettings:
             why = out_of_range(values[k], RUN_RANGES[k])
             if why:
                 raise src.error(["run", k], why)
+    if "order" in values and values["order"] not in ORDERS:
+        close = closest(values["order"], ORDERS)
+        hint = f"; did you mean {close!r}?" if close else ""
+        raise src.error(["run", "order"], f"unknown order {shown(values['order'])}: use \"paired\" (each arm's "
+                                          f"cells beside its baseline's) or \"arms\" (one arm after another){hint}")
     settings = RunSettings(**values)
     if isinstance(settings.probe, str):
         allow = files.outside_allowed(settings.allow_outside_paths)
@@ -201,6 +216,11 @@ def validate_arms(
         raise src.error(["arms"], "a profile needs at least one [[arms]] entry")
     if not isinstance(raw, list) or not raw:
         raise src.error(["arms"], "expected an array of tables ([[arms]])")
+    # each entry makes one arm at least: refused before any entry's checks, which
+    # take milliseconds each (options, a drafter's, model paths)
+    if len(raw) > MAX_ARMS:
+        raise src.error(["arms", MAX_ARMS], f"{len(raw):,} [[arms]] entries; a profile may have at most {MAX_ARMS} "
+                                            "arms: split the profile")
     allow = files.outside_allowed(run.allow_outside_paths if run is not None else False)
     if problems is None:
         return tuple(validate_arm(src, i, item, registry, allow) for i, item in enumerate(raw))
@@ -283,6 +303,7 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None, allo
     n_max = _n_max(src, t.get("n_max"), [*key, "n_max"])
     acceptance = acceptance_key.parse(src, t.get("acceptance"), [*key, "acceptance"])
     policy = _draft_policy(src, t.get("draft_policy"), drafter, [*key, "draft_policy"])
+    deadlines = _deadlines(src, t.get("deadlines"), [*key, "deadlines"])
 
     stack = backend
     opt_axes: dict[str, list[Any]] = {k: [v] for k, v in options.items()}
@@ -313,7 +334,25 @@ def validate_arm(src: Source, i: int, item: Any, registry: Registry | None, allo
             raise src.error([*key, "drafter_options"], "drafter_options given but no drafter")
         if drafter is not None and t.get("n_max") is None:
             raise src.error([*key, "n_max"], "a drafter arm needs n_max (tokens drafted per step)")
-    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack, acceptance, policy)
+    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack, acceptance, policy,
+                    deadlines)
+
+
+def _deadlines(src: Source, raw: Any, key: KeyPath) -> Deadlines:
+    """``deadlines = { load = 120, generate = 90 }``: seconds each plugin call may
+    go without a sign of life (lab.base.profile.Deadlines); the rest keep their defaults."""
+    if raw is None:
+        return Deadlines()
+    t = table(src, raw, key)
+    no_unknown(src, t, DEADLINE_CALLS, key)
+    got: dict[str, float] = {}
+    for call, value in t.items():
+        seconds = float(typed(src, value, (int, float), [*key, call]))
+        why = out_of_range(seconds, DEADLINE_RANGE)
+        if why:
+            raise src.error([*key, call], why)
+        got[call] = seconds
+    return Deadlines(**got)
 
 
 def _draft_policy(src: Source, raw: Any, drafter: str | None, key: KeyPath) -> str:

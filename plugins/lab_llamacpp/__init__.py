@@ -1,7 +1,7 @@
 """llama.cpp in process, through llama-cpp-python's low-level API: the
 backend, its derived and synthetic models and its doctor checks, registered
-through ``lab.backends``; llama.cpp's libraries load before numpy where
-nothing loaded numpy yet (:mod:`lab_llamacpp.native_first`)."""
+through ``lab.backends``. Registering loads no engine: an arm's own process
+loads llama.cpp's libraries first (``native_preload``)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,6 @@ if TYPE_CHECKING:
 
 @hookimpl
 def lab_register_backends(register: Callable[[type[Backend]], None]) -> None:
-    import sys
-
-    if "numpy" not in sys.modules:
-        # llama.cpp's libraries before numpy where possible (lab_llamacpp.native_first)
-        from lab_llamacpp.native_first import load_llama_first
-
-        load_llama_first()
     from lab_llamacpp.backend import LlamaCppBackend
 
     register(LlamaCppBackend)

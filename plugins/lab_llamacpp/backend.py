@@ -32,7 +32,8 @@ class LlamaCppBackend(
     stack = "llamacpp"
     description = "llama.cpp in process (llama-cpp-python low-level API); runs drafter plugins"
     accepts_drafters = True
-    engine_in_process = True
+    # llama.cpp's libraries load with the package: before numpy in the arm's process
+    native_preload = ("llama_cpp",)
     gpu_layers_option = "n_gpu_layers"
     options = (
         api.Option("n_gpu_layers", int, 0, "layers offloaded to the GPU (-ngl)", min=-1),

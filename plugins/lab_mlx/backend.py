@@ -39,8 +39,7 @@ class MlxSession(Backend, Probing):
     call, loading, wired limit, memory figures."""
 
     stack = "mlx"
-    engine_in_process = True
-    fork_preload = ("mlx_lm.utils",)
+    native_preload = ("mlx.core", "mlx_lm.utils")
     # the synchronous one-row pass a probe timed beside the pipelined token it prices T(1) in
     _one_row_pass_s: float | None = None
     options: ClassVar[tuple[Option, ...]] = (

@@ -122,11 +122,16 @@ options = { speculative = true, mode = "crash", fail_after = 5, virtual_clock = 
         await wait_until(pilot, lambda: isinstance(app.screen, ErrorScreen), what="an error modal")
         first = app.screen
         assert isinstance(first, ErrorScreen)
-        assert "oom" in first.title_text and "out of memory" in first.detail and "fake engine log" in first.detail
+        # one modal per failed arm, in the order the run met them (paired: the crasher beside its baseline first)
+        modals = {first.title_text.split(":")[0]: first}
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, ErrorScreen) and app.screen is not first,
                          what="the second error modal")
-        assert "crashed" in app.screen.title_text and "signal 11" in app.screen.detail
+        modals[app.screen.title_text.split(":")[0]] = app.screen
+        assert sorted(modals) == ["crasher", "oomer"]
+        oom, crash = modals["oomer"], modals["crasher"]
+        assert "oom" in oom.title_text and "out of memory" in oom.detail and "fake engine log" in oom.detail
+        assert "crashed" in crash.title_text and "signal 11" in crash.detail
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.state == "done")
         screen = app.screen
