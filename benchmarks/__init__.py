@@ -1,4 +1,12 @@
 """The lab's cost against each engine's own tool, and the investigations
-behind it. Run from the repository root as ``python -m benchmarks.NAME`` (or
-``python -m lab_llamacpp.native_first benchmarks/NAME.py`` where llama.cpp's
-libraries must load first); ``common`` holds what the scripts share."""
+behind it. Run from the repository root as ``python -m benchmarks.NAME``;
+``common`` holds what the scripts share.
+
+Some benchmarks run llama.cpp in their own process (the ``process``
+variants); as in an arm's own process (lab.arms.host), its libraries load
+here first, before anything imports numpy, whose BLAS may bring an OpenMP
+runtime that a later ggml backend crashed beside on a CUDA host."""
+
+from lab.base.native import preload
+
+preload("llama_cpp")

@@ -5,9 +5,11 @@ process ends its output with."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 # Side processes run from here so that ``python -m benchmarks.NAME`` resolves
 # whatever directory the benchmark was started from.
@@ -25,3 +27,19 @@ def last_json_line(stdout: str) -> Any:
     """The JSON value a side process printed last (its result; anything it
     printed before is progress)."""
     return json.loads(stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def arms_in_this_process() -> Iterator[None]:
+    """Runs in this block keep their arms in this process
+    (``LAB_ARM_PROCESS=shared``): what a benchmark patches or clocks here is
+    what the arm runs."""
+    before = os.environ.get("LAB_ARM_PROCESS")
+    os.environ["LAB_ARM_PROCESS"] = "shared"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("LAB_ARM_PROCESS", None)
+        else:
+            os.environ["LAB_ARM_PROCESS"] = before

@@ -15,13 +15,15 @@ drifting over the run favour neither):
                                          [--variants process|fresh|bare|nogc[,...]] [--split] [--settle S]
 
 ``--variants`` says how each lab side runs: ``fresh`` (the default) in a
-new process per run, as ``lab run`` runs a profile and as llama-bench runs
-its own: like against like; ``process`` in this process, one run after
-another; ``bare`` in this process with the run's sampler threads (memory,
-contention, GPU telemetry) not started; ``nogc`` in this process with
+new process per run, its arms each in a process of their own, exactly as
+``lab run`` runs a profile (and as llama-bench runs its own): like against
+like; ``shared`` the same with ``LAB_ARM_PROCESS=shared`` (the arms in the
+lab's process: what the arm's own process and its event pipe cost);
+``process`` in this process, one run after another, arms in the lab's
+process; ``bare`` as ``process`` with the run's sampler threads (memory,
+contention, GPU telemetry) not started; ``nogc`` as ``process`` with
 Python's cyclic garbage collector off for the run. Several give every
-setting one side per variant in each repeat: what the process's history,
-the samplers and the collector cost, side by side.
+setting one side per variant in each repeat, side by side.
 
 Each lab side's ratios are also given apart by what ran on the GPU just
 before: llama-bench (whose own timed run always follows its warmup run) or
@@ -58,7 +60,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
-from benchmarks.common import ROOT, last_json_line
+from benchmarks.common import ROOT, arms_in_this_process, last_json_line
 from benchmarks.common import spread as _spread
 from benchmarks.token_split import split_clocks
 from lab.base.events import ArmReported, TokenEvent, now
@@ -119,19 +121,20 @@ def samplers_off() -> Iterator[None]:
         gpu.RunTelemetry.open = opened  # type: ignore[method-assign]
 
 
-VARIANTS = ("process", "fresh", "bare", "nogc")
+VARIANTS = ("process", "fresh", "shared", "bare", "nogc")
 
 
 def lab_side(variant: str, model: str, tokens: int, threads: int, invariant: bool, ngl: int, pick: str,
              n_max: int, split: bool = False) -> tuple[float, float, dict[str, bool], dict[str, float] | None]:
     """One lab run as ``variant`` runs it (see the module's notes), with its
     baseline token's split when ``split`` (token_split.py)."""
-    if variant == "fresh":
+    if variant in ("fresh", "shared"):
+        env = {**os.environ, "LAB_ARM_PROCESS": "shared" if variant == "shared" else ""}
         out = subprocess.run(
-            [sys.executable, "-m", "lab_llamacpp.native_first", __file__, "--one-run", "--model", model, "--tokens",
+            [sys.executable, "-m", "benchmarks.decode_overhead", "--one-run", "--model", model, "--tokens",
              str(tokens), "--threads", str(threads), "--batch-invariant", "on" if invariant else "off",
              "--n-gpu-layers", str(ngl), "--gpu-pick", pick, "--n-max", str(n_max), *(["--split"] if split else [])],
-            capture_output=True, text=True, cwd=ROOT,
+            capture_output=True, text=True, cwd=ROOT, env=env,
         )
         if out.returncode != 0:
             sys.exit(f"the lab run in a fresh process failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -139,7 +142,7 @@ def lab_side(variant: str, model: str, tokens: int, threads: int, invariant: boo
         got = last_json_line(out.stdout)
         return (float(got["rate"]), float(got["overhead_us"]), {k: bool(v) for k, v in got["picks"].items()},
                 got.get("split"))
-    with split_clocks() if split else nullcontext() as clocks:
+    with arms_in_this_process(), split_clocks() if split else nullcontext() as clocks:
         if variant == "bare":
             with samplers_off():
                 rate, over, picks = lab_run(model, tokens, threads, invariant, ngl, pick, n_max)
@@ -227,7 +230,7 @@ def main() -> int:
                          "off, or several separated by commas (each a lab side of every repeat, in rotating order)")
     ap.add_argument("--n-max", type=int, default=4, help="the oracle arm's draft length")
     ap.add_argument("--variants", type=variant_list, default=["fresh"],
-                    help="how each lab side runs: process, fresh, bare or nogc, or several separated by commas")
+                    help="how each lab side runs: fresh, shared, process, bare or nogc, or several separated by commas")
     ap.add_argument("--settle", type=float, default=0.0,
                     help="seconds to wait before each side (the GPU idle): whether what slows a lab run that follows "
                          "another fades with time")
@@ -239,8 +242,12 @@ def main() -> int:
     load_registry()  # model references (tiny:, synthetic:) resolve through the plugins' registry
     threads = args.threads or len(os.sched_getaffinity(0))
     if args.one_run:
-        rate, over, picked, split = lab_side("process", args.model, args.tokens, threads, args.batch_invariant == "on",
-                                             args.n_gpu_layers, args.gpu_pick[0], args.n_max, args.split)
+        # where the arms run is this process's LAB_ARM_PROCESS (the default: each its own); a split is
+        # clocked in this process, so it keeps them here
+        with split_clocks() if args.split else nullcontext() as clocks:
+            rate, over, picked = lab_run(args.model, args.tokens, threads, args.batch_invariant == "on",
+                                         args.n_gpu_layers, args.gpu_pick[0], args.n_max)
+        split = clocks.baseline if clocks is not None else None
         print(json.dumps({"rate": rate, "overhead_us": over, "picks": picked, "split": split}))
         return 0
     model_path = models.resolve(args.model)

@@ -21,11 +21,12 @@ block the lab runs its arms in this process, where the clocks are.
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
+
+from benchmarks.common import arms_in_this_process
 
 
 @dataclass
@@ -100,8 +101,8 @@ def split_clocks() -> Iterator[SplitClocks]:
         return gen
 
     # the clocks are patched into this process: an arm in a process of its own would run unclocked
-    shared = os.environ.get("LAB_ARM_PROCESS")
-    os.environ["LAB_ARM_PROCESS"] = "shared"
+    here = arms_in_this_process()
+    here.__enter__()
     engine.Context.decode = timed_decode  # type: ignore[method-assign,assignment]
     engine.Context.wait = timed_wait  # type: ignore[method-assign]
     engine.Context.argmax = picked(argmax)  # type: ignore[method-assign]
@@ -113,7 +114,4 @@ def split_clocks() -> Iterator[SplitClocks]:
         engine.Context.decode, engine.Context.wait, engine.Context.argmax = decode, wait, argmax  # type: ignore[method-assign]
         gpu_pick.BackendGreedy.pick = device_pick  # type: ignore[method-assign]
         LlamaCppBackend.generate = generate  # type: ignore[method-assign]
-        if shared is None:
-            os.environ.pop("LAB_ARM_PROCESS", None)
-        else:
-            os.environ["LAB_ARM_PROCESS"] = shared
+        here.__exit__(None, None, None)
