@@ -3,6 +3,7 @@
 #   .device/llama.cpp.tar.gz  llama.cpp as vendored in the llama-cpp-python sdist
 #                             (docs, media, benches and model files dropped) and
 #                             the sdist's llama_cpp Python package beside it
+#   .device/COMMIT            the commit (HEAD) speclab was built from
 #   .device/whl/              speclab built from the committed tree (HEAD) and the
 #                             pure-Python wheels the machine lacks (WHEEL_DIR's,
 #                             which may be the last bundle's .device/whl)
@@ -32,6 +33,8 @@ tar czf "$out/llama.cpp.tar.gz" -C "$stage/pkg" .
 git -C "$root" archive HEAD | tar x -C "$stage/speclab"
 for f in "$@"; do install -D -m 644 "$root/$f" "$stage/speclab/$f"; done
 python3 -m pip wheel -q --no-deps -w "$out/whl" "$stage/speclab"
+# the commit the wheel was built from, for the GPU check's page
+git -C "$root" rev-parse HEAD > "$out/COMMIT"
 cp "$stage"/wheels/*.whl "$out/whl/"
 du -sh "$out"/* "$out"/whl/*
 du -sh "$out"

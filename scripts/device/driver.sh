@@ -68,11 +68,34 @@ record_telemetry() {
 model_path() { python3 -c "from lab_llamacpp import synthetic; print(synthetic.resolve('synthetic:$1'))"; }
 hybrid_path() { python3 -c "from lab_llamacpp import hybrid; print(hybrid.resolve('synthetic:$1'))"; }
 
-# The lab and its benchmarks with llama.cpp's libraries loaded before numpy
-# (on this image the other order crashed at model load).
-lab() { python3 -m lab_llamacpp.native_first "$@"; }
-# from the repository root's package, so the benchmarks import each other as benchmarks.*
-bench_py() { PYTHONPATH="$repo:$PYTHONPATH" python3 -m lab_llamacpp.native_first "$repo/benchmarks/$1" "${@:2}"; }
+# The lab as a user runs it: `python -m lab` (each arm's own process loads
+# llama.cpp's libraries before numpy; on this image the other order crashed).
+lab() { python3 -m lab "$@"; }
+# from the repository root, so the benchmarks import each other as benchmarks.*
+bench_py() { (cd "$repo" && PYTHONPATH="$repo:$PYTHONPATH" python3 -m "benchmarks.${1%.py}" "${@:2}"); }
+
+# -- the GPU check: the default path, every kind of llama.cpp arm, exit code and files -----------
+# Plain `lab run` (the wheel's console script) and `python -m lab run`, no wrapper and no
+# environment override; then decode_overhead in the default path beside LAB_ARM_PROCESS=shared.
+# Writes $R/gpu-check/ (README.md from scripts/device/gpu_check.py, naming the commit and the card)
+# and the two runs under $W/runs/gpu-check*/. About 8 minutes on an H100 after the build.
+gpu_check() {
+  local G=$R/gpu-check
+  mkdir -p "$G"
+  cp "$repo/.device/COMMIT" "$G/commit.txt" 2>/dev/null || echo "unknown (no .device/COMMIT)" > "$G/commit.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$G/card.txt" 2>&1
+  stage models write_models llama-8b llama-1b | tee -a "$R/models.txt"
+  stage hybrid_models write_hybrid qwen35-27b | tee -a "$R/twins-models.txt"
+  /tmp/site/bin/lab run "$repo/profiles/gpu-check.toml" --out "$W/runs/gpu-check" > "$G/gpu-check.txt" 2> "$W/gpu-check.log"
+  echo $? > "$G/gpu-check.rc"
+  python3 -m lab run "$repo/profiles/twin-llamacpp-mtp.toml" --out "$W/runs/gpu-check-mtp" > "$G/gpu-check-mtp.txt" \
+    2> "$W/gpu-check-mtp.log"
+  echo $? > "$G/gpu-check-mtp.rc"
+  bench_py decode_overhead.py --model synthetic:llama-8b --n-gpu-layers 999 --repeats 6 --tokens 256 \
+    --variants fresh,shared > "$G/decode-overhead.txt" 2> "$W/gpu-check-overhead.log"
+  echo $? > "$G/decode-overhead.rc"
+  python3 "$repo/scripts/device/gpu_check.py" "$G" "$W/runs/gpu-check" "$W/runs/gpu-check-mtp" > "$G/README.md"
+}
 
 # -- call 1: the loop's two figures, the probe, the two profiles ---------------
 overhead() {
@@ -322,7 +345,7 @@ mlx_twins() {
   twins_models
   # at most LAB_MLX_TWIN_TIMEOUT seconds (15 minutes), stopped as Ctrl-C stops a run (what was measured is kept):
   # on an H100 its first six cells took 400-505 s with their probes, its ten cells 632 s
-  timeout -s INT "${LAB_MLX_TWIN_TIMEOUT:-900}" python3 -m lab_llamacpp.native_first run "$repo/profiles/twin-mlx.toml" --out "$W/runs/twin-mlx" \
+  timeout -s INT "${LAB_MLX_TWIN_TIMEOUT:-900}" python3 -m lab run "$repo/profiles/twin-mlx.toml" --out "$W/runs/twin-mlx" \
     > "$R/twin-mlx.txt" 2> "$W/twin-mlx.log"
 }
 
