@@ -1,5 +1,6 @@
 """``lab run PROFILE``: the profile checked, every arm run headless, a run
-directory saved as it goes, the comparison printed at the end."""
+directory saved as it goes, the comparison printed at the end, and only
+then the figures drawn."""
 
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     except StoreError as exc:
         print(f"lab: {printable(exc)}", file=sys.stderr)
         return 2
-    report = ReportWriter(store)
+    # figures last, after the summary: drawing them can crash or hang (in a
+    # process of their own), which must cost nothing that comes before
+    report = ReportWriter(store, figures_later=True)
     listeners: list[Listener] = [report]
     if not args.quiet:
         listeners.append(Progress(PrintableStream(sys.stderr)))  # type: ignore[arg-type]
@@ -78,13 +81,22 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
               "the table above has every row", file=sys.stderr)
         return 1
     print(f"\nsaved: {printable(store.path)}")
-    if report.error:
-        return 1
     failed = sum(1 for row in results if row.status in _FAILED)
-    if failed:
+    code = 1 if report.error else EXIT_ROW_FAILED if failed else 0
+    if failed and not report.error:
         print(f"lab: {failed} row(s) failed (error, crashed or oom); the report says why", file=sys.stderr)
-        return EXIT_ROW_FAILED
-    return 0
+    sys.stdout.flush()
+    try:
+        with sigterm_as_interrupt() as term:
+            figures = report.add_figures()
+    except KeyboardInterrupt:
+        print(f"\nlab: {'terminated (SIGTERM)' if term else 'interrupted'} while drawing figures; report.md is "
+              "written without them", file=sys.stderr)
+        return EXIT_SIGTERM if term else EXIT_SIGINT
+    if figures:
+        # the figures' fate never changes the run's exit status
+        print(f"lab: {printable(figures)}", file=sys.stderr)
+    return code
 
 
 _FAILED = frozenset({Status.ERROR, Status.CRASHED, Status.OOM})

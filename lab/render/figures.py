@@ -1,9 +1,10 @@
 """A run's figures, drawn with matplotlib (Agg, no display) from the series
 :mod:`lab.render.figure_data` builds: SVG (text kept as text, so files stay
-small and searchable) and PNG, written into ``RUN_DIR/figures/`` when the
-run's report is written, or returned as bytes for the HTML page. Drawing
-happens after a run is saved, never while it decodes. matplotlib is imported
-inside the functions: the core imports nothing heavy at module level."""
+small and searchable) and PNG. :func:`draw` runs in the drawing process
+(:mod:`lab.render.draw`), never in the lab's: that module writes them into
+``RUN_DIR/figures/`` after the run's report is written, or returns their
+bytes for the HTML page. matplotlib is imported inside the functions: the
+core imports nothing heavy at module level."""
 
 from __future__ import annotations
 
@@ -48,10 +49,13 @@ class Drawn:
 
 @dataclass(frozen=True)
 class Outcome:
-    """Every figure of a run: those drawn, and a line for each one left out."""
+    """Every figure of a run: those drawn, a line for each one left out,
+    and what ended the drawing process when it did not end well
+    (:mod:`lab.render.draw`)."""
 
     drawn: tuple[Drawn, ...]
     left_out: tuple[str, ...]
+    stopped: str | None = None
 
 
 def _colors(n: int) -> list[Any]:
@@ -403,37 +407,6 @@ def draw(planned: Sequence[fd.Planned], formats: Sequence[str] = FORMATS) -> Out
     return Outcome(tuple(drawn), tuple(left_out))
 
 
-def render(data: Mapping[str, Any], formats: Sequence[str] = FORMATS) -> Outcome:
-    """Every figure of a loaded run (:func:`lab.render.report.load_for_report`)."""
-    return draw(fd.plan(data), formats)
-
-
-def render_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], name_a: str = "A", name_b: str = "B",
-                   formats: Sequence[str] = FORMATS) -> Outcome:
-    return draw(fd.plan_compare(data_a, data_b, name_a, name_b), formats)
-
-
-def write(run_dir: str | Path, data: Mapping[str, Any], formats: Sequence[str] = FORMATS) -> Outcome:
-    """Draw a run's figures into ``RUN_DIR/figures/`` (replacing those of an
-    earlier rendering, removing those the run no longer has data for)."""
-    out = render(data, formats)
-    where = Path(run_dir) / FIGURE_DIR
-    if where.is_symlink():
-        raise OSError(f"{where} is a symlink: figures are written inside the run directory only")
-    where.mkdir(exist_ok=True)
-    keep = set()
-    for d in out.drawn:
-        for fmt, body in d.files.items():
-            (where / f"{d.name}.{fmt}").write_bytes(body)
-            keep.add(f"{d.name}.{fmt}")
-    for name, *_ in fd.FIGURES:
-        for fmt in FORMATS:
-            stale = where / f"{name}.{fmt}"
-            if stale.name not in keep and stale.is_file() and not stale.is_symlink():
-                stale.unlink()
-    return out
-
-
 def markdown_lines(outcome: Outcome, link_dir: str = FIGURE_DIR) -> list[str]:
     """The report's Figures section: each figure linked (SVG, PNG beside it)
     and a line for each one the run could not have."""
@@ -445,6 +418,8 @@ def markdown_lines(outcome: Outcome, link_dir: str = FIGURE_DIR) -> list[str]:
         lines += [f"  - {n}" for n in d.notes]
     if outcome.left_out:
         lines += ["", "Not drawn:", ""] + [f"- {x}" for x in outcome.left_out]
+    if outcome.stopped:
+        lines += ["", f"Drawing stopped: {outcome.stopped}. `lab report RUN_DIR --figures` draws them again."]
     return lines
 
 

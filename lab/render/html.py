@@ -1,6 +1,7 @@
 """``lab report --format html``: one self-contained page of a run (or of a
 comparison) that opens offline: the Markdown report's sections as HTML,
-each followed by its figures inline (SVG as data URIs), and a
+each followed by its figures inline (SVG as data URIs, drawn in a process
+of their own: :mod:`lab.render.draw`), and a
 Content-Security-Policy that lets the page load nothing but itself. Text
 from the run is escaped (raw HTML in a saved name or error is shown, never
 run)."""
@@ -11,6 +12,7 @@ import base64
 import html
 from typing import Any, Mapping, Sequence
 
+from lab.render import draw
 from lab.render import figures as figs
 
 # Nothing is fetched: no scripts, no fonts, no remote images; images only as data URIs.
@@ -93,21 +95,12 @@ def page(title: str, markdown: str, outcome: figs.Outcome, lead: Sequence[figs.D
             f"<body><main>\n{''.join(body)}\n</main></body></html>\n")
 
 
-def _drawn_or_why(build: Any) -> figs.Outcome:
-    """Figures, or one line saying why there are none (no matplotlib): the
-    page still carries the tables."""
-    try:
-        return build()  # type: ignore[no-any-return]
-    except ImportError as exc:
-        return figs.Outcome((), (f"no figures: matplotlib could not be imported ({exc})",))
-
-
 def render_html(data: Mapping[str, Any]) -> str:
     """A loaded run (:func:`lab.render.report.load_for_report`) as one page."""
     from lab.render.report import render_markdown
 
     shown = {k: v for k, v in data.items() if k != "figure_lines"}
-    outcome = _drawn_or_why(lambda: figs.render(data, ("svg",)))
+    outcome = draw.render(data, ("svg",))
     return page(str(data["profile"].get("name") or "run"), render_markdown(shown), outcome)
 
 
@@ -115,6 +108,6 @@ def render_compare_html(data_a: Mapping[str, Any], data_b: Mapping[str, Any]) ->
     """Two loaded runs: the comparison's table after the two overlays."""
     from lab.render.compare import render_compare
 
-    outcome = _drawn_or_why(lambda: figs.render_compare(data_a, data_b, formats=("svg",)))
+    outcome = draw.render_compare(data_a, data_b, formats=("svg",))
     title = f"{data_a['profile'].get('name')} → {data_b['profile'].get('name')}"
     return page(title, render_compare(data_a, data_b, "md"), outcome)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -96,34 +98,77 @@ def load_for_report(run_dir: str | Path, probe: str | Path | None = None) -> dic
     return data
 
 
-def write_report(run_dir: str | Path, data: Mapping[str, Any] | None = None) -> Path:
+# What report.md says of its figures until they are drawn: written first, so
+# that a drawing which never comes back leaves a report that says so.
+FIGURES_PENDING = ["Drawn after this report is written, in a process of their own, and linked here when done. "
+                   "If this line stays, that drawing did not finish: `lab report RUN_DIR --figures` draws them."]
+
+
+def write_report(run_dir: str | Path, data: Mapping[str, Any] | None = None, figures: bool = True) -> Path:
     """Render a run directory's report.md from what it saved, with its steps
     and any probe attached (so the per-position acceptance and the
-    prediction are in it too)."""
+    prediction are in it too); then, with ``figures``, draw its figures and
+    write it again with them (:func:`add_figures`). Without, the caller
+    adds them when it is ready."""
+    shown = load_for_report(run_dir) if data is None else data
+    path = _write_markdown(run_dir, {**shown, "figure_lines": FIGURES_PENDING})
+    if figures:
+        add_figures(run_dir, shown)
+    return path
+
+
+def add_figures(run_dir: str | Path, data: Mapping[str, Any]) -> str | None:
+    """Draw the run's figures (in a process of their own: a crash or a hang
+    there costs the figures only) and write report.md again with its
+    Figures section; what went wrong, in a line, or None."""
+    lines, stopped = _figures(run_dir, data)
+    try:
+        _write_markdown(run_dir, {**data, "figure_lines": lines})
+    except OSError as exc:
+        return f"report.md not written again with its figures: {exc.strerror or exc}"
+    return f"figures: {stopped}; report.md says which were not drawn" if stopped else None
+
+
+def _write_markdown(run_dir: str | Path, data: Mapping[str, Any]) -> Path:
     path = Path(run_dir) / rundir.REPORT_FILE
     # a report is read with cat as often as in an editor: whatever a server or
     # a saved run put in it (escape sequences, OSC 52) is written escaped
-    shown = load_for_report(run_dir) if data is None else data
-    shown = {**shown, "figure_lines": write_figures(run_dir, shown)}
-    path.write_text(printable(render_markdown(shown), keep="\n\t"), encoding="utf-8")
+    text = printable(render_markdown(data), keep="\n\t")
+    # whole or not at all: written again with its figures, the report without them stays if this fails
+    from lab.store import FILE_MODE
+
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(handle, FILE_MODE)
+        with os.fdopen(handle, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return path
 
 
 def write_figures(run_dir: str | Path, data: Mapping[str, Any]) -> list[str]:
-    """Draw the run's figures beside its report (lab.render.figures) and
-    return the report's Figures section; figures that cannot be drawn cost
-    themselves, never report.md."""
-    from lab.render import figures
+    """Draw the run's figures beside its report (:mod:`lab.render.draw`)
+    and return the report's Figures section; figures that cannot be drawn
+    cost themselves, never report.md."""
+    return _figures(run_dir, data)[0]
+
+
+def _figures(run_dir: str | Path, data: Mapping[str, Any]) -> tuple[list[str], str | None]:
+    from lab.render import draw, figures
 
     try:
-        return figures.markdown_lines(figures.write(run_dir, data))
-    except ImportError as exc:
-        return [f"No figures: matplotlib could not be imported ({exc}); `pip install matplotlib` and "
-                "`lab report RUN_DIR --figures` draws them."]
+        out = draw.write(run_dir, data)
     except OSError as exc:
-        return [f"No figures: they could not be written in {run_dir} ({exc.strerror or exc})."]
+        why = f"they could not be written in {run_dir} ({exc.strerror or exc})"
+        return [f"No figures: {why}."], why
     except Exception as exc:  # noqa: BLE001 - figures are never worth losing report.md
-        return [f"No figures: drawing failed ({type(exc).__name__}: {str(exc)[:200]})."]
+        why = f"drawing failed ({type(exc).__name__}: {str(exc)[:200]})"
+        return [f"No figures: {why}."], why
+    return figures.markdown_lines(out), out.stopped
 
 
 def write_acceptance(run_dir: str | Path, data: Mapping[str, Any] | None = None) -> Path | None:
@@ -144,12 +189,17 @@ def write_acceptance(run_dir: str | Path, data: Mapping[str, Any] | None = None)
 
 class ReportWriter:
     """A listener of a run that writes report.md and acceptance.json when it
-    ends, where the store is now (subscribe it after the store); a report that
-    cannot be written leaves its reason in ``error``."""
+    ends, where the store is now (subscribe it after the store), then draws
+    the figures and writes report.md again with them; with
+    ``figures_later`` the caller draws them with :meth:`add_figures` when it
+    is ready (`lab run` prints its summary first). A report that cannot be
+    written leaves its reason in ``error``."""
 
-    def __init__(self, store: Any = None) -> None:
+    def __init__(self, store: Any = None, figures_later: bool = False) -> None:
         self.store = store
+        self.figures_later = figures_later
         self.error: str | None = None
+        self._written: tuple[str, Mapping[str, Any]] | None = None
 
     def __call__(self, event: RunEvent) -> None:
         if not isinstance(event, RunFinished):
@@ -159,19 +209,32 @@ class ReportWriter:
             return
         try:
             data = load_for_report(run_dir)
-            write_report(run_dir, data)
+            write_report(run_dir, data, figures=False)
         except OSError as exc:
             self.error = f"report.md not written in {run_dir}: {exc.strerror or exc}"
             return
         except Exception as exc:  # noqa: BLE001 - a results file it refuses (too large, damaged) is said, not raised
             self.error = f"report.md not written in {run_dir}: {type(exc).__name__}: {exc}"
             return
+        self._written = (run_dir, data)
         try:
             write_acceptance(run_dir, data)
         except OSError as exc:
             self.error = f"acceptance.json not written in {run_dir}: {exc.strerror or exc}"
         except ValueError as exc:
             self.error = f"acceptance.json not written in {run_dir}: {exc}"
+        if not self.figures_later:
+            self.add_figures()
+
+    def add_figures(self) -> str | None:
+        """Draw the figures of the report written at the run's end and write
+        it again with them (:func:`add_figures`); what went wrong, in a line,
+        or None (also when there was no report to add them to)."""
+        if self._written is None:
+            return None
+        run_dir, data = self._written
+        self._written = None
+        return add_figures(run_dir, data)
 
 
 def _probe(data: Mapping[str, Any]) -> Any:
