@@ -25,6 +25,7 @@ from lab.registry import PluginLoadError, Registry
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "run a profile headless and save a run directory"),
     "check": ("check", "validate a profile without loading a model (file:line and key for every problem)"),
+    "fetch": ("fetch", "fetch the hub models a profile names into the hub cache, printing what each arm loads"),
     "lossless": ("lossless", "test at temperature > 0 that drafters keep the target's token distribution "
                  "(speculative vs plain sampling)"),
     "report": ("report", "render a saved run"),

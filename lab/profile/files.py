@@ -2,7 +2,9 @@
 option marked ``model_ref``): relative to the profile's directory and inside
 its tree, so a profile someone hands you cannot read whatever it likes;
 ``[run] allow_outside_paths`` or ``LAB_ALLOW_OUTSIDE_PATHS=1`` lifts that.
-A registry reference (``tiny:llama``) is no path and passes unchanged."""
+A registry reference (``tiny:llama``) is no path and passes unchanged, and
+so does a hub reference (``org/repo:QUANT``) unless a path spelled the
+same exists in the profile's directory."""
 
 from __future__ import annotations
 
@@ -106,9 +108,15 @@ def is_registry_ref(value: str) -> bool:
 
 def model_path(src: Source, base: Path, value: str, key: KeyPath, allow_outside: bool) -> str:
     """A model reference as the backends will open it: a registry reference
-    unchanged, a path resolved from the profile's directory and held inside
-    it unless allowed (the rule prompt files follow)."""
+    unchanged, a hub reference unchanged unless the profile's directory
+    holds a path spelled the same (the path wins), a path resolved from the
+    profile's directory and held inside it unless allowed (the rule prompt
+    files follow)."""
+    from lab.kit import hub_ref
+
     if is_registry_ref(value):
+        return value
+    if hub_ref.parse(value) is not None and not (base / value).exists():
         return value
     if value.startswith("~") and not allow_outside:
         raise src.error(key, f"{shown(value)} starts with ~ (outside the profile's directory); {_HOW_TO_ALLOW}")

@@ -122,10 +122,12 @@ def _model_options(arm: Arm, registry: Registry) -> list[tuple[str, Any, dict[st
 
 
 def _check_model(src: Source, ref: str, key: Sequence[str | int]) -> None:
-    """A model reference names a built-in model the plugins register or a
+    """A model reference names a built-in model the plugins register, a
     path that exists (already resolved from the profile's directory by
-    :func:`lab.profile.files.model_path`)."""
-    from lab.kit import models
+    :func:`lab.profile.files.model_path`) or a hub reference (whose files
+    the hub and its cache answer for: :mod:`lab.kit.hub`, asked by the
+    commands, never here)."""
+    from lab.kit import hub_ref, models
 
     known = models.known_models()
     if ref in known:
@@ -134,7 +136,7 @@ def _check_model(src: Source, ref: str, key: Sequence[str | int]) -> None:
         there = Path(os.path.expanduser(ref)).exists()
     except (OSError, ValueError) as exc:
         raise src.error(key, f"model {shown(ref)}: {type(exc).__name__}") from None
-    if there:
+    if there or hub_ref.parse(ref) is not None:
         return
     if re.match(r"[A-Za-z][A-Za-z0-9_-]+:", ref):
         hint = closest(ref, known)
@@ -142,5 +144,17 @@ def _check_model(src: Source, ref: str, key: Sequence[str | int]) -> None:
             raise src.error(key, f"no built-in model {shown(ref)}; did you mean {hint!r}? (`lab plugins` lists "
                                  f"all {len(known)} built-in models)")
         raise src.error(key, f"no built-in model {shown(ref)}; known: {', '.join(known)}")
+    hub = (" and no hub reference (org/repo:QUANT, org/repo/path/file.gguf or org/repo: docs/profiles.md)"
+           if hub_ref.resembles(_as_written(src, ref)) else "")
     raise src.error(key, f"model {shown(ref)}: no such file or directory (a model path is read from the "
-                         "profile's directory)")
+                         f"profile's directory){hub}")
+
+
+def _as_written(src: Source, resolved: str) -> str:
+    """A model path as the profile wrote it, before it was joined to the
+    profile's directory."""
+    from lab.profile.files import base_dir
+
+    base = str(base_dir(src.path))
+    prefix = base.rstrip("/") + "/" if base not in ("", ".") else ""
+    return resolved[len(prefix):] if prefix and resolved.startswith(prefix) else resolved
