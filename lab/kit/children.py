@@ -82,6 +82,9 @@ class Child:
     then to ``on_line`` (from a reader thread); otherwise straight to the log.
     ``log_path`` None: a temporary file, removed once the child is stopped
     (its tail is kept in :attr:`output`). ``stop_signal``: what asks it to end.
+    ``lifeline``: its stdin is a pipe the lab holds open, so a child that
+    watches for end of file ends when the lab does, however the lab ended
+    (where the kernel has no parent-death signal: macOS).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class Child:
         stop_signal: int = signal.SIGTERM,
         address_space_limit: int | None = None,
         die_with_parent: bool = True,
+        lifeline: bool = False,
     ) -> None:
         self.argv = list(argv)
         self.name = name or Path(self.argv[0]).name
@@ -120,7 +124,7 @@ class Child:
         self.stopped = False
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL,
+                self.argv, stdin=subprocess.PIPE if lifeline else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if on_line is not None else self._log, stderr=subprocess.STDOUT,
                 env=env, cwd=cwd, pass_fds=tuple(pass_fds), start_new_session=True,
                 preexec_fn=_child_setup(address_space_limit, die_with_parent),  # noqa: PLW1509 - prctl/setrlimit only
@@ -255,6 +259,9 @@ class Child:
             self.proc.wait()
             end_processes([p.pid for p in self._descendants], grace=min(grace, 1.0))
         finally:
+            if self.proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()
             if self._reader is not None:
                 self._reader.join(timeout=2)
             with self._lock:

@@ -153,27 +153,22 @@ def draw_apart(planned: Sequence[fd.Planned], formats: Sequence[str] = FORMATS, 
 
 def run_child(argv: Sequence[str], log: Path, limit_s: float) -> int | None:
     """Run the drawing process to its end or to ``limit_s``, its output in
-    ``log``; its exit status, or None when it was stopped at the limit. It
-    starts in a session of its own and, on every way out of here (the
-    limit, Ctrl-C, SIGTERM raised as an exception), its group is killed and
-    it is reaped. It holds the write end of the child's stdin: the child
-    ends at EOF, so it also ends when the lab is killed outright."""
-    with open(log, "ab") as out:
-        child = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+    ``log``; its exit status, or None when it was stopped at the limit. It is
+    a :class:`lab.kit.children.Child`: on every way out of here (the limit,
+    Ctrl-C, SIGTERM raised as an exception) it is killed with its group at
+    once (nothing in it is worth a grace) and reaped; its stdin is the lab's
+    lifeline, so it also ends when the lab is killed outright."""
+    from lab.kit.children import Child
+
+    child = Child(list(argv), name="the figures' drawing process", log_path=log, lifeline=True)
+    timed_out = False
     try:
-        return child.wait(limit_s)
+        child.wait(limit_s)
     except subprocess.TimeoutExpired:
-        return None
+        timed_out = True
     finally:
-        if child.returncode is None:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)  # nothing to save in it: no grace
-            except ProcessLookupError:
-                pass
-            child.wait()
-        assert child.stdin is not None
-        child.stdin.close()
+        child.stop(grace=0.0)
+    return None if timed_out else child.returncode
 
 
 def _why(status: int | None, limit_s: float, log: Path) -> str | None:
@@ -188,7 +183,8 @@ def _why(status: int | None, limit_s: float, log: Path) -> str | None:
         except ValueError:
             name = f"signal {-status}"
         return f"the drawing process died of {name}"
-    said = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    said = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
+            if line.strip() and not line.startswith(("$ ", "# lab: "))]
     return f"the drawing process exited with status {status}" + (f" ({said[-1].strip()[:200]})" if said else "")
 
 
