@@ -36,6 +36,7 @@ from lab.base.events import (
     Logged,
     MemorySample,
     OrderPlanned,
+    RoundAdded,
     RunEvent,
     RunFinished,
     RunStarted,
@@ -182,6 +183,8 @@ class Runner:
         self._started: set[str] = set()
         # each arm's report as last heard (ArmReported)
         self._reports: dict[str, Any] = {}
+        # arms whose last cell has run and whose final status was said
+        self._final: set[str] = set()
 
     @property
     def run_dir(self) -> str:
@@ -291,6 +294,23 @@ class Runner:
 
     def _run_slots(self) -> None:
         slots, resident = self._plan()
+        paired = self.profile.run.order == "paired"
+        t0 = now()
+        # arm by arm, each engine closes after its arm's last cell; paired, they stay for added rounds
+        self._play(slots, resident, close_at_last=not paired)
+        planned_s = now() - t0
+        for extra_round in range(self.profile.run.rounds + 1, order.max_rounds(self.profile.run) + 1):
+            if self.control.cancelled or now() - t0 - planned_s > planned_s * order.EXTRA_SHARE:
+                break
+            extra, why = order.extra_slots(self.profile, self.rows(), extra_round)
+            if not extra:
+                break
+            self.emit(RoundAdded(extra_round, tuple(sorted({s.cell.prompt for s in extra})), why))
+            self._play(extra, resident, close_at_last=False)
+        for arm in self.profile.ordered_arms():
+            self._close(arm, final=True)
+
+    def _play(self, slots: Sequence[order.Slot], resident: frozenset[str], close_at_last: bool) -> None:
         last = {s.arm.name: i for i, s in enumerate(slots)}
         for i, slot in enumerate(slots):
             arm, cell = slot.arm, slot.cell
@@ -302,8 +322,10 @@ class Runner:
                 self._drop(arm, Status.CANCELLED, "arm cancelled before it started")
             else:
                 self._run_cell(arm, cell)
-            if i == last[arm.name] or arm.name not in resident or arm.name in self._dead:
-                self._close(arm, final=i == last[arm.name] or arm.name in self._dead)
+            if arm.name in self._dead or (close_at_last and i == last[arm.name]):
+                self._close(arm, final=True)
+            elif arm.name not in resident:
+                self._close(arm, final=False)
 
     def _run_cell(self, arm: Arm, cell: Cell) -> None:
         handle = self._handles.get(arm.name) or self._open(arm)
@@ -401,6 +423,8 @@ class Runner:
         """The arm's engine closed and its process ended; after its last cell
         its reference is measured first (or after, for a tool that loads the
         model itself) and its final status said."""
+        if arm.name in self._final:
+            return
         handle = self._handles.pop(arm.name, None)
         if handle is not None:
             try:
@@ -417,7 +441,8 @@ class Runner:
                     self._reference(arm, handle)
             finally:
                 handle.end()
-        if final:
+        if final and arm.name not in self._final:
+            self._final.add(arm.name)
             got = {r.status for r in self.rows() if r.arm == arm.name}
             worst = next((s for s in _WORST_FIRST if s in got), Status.OK)
             self.emit(StatusChanged(arm_cell(arm.name), worst))

@@ -284,6 +284,10 @@ class RunStore:
         elif isinstance(event, events.OrderPlanned):
             self.meta["order"] = {"order": event.order, "words": event.words, "groups": [dict(g) for g in event.groups]}
             self._write_results()
+        elif isinstance(event, events.RoundAdded):
+            self.meta.setdefault("order", {}).setdefault("added", []).append(
+                {"round": event.round, "prompts": list(event.prompts), "why": event.why})
+            self._write_results()
         elif isinstance(event, events.RunFinished):
             self.finish(cancelled=event.cancelled)
 

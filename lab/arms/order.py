@@ -10,14 +10,30 @@ then the next arm's (baselines first), as a run with one engine loaded at a
 time needs.
 
 Which engines stay loaded between their cells is the runner's to decide
-(:mod:`lab.arms.fit`); the order is the same either way."""
+(:mod:`lab.arms.fit`); the order is the same either way.
+
+Paired, the rounds adapt to noise: while a prompt's paired speedups
+disagree (one round says the arm pays, another that it loses, or they
+spread more than :data:`SPREAD` around their median), the run adds a round
+of that prompt for the whole group, up to ``[run] max_rounds`` (default two
+more than ``rounds``, from two rounds up) and while the added rounds have
+taken less than :data:`EXTRA_SHARE` of the time the planned cells took."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
+from typing import Any, Sequence
 
-from lab.base.cells import Cell
-from lab.base.profile import Arm, Profile
+from lab.base.cells import Cell, Status
+from lab.base.profile import Arm, Profile, RunSettings
+
+# paired speedups of one arm and prompt that spread more than this around their median disagree
+SPREAD = 0.10
+# added rounds may take at most this share of the time the planned cells took
+EXTRA_SHARE = 0.5
+# added rounds by default, beyond the profile's
+EXTRA_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -88,3 +104,51 @@ def describe(profile: Profile) -> str:
         return "arm by arm: each arm's cells after the previous arm's ([run] order = \"arms\")"
     return ("paired: each prompt and round ran its baseline's cell, then every arm's beside it, the arms' "
             "turn rotating ([run] order = \"paired\")")
+
+
+def max_rounds(run: RunSettings) -> int:
+    """Rounds a prompt may reach with those added for noise."""
+    if run.max_rounds is not None:
+        return max(run.max_rounds, run.rounds)
+    if run.order != "paired" or run.rounds < 2:
+        return run.rounds
+    return run.rounds + EXTRA_ROUNDS
+
+
+def disagreement(speedups: Sequence[float]) -> str | None:
+    """Why a prompt's paired speedups of one arm disagree, or None."""
+    if len(speedups) < 2:
+        return None
+    lo, hi, mid = min(speedups), max(speedups), statistics.median(speedups)
+    shown = ", ".join(f"{x:.2f}x" for x in speedups)
+    if lo < 1.0 <= hi:
+        return f"pays in one round and loses in another ({shown})"
+    if mid > 0 and (hi - lo) / mid > SPREAD:
+        return f"spread {(hi - lo) / mid:.0%} around {mid:.2f}x ({shown})"
+    return None
+
+
+def extra_slots(profile: Profile, rows: Sequence[Any], round: int) -> tuple[list[Slot], str]:
+    """Paired slots of ``round`` for every group and prompt whose arms'
+    paired speedups disagree so far, and why (empty: all agree)."""
+    slots: list[Slot] = []
+    why: list[str] = []
+    for group in groups(profile):
+        for prompt in profile.prompts:
+            reasons = []
+            for arm in group:
+                if arm.baseline is None:
+                    continue
+                got = [r for r in rows if r.arm == arm.name and r.prompt == prompt.name and r.round >= 1]
+                if not got or any(r.status != Status.OK or r.speedup is None for r in got):
+                    continue
+                said = disagreement([float(r.speedup) for r in sorted(got, key=lambda r: r.round)])
+                if said:
+                    reasons.append(f"{arm.name} / {prompt.name} {said}")
+            if not reasons:
+                continue
+            why += reasons
+            for arm in group:
+                if any(c.prompt == prompt.name for c in arm_cells(profile, arm)):
+                    slots.append(Slot(arm, Cell(arm.name, prompt.name, round)))
+    return slots, "; ".join(why)

@@ -249,8 +249,19 @@ class OrderPlanned:
     t: float = field(default_factory=now)
 
 
+@dataclass(frozen=True)
+class RoundAdded:
+    """A round the run added beyond ``[run] rounds`` for ``prompts``, because
+    their paired speedups disagreed (lab.arms.order.extra_slots): ``why``."""
+
+    round: int
+    prompts: tuple[str, ...]
+    why: str
+    t: float = field(default_factory=now)
+
+
 # the probe phase's progress, before any arm (lab.probing.driver)
-RunEvent = Union[Event, ArmReported, ReferenceMeasured, Logged, ProbeReported, OrderPlanned]
+RunEvent = Union[Event, ArmReported, ReferenceMeasured, Logged, ProbeReported, OrderPlanned, RoundAdded]
 Listener = Callable[[RunEvent], None]
 
 

@@ -44,6 +44,7 @@ RUN_RANGES: dict[str, Range] = {
     # llama.cpp takes a 32-bit unsigned seed
     "seed": Range(0, 2**32 - 1),
     "rounds": Range(1, 1000),
+    "max_rounds": Range(1, 1000),
     "warmup": Range(0, 100),
     "warmup_tokens": Range(0, 1_048_576),
     "n_ctx": Range(64, 1_048_576),

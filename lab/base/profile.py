@@ -36,6 +36,9 @@ class RunSettings:
     # how cells are ordered: "paired", each stack's arms cell by cell beside
     # their baseline's; "arms", one arm's every cell after another's
     order: str = "paired"
+    # paired: rounds added while a prompt's paired speedups disagree, up to
+    # this many in all (None: rounds + 2, from 2 rounds up; lab.arms.order)
+    max_rounds: int | None = None
 
     def request_lengths(self) -> tuple[int, int]:
         """Tokens of a measured cell and of a warmup one (``warmup_tokens``

@@ -58,6 +58,7 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "reference": (bool,),
     "allow_outside_paths": (bool,),
     "order": (str,),
+    "max_rounds": (int,),
 }
 _FLOAT_KEYS = ("temperature", "memory_interval_s")
 
@@ -133,6 +134,9 @@ def validate_run(src: Source, raw: Any) -> RunSettings:
         hint = f"; did you mean {close!r}?" if close else ""
         raise src.error(["run", "order"], f"unknown order {shown(values['order'])}: use \"paired\" (each arm's "
                                           f"cells beside its baseline's) or \"arms\" (one arm after another){hint}")
+    if "max_rounds" in values and values["max_rounds"] < values.get("rounds", RunSettings.rounds):
+        raise src.error(["run", "max_rounds"], f"max_rounds ({values['max_rounds']}) is below rounds "
+                                               f"({values.get('rounds', RunSettings.rounds)}): the rounds always run")
     settings = RunSettings(**values)
     if isinstance(settings.probe, str):
         allow = files.outside_allowed(settings.allow_outside_paths)
