@@ -209,7 +209,7 @@ def test_a_thread_a_plugin_leaves_does_not_keep_lab_run_alive(tmp_path: Path) ->
     rc, out, err, took, rss = _lab_run(tmp_path, "thread")
     assert rc == 0, err
     assert took < 45, took
-    assert "plugin-sleeper" in err
+    # the thread was left in the arm's own process, which ended without waiting for it
     report = next((tmp_path / "runs").glob("*/report.md")).read_text()
     assert "plugin-sleeper" in report and "**bad**" in report
     assert rss < 1 << 30

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("orchestration: the runner, the probe driver, the lossless sampler", ("lab.runner", "lab.arms", "lab.probing", "lab.lossless")),
     ("reading a run: analysis", ("lab.analysis",)),
     ("rendering: reports", ("lab.render",)),
-    ("faces: the CLI and the TUI", ("lab.cli", "lab.tui")),
+    ("faces: the CLI and the TUI", ("lab.cli", "lab.tui", "lab.__main__")),
 )
 # Plugins sit beside the kit: they may use base, the contract and the kit.
 PLUGIN_MAY_USE = 2

@@ -379,6 +379,7 @@ def test_a_server_count_mismatch_reaches_the_report(registry: Any, tmp_path: Pat
     from lab.render.report import ReportWriter
 
     monkeypatch.setattr(logparse, "parse_accepted", losing_one)
+    monkeypatch.setenv("LAB_ARM_PROCESS", "shared")  # the miscount is patched into this process
     arms = """
 [[arms]]
 name = "llama-base"

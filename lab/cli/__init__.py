@@ -114,6 +114,7 @@ def program(command: Callable[[list[str]], int] | None = None) -> int:
     try:
         return command(argv) if command is not None else main()
     except KeyboardInterrupt:
+        print(f"\nlab: {'terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'}", file=sys.stderr)
         return EXIT_SIGTERM if terminated else EXIT_SIGINT
     finally:
         signal.signal(signal.SIGTERM, previous)

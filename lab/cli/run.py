@@ -78,7 +78,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     top = headline(results, started[0].threads if started else None)
     if top:
         print(printable(top))
-    print(printable(table(results), keep="\n"))
+    # rows come in the order their cells ran (paired: arms interleaved); the table reads arm by arm
+    arms = [a.name for a in profile.arms]
+    prompts = [q.name for q in profile.prompts]
+    in_order = sorted(results, key=lambda r: (arms.index(r.arm) if r.arm in arms else len(arms),
+                                             prompts.index(r.prompt) if r.prompt in prompts else len(prompts), r.round))
+    print(printable(table(in_order), keep="\n"))
     if report.error:
         # a run whose report could not be written did not end well, whatever its rows
         print(f"lab: {printable(report.error)}", file=sys.stderr)

@@ -211,6 +211,10 @@ class Child:
         except OSError:
             return ""
 
+    def said(self) -> list[str]:
+        """Its own output's lines, without the lines the lab adds (the command, how it ended)."""
+        return [ln for ln in self._read_log().splitlines() if ln.strip() and not ln.startswith(("$ ", "# lab: "))]
+
     def death(self) -> str:
         """How it ended, with its last output lines (a Python fatal-signal
         stack whole, since it names the frame that died)."""
@@ -224,7 +228,7 @@ class Child:
             how = "is still running"
         else:
             how = f"exited with status {code}"
-        lines = [ln for ln in self._read_log().splitlines() if ln.strip() and not ln.startswith("$ ")]
+        lines = self.said()
         fatal = max((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error")), default=None)
         lines = lines[fatal:fatal + 3 * TAIL_LINES] if fatal is not None else lines[-TAIL_LINES:]
         tail = "\n--- its last output ---\n" + "\n".join(lines) if lines else ""

@@ -80,11 +80,13 @@ def obtain_isolated(
                 time.sleep(POLL_S)
         finally:
             child.stop(STOP_GRACE_S)
-            said = "\n".join(ln for ln in child.output.splitlines() if not ln.startswith(("$ ", "# lab: ")))
-            if said.strip():
-                log(f"probe of {spec.label} in its own process (pid {child.pid}):\n{said}")
+            said = child.said()
+            if said:
+                log(f"probe of {spec.label} in its own process (pid {child.pid}):\n" + "\n".join(said))
         if child.returncode != 0:
-            raise RuntimeError(f"the probe's process ended: {child.death()}")
+            how = (f"died of {signal.Signals(-child.returncode).name}" if child.returncode and child.returncode < 0
+                   else f"ended with status {child.returncode}")
+            raise RuntimeError(f"the probe's process {how}: {said[-1] if said else 'no output'}")
         try:
             p = load(out)
         except ProbeError as exc:
