@@ -36,9 +36,11 @@ LLAMA_CELL_PAD = 256
 # mlx-lm's KV cache grows in steps of this many tokens (models/cache.py, KVCache.step)
 MLX_KV_STEP = 256
 # Activation floats one row of a pass keeps live at its widest, per feed-forward
-# and embedding element: fitted to llama.cpp's logged compute buffers of four
-# shapes, 13 settings, all within 12 % (tests/test_footprint.py holds them).
-ACT_PER_FF = 3
+# and embedding element: fitted to llama.cpp's logged compute buffers (four
+# project models on this CPU, three synthetic ones on an H100: 19 settings,
+# all within 15 %, tests/test_footprint.py holds them). MoE layers keep more
+# (the 35B-A3B's reserve is twice this) but it is small beside their weights.
+ACT_PER_FF = 2.5
 ACT_PER_EMBD = 5
 
 # bytes per element of a KV cache type (ggml's block sizes)
@@ -89,6 +91,7 @@ class ModelShape:
     tied_embeddings: bool = False  # the output layer reads the token embedding
     dtype_bytes: int = 2  # width of an activation and a KV element where the engine follows the model (MLX)
     block_size: int = 0  # a block draft's (DFlash) trained block
+    target_layers: int = 0  # a DFlash / EAGLE3 draft: the target layers whose hidden states it reads
     file_format: str = "gguf"  # gguf, or safetensors (an MLX / Hugging Face directory, a bare file)
     weight_elems: int = 0  # every tensor's elements (a GGUF's), for pricing it at another width
     # elements of the 2-D float weights, for re-quantizing at load (MLX draft_bits)
@@ -132,6 +135,8 @@ class ModelLoad:
     # output layer as one more)
     gpu_layers: int | None = None
     repack: bool = False  # on a CPU, llama.cpp repacks some weight types into a second copy (extra_bufts)
+    device_sampling: bool = False  # llama.cpp samples in the graph (a backend sampler): probabilities beside logits
+    extract_layers: int = 0  # llama.cpp hands this many layers' hidden states to a draft (DFlash, EAGLE3)
 
 
 @dataclass(frozen=True)
@@ -267,11 +272,13 @@ def llama_compute_bytes(shape: ModelShape, load: ModelLoad) -> tuple[int, int, s
     cells = llama_cells(load.n_ctx)
     ub = max(1, load.n_ubatch)
     outputs = max(1, min(load.n_outputs, ub))
-    logits = outputs * (shape.n_vocab + shape.n_embd) * 4
+    # a sampler in the graph keeps each row's probabilities beside its logits
+    row = shape.n_vocab * (2 if load.device_sampling else 1) + shape.n_embd
+    logits = outputs * row * 4
 
     def chunk(rows: int) -> int:
         mask = cells * rows * (2 if load.flash_attn else 4)
-        acts = rows * (ACT_PER_FF * shape.n_ff + ACT_PER_EMBD * shape.n_embd) * 4
+        acts = int(rows * (ACT_PER_FF * shape.n_ff + (ACT_PER_EMBD + load.extract_layers) * shape.n_embd) * 4)
         scores = 0 if load.flash_attn else cells * rows * shape.n_head * 4
         return mask + acts + scores
 
@@ -279,7 +286,7 @@ def llama_compute_bytes(shape: ModelShape, load: ModelLoad) -> tuple[int, int, s
     # A CPU touches what its passes use: a prompt chunk's rows, and the
     # logits of the widest verify pass the arm runs.
     rows = ub if load.prompt_rows is None else max(1, min(ub, load.prompt_rows))
-    touched = max(chunk(rows), min(outputs, max(1, load.n_verify)) * (shape.n_vocab + shape.n_embd) * 4)
+    touched = max(chunk(rows), min(outputs, max(1, load.n_verify)) * row * 4)
     how = (f"max(logits of {outputs} rows x {shape.n_vocab}, a {ub}-row pass: mask {cells} cells"
            + ("" if load.flash_attn else " and attention scores") + " and activations)")
     return int(reserved), int(min(touched, reserved)), how
@@ -294,7 +301,9 @@ def llama_output_rows(load: ModelLoad) -> int:
 def llama_parts(load: ModelLoad, shape: ModelShape, on_device: bool, offload: float = 1.0,
                 repacked_types: frozenset[int] = frozenset()) -> list[Part]:
     """The parts one llama.cpp model and its context hold; ``repacked_types``
-    the ggml types this CPU repacks (:data:`REPACKED_TYPES`)."""
+    the ggml types this CPU repacks (:data:`REPACKED_TYPES`). A target's
+    MTP blocks are left out of ``shape`` unless an MTP head uses them
+    (llama.cpp loads them only then): see :func:`estimate`."""
     label = "" if load.role == "target" else f"{load.role}: "
     parts: list[Part] = []
     if not load.shares_weights:
@@ -375,8 +384,8 @@ def mlx_parts(load: ModelLoad, shape: ModelShape, on_device: bool) -> list[Part]
     # one pass over a prompt chunk: its activations, and the logits of the rows it returns
     rows = max(1, load.n_ubatch)
     outputs = max(1, min(load.n_outputs, rows))
-    acts = (outputs * (shape.n_vocab + shape.n_embd) * 4
-            + rows * (ACT_PER_FF * shape.n_ff + ACT_PER_EMBD * shape.n_embd) * shape.dtype_bytes)
+    acts = int(outputs * (shape.n_vocab + shape.n_embd) * 4
+               + rows * (ACT_PER_FF * shape.n_ff + ACT_PER_EMBD * shape.n_embd) * shape.dtype_bytes)
     parts.append(Part(f"{label}activations (a {rows}-row pass)", acts,
                       f"{rows} rows' activations, {outputs} rows of logits", device=on_device))
     return parts
@@ -431,8 +440,16 @@ def estimate(arm: str, needs: MemoryNeeds, shapes: Mapping[str, ModelShape], whe
     ``repacked_types``: the weight types this CPU repacks."""
     on_device = where != "cpu" and needs.accelerated
     parts: list[Part] = []
+    # MTP blocks are loaded where an MTP head runs on them; a draft that reads
+    # the target's hidden states has the target hand them over each pass
+    heads = {m.ref for m in needs.models if m.nextn_only and m.shares_weights}
+    read = max((shapes[m.ref].target_layers for m in needs.models if m.role != "target"), default=0)
     for load in needs.models:
         shape = shapes[load.ref]
+        if shape.nextn_weight_bytes and load.ref not in heads:
+            shape = replace(shape, weight_bytes=shape.weight_bytes - shape.nextn_weight_bytes)
+        if load.role == "target" and read and needs.engine == LLAMA_CPP:
+            load = replace(load, extract_layers=read)
         share = offload_share(load, shape) if on_device else 0.0
         if needs.engine == MLX:
             parts += mlx_parts(load, shape, share > 0)

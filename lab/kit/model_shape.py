@@ -143,6 +143,7 @@ def gguf_shape(path: Path) -> ModelShape:
         embd_bytes=embd[1] if embd is not None else 0, tied_embeddings=embd is not None and "output.weight" not in tensors,
         block_size=int(key("block_size", 0) or 0), matrix_types=tuple(sorted(by_type.items())),
         weight_elems=sum(_elems(t[0]) for t in tensors.values()),
+        target_layers=len(key("target_layers") or []) if isinstance(key("target_layers"), list) else 0,
     )
 
 
@@ -289,6 +290,7 @@ def directory_shape(path: Path) -> ModelShape:
         recurrent_elems=linear * sum(1 for k in kinds if k == "linear_attention"),
         embd_bytes=embd, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), dtype_bytes=dtype_bytes,
         block_size=int(dflash.get("block_size") or num("block_size")), matrix_elems=matrices,
+        target_layers=len(dflash.get("target_layer_ids") or []),
         file_format="safetensors",
     )
 

@@ -40,10 +40,11 @@ from lab.telemetry.budget import Budget, accelerator, read_budget
 if TYPE_CHECKING:
     from lab.registry import Registry
 
-# What the accelerator's runtime holds on the device before any model: a CUDA
-# context with its libraries' workspaces (an H100's per-process memory less
-# the buffers llama.cpp logs, about half a GiB); Metal's is not counted.
-RUNTIME_BYTES: dict[str, int] = {"cuda": 512 << 20, "metal": 0, "cpu": 0}
+# What the accelerator's runtime holds on the device beside the buffers an
+# engine logs: a CUDA context with its libraries' workspaces and memory pool
+# (an H100's per-process memory less llama.cpp's logged buffers: 595 MiB for
+# the 8B in process, 716 MiB for the 27B on llama-server); Metal's is not counted.
+RUNTIME_BYTES: dict[str, int] = {"cuda": 640 << 20, "metal": 0, "cpu": 0}
 # a 4-bit GGUF draft (Q4_K_M) keeps about this many bits a weight
 FOUR_BIT_BPW = 4.85
 # the smallest context "what would fit" offers

@@ -79,11 +79,14 @@ def server_memory_needs(options: Mapping[str, Any], spec_type: str, n_max: int |
     loads = [target]
     draft_layers = options.get("draft_ngl")
     draft_gpu = None if draft_layers is None or int(draft_layers) < 0 else int(draft_layers)
-    draft_outputs = parallel * (1 + drafts) if spec_type in BLOCK_TYPES else parallel
+    block = spec_type in BLOCK_TYPES
     draft_type = raw.get("draft_type_k", "f16")
     if draft is not None:
-        loads.append(ModelLoad("draft", draft, ctx, kv_type=draft_type, n_outputs=draft_outputs,
-                               n_verify=draft_outputs, gpu_layers=draft_gpu, **common))
+        # a block draft's context keeps room for a whole batch of outputs (n_outputs_max left at n_batch, as
+        # this build logs it) and samples them in its graph; other drafts return one row a slot
+        loads.append(ModelLoad("draft", draft, ctx, kv_type=draft_type, n_outputs=batch if block else parallel,
+                               n_verify=parallel * (1 + drafts) if block else parallel, device_sampling=block,
+                               gpu_layers=draft_gpu, **common))
     elif embedded_mtp:
         # an MTP context runs on the target's own weights and caches its nextn blocks only
         loads.append(ModelLoad("MTP head", model, ctx, kv_type=draft_type, n_outputs=parallel, n_verify=parallel,
