@@ -36,13 +36,14 @@ def memory_lines(fits: list[ArmFit]) -> list[str]:
 
 
 def report_fit(profile: Profile, registry: Registry, out: TextIO = sys.stdout,
-               err: TextIO = sys.stderr) -> list[ArmFit]:
-    """Print every arm's memory to ``out`` and each refusal to ``err``;
-    returns the arms that will not fit."""
+               err: TextIO = sys.stderr, show: bool = True) -> list[ArmFit]:
+    """Print every arm's memory to ``out`` (unless not ``show``) and each
+    refusal to ``err``; returns the arms that will not fit."""
     fits = check_fit(profile, registry)
-    print("memory (expected, where each arm runs):", file=out)
-    for line in memory_lines(fits):
-        print(f"  {printable(line)}", file=out)
+    if show:
+        print("memory (expected, where each arm runs):", file=out)
+        for line in memory_lines(fits):
+            print(f"  {printable(line)}", file=out)
     refused = [f for f in fits if f.fits is False]
     for fit in refused:
         print(f"lab: {printable(fit.refusal(), keep=chr(10))}", file=err)

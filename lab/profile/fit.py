@@ -158,7 +158,7 @@ class ArmFit:
         parts = ", ".join(f"{p.name} {size_text(p.bytes)}" for p in shown if p.bytes >= 1 << 20)
         small = sum(p.bytes for p in shown if p.bytes < 1 << 20)
         parts += f", the rest {size_text(small)}" if small >= 1 << 19 else ""
-        return [f"{self.arm.name} ({e.where}): {size_text(e.total)}{taken}{against}: {verdict}", f"  {parts}"]
+        return [f"{self.arm.name} ({e.where}): {size_text(e.total)}{against}{taken}: {verdict}", f"  {parts}"]
 
     def refusal(self) -> str:
         """The numbers and what would fit, for an arm that does not fit."""
