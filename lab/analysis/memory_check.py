@@ -84,11 +84,8 @@ def peak_checks(data: Mapping[str, Any], registry: Registry) -> list[PeakCheck]:
         rows = [r for r in results if r.get("arm") == arm.name]
         if not rows:
             continue
-        try:
-            registry.backend(arm.backend)
-        except KeyError:
-            out.append(PeakCheck(arm.name, "cpu", None, None, "", f"backend {arm.backend} is not installed here"))
-            continue
+        if arm.backend not in registry.backends:
+            continue  # a backend not installed here says nothing of its arms
         got = estimate_for_cell(arm, run, registry, *_lengths(rows, run), where=place)
         if isinstance(got, str):
             out.append(PeakCheck(arm.name, "cpu", None, _peak(rows, "peak_mem_bytes"), "peak RSS", got))
