@@ -50,7 +50,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     # an arm whose memory will not fit is refused before anything loads, unless forced
     from lab.cli.fit import report_fit
 
-    refused = report_fit(profile, registry, out=sys.stderr, show=not args.quiet)
+    term: list[int] = []
+    try:
+        with sigterm_as_interrupt() as term:
+            refused = report_fit(profile, registry, out=sys.stderr, show=not args.quiet)
+    except KeyboardInterrupt:
+        print(f"\nlab: {'terminated (SIGTERM)' if term else 'interrupted'} before the run started", file=sys.stderr)
+        return EXIT_SIGTERM if term else EXIT_SIGINT
     if refused and not args.force:
         print(f"lab: nothing was run; {len(refused)} arm(s) will not fit in memory here "
               "(`lab run --force` tries anyway)", file=sys.stderr)
