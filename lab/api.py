@@ -23,6 +23,7 @@ from lab.base.machine import available_cores
 if TYPE_CHECKING:
     import numpy as np
 
+    from lab.base.footprint import MemoryNeeds
     from lab.base.profile import Arm, RunSettings
 
 
@@ -342,6 +343,19 @@ class Backend(ResourceHints, ABC):
         return []
 
     @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """What sizes an arm's memory on this engine, before anything loads
+        (:class:`lab.base.footprint.MemoryNeeds`): the models it holds (the
+        target, a draft, an MTP head, by reference), each with the context,
+        KV cache type, batch, verify width and slots the engine gives it;
+        whether the arm runs on the machine's accelerator; the process's own
+        memory as measured for this backend. ``lab check``, ``lab run`` and
+        the report turn it into bytes from the models' headers
+        (:func:`lab.profile.fit.estimate_arm`) and refuse an arm that will not
+        fit. Default None: the arm is not estimated."""
+        return None
+
+    @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         """Whether an arm with these options drafts; baselines do not."""
         return drafter is not None
@@ -616,7 +630,7 @@ CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
         "sets_acceptance": METHOD, "reference_tool": METHOD,
         "max_overshoot_tokens": int, "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
         "missing_engine": METHOD,
-        "warn_options": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
+        "warn_options": METHOD, "memory_needs": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
         "check_options": METHOD, "native_preload": tuple,
     },
     Probing: {

@@ -1,10 +1,13 @@
 """``lab check PROFILE``: every problem a profile has that is knowable
 without loading a model, with file, line and key; its hub models' sizes
-and which the cache lacks (the hub asked only for those)."""
+and which the cache lacks (the hub asked only for those); then each arm's
+expected memory against the budget where it runs (an arm that will not fit
+fails the check, with what would fit)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from lab.base.textsafe import printable
 from lab.cli.context import Context, checked_profile, engines_ready
@@ -36,4 +39,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if models is not None:
         return models
     print(f"{printable(profile.path)}: ok, {shape} x {profile.run.rounds} rounds = {cells} cells")
+    from lab.cli.fit import report_fit
+
+    refused = report_fit(profile, registry)
+    if refused:
+        print(f"lab: {len(refused)} arm(s) will not fit in memory here; `lab run --force` tries anyway",
+              file=sys.stderr)
+        return 1
     return 0

@@ -1,5 +1,6 @@
 """``lab doctor``: which engines, tools and models this machine has, and
-the install line that fixes each missing one.
+the install line that fixes each missing one; then the memory an arm may use
+here (RAM, a CUDA card's free memory, Metal's wired limit and MLX's device).
 
 The core checks what the lab itself needs; each plugin reports its own
 engines and tools through the ``lab_doctor_checks`` hook."""
@@ -37,7 +38,29 @@ def run_checks(registry: Registry | None = None) -> list[Check]:
                         f"{len(reg.models)} models"
                         + (f"; load errors: {', '.join(e.entry_point for e in reg.errors)}" if reg.errors else ""),
                         "see `lab plugins`"))
+    checks.extend(memory_checks())
     return checks
+
+
+def memory_checks() -> list[Check]:
+    """The budgets ``lab check`` holds arms to: RAM, and the accelerator's
+    (a CUDA card's free memory, or on Apple silicon the GPU wired limit
+    with Metal's recommended working set as MLX reads it)."""
+    from lab.telemetry import budget
+
+    ram = budget.cpu_budget()
+    out = [Check("memory: RAM", True, f"{ram.line()} for an arm on the CPU")]
+    metal = budget.metal_budget()
+    if metal is not None:
+        out.append(Check("memory: Metal", True, f"{metal.line()} for an arm on Metal"))
+        return out
+    cuda = budget.cuda_budget()
+    if cuda is not None:
+        out.append(Check("memory: CUDA", True, f"{cuda.line()} for an arm offloaded to it"))
+    else:
+        out.append(Check("memory: accelerator", True, "none here (no NVIDIA card answers NVML or nvidia-smi, not "
+                         "Apple silicon): arms that offload run on the CPU, within RAM"))
+    return out
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:

@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile")
     p.add_argument("--out", help="parent directory of the run directory (default: runs/)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--force", action="store_true",
+                   help="run arms the memory check expects not to fit (they may end as oom)")
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -52,6 +54,22 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     status = fetch_for_run(args.profile, model_uses(profile, registry), args.quiet)
     if status is not None:
         return status
+    # an arm whose memory will not fit is refused before anything loads, unless forced
+    from lab.cli.fit import report_fit
+
+    term: list[int] = []
+    try:
+        with sigterm_as_interrupt() as term:
+            refused = report_fit(profile, registry, out=sys.stderr, show=not args.quiet)
+    except KeyboardInterrupt:
+        print(f"\nlab: {'terminated (SIGTERM)' if term else 'interrupted'} before the run started", file=sys.stderr)
+        return EXIT_SIGTERM if term else EXIT_SIGINT
+    if refused and not args.force:
+        print(f"lab: nothing was run; {len(refused)} arm(s) will not fit in memory here "
+              "(`lab run --force` tries anyway)", file=sys.stderr)
+        return 2
+    if refused:
+        print(f"lab: --force: running {len(refused)} arm(s) expected not to fit", file=sys.stderr)
     try:
         store = RunStore(profile, args.out, on_moved=_say_moved)
     except StoreError as exc:

@@ -128,10 +128,14 @@ def build_once(target: Path, write: Builder) -> Path:
     return target
 
 
+def _cached_file(ref: str, filename: str, version: str) -> Path:
+    key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
+    return cache_dir() / f"{key}-{filename}"
+
+
 def written(ref: str, filename: str, version: str, write: Builder) -> Path:
     """The cached file of a model the lab writes, written on first use."""
-    key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
-    return build_once(cache_dir() / f"{key}-{filename}", write)
+    return build_once(_cached_file(ref, filename, version), write)
 
 
 def deferred(module: str, function: str, *args: Any) -> Builder:
@@ -195,6 +199,25 @@ def cached(ref: str) -> Path | None:
         built = cache_dir() / f"{key}-{filename}"
         return built if built.exists() else None
     return None
+
+
+def built(ref: str) -> Path | None:
+    """The file ``ref`` names where it is already there, building nothing:
+    a path that exists, the embedded model, a built-in model already in the
+    cache; None otherwise (what ``lab check`` may read without a build)."""
+    path = Path(os.path.expanduser(ref))
+    if path.exists():
+        return path
+    if ref == "embedded:smollm2":
+        try:
+            return embedded_smollm2()
+        except ModelNotFound:
+            return None
+    if ref not in _BUILDERS:
+        return None
+    filename, _, version = _BUILDERS[ref]
+    cached = _cached_file(ref, filename, version)
+    return cached if cached.exists() else None
 
 
 def model_file_bytes(model: str) -> int | None:

@@ -31,6 +31,7 @@ from lab.render import figure_data as fd
 from lab.render import gpu as gpu_report
 from lab.render import latency as latency_section
 from lab.render import lossless as lossless_lines
+from lab.render import memory as memory_section
 from lab.render import rounds as rounds_section
 from lab.rows.shape import unreadable_lines
 
@@ -803,6 +804,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
                            ("Servers the lab attached to", serving.attached_lines(results)),
                            ("GPU: memory and energy", gpu_report.markdown_lines(results))):
         lines += ["", f"## {title}", "", *section] if section else []
+    lines += memory_section.section_lines(data)
     roofs = analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
     lines += ["", "## Roofline", ""]
     if roofs:

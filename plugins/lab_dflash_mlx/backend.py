@@ -7,13 +7,17 @@ timed by the lab, and only a fixed block tells the drafted count."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from lab.api import Check, EngineFailure, Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.checks import package_check
 from lab.kit.engine_loop import EngineBackend, EngineCell, end_ids, engine_version, lab_loop
+
+if TYPE_CHECKING:
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
 
 INSTALL = "pip install dflash-mlx==0.1.8"
 # verify modes whose block is the same every cycle (the drafted count follows from it)
@@ -55,6 +59,32 @@ class DFlashMlxBackend(EngineBackend):
                             "then reports no block per cycle, so drafted tokens are not known; use verify_mode dflash or "
                             "keep cycle_events")
         return problems
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """dflash-mlx's target and draft (draft_quant "wN:gsG" quantizes it
+        at load), the prompt in prefill_step_size chunks, a block verified a
+        pass (verify_len_cap caps it)."""
+        import platform
+        import re
+
+        from lab.base.footprint import MLX, MemoryNeeds, ModelLoad
+
+        if arm.model is None or not arm.options.get("draft"):
+            return None
+        rows = min(int(arm.options.get("prefill_step_size") or 2048), run.n_ctx)
+        block = int(arm.options.get("block_size") or 0) or (arm.n_max or 15) + 1
+        cap = int(arm.options.get("verify_len_cap") or 0)
+        width = min(block, cap) if cap else block
+        quant = re.fullmatch(r"w(\d+)(?::gs(\d+))?", str(arm.options.get("draft_quant") or "").strip())
+        loads = (
+            ModelLoad("target", arm.model, run.n_ctx, n_ubatch=rows, n_outputs=width, n_verify=width),
+            ModelLoad("draft", str(arm.options["draft"]), run.n_ctx, n_ubatch=rows, n_outputs=block, n_verify=block,
+                      weight_bits=int(quant.group(1)) if quant else 0,
+                      group_size=int(quant.group(2)) if quant and quant.group(2) else 64),
+        )
+        apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=290 << 20)
 
     def load(self, emit: Emit) -> None:
         import dataclasses

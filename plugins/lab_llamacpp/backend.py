@@ -17,7 +17,8 @@ from lab_llamacpp.target import LlamaTarget, close_engine, wants_gpu_pick
 
 if TYPE_CHECKING:
     from lab.api import Drafter, DrafterContext
-    from lab.base.profile import Arm
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
     from lab_llamacpp.engine import Context, Model
 
 
@@ -69,6 +70,44 @@ class LlamaCppBackend(
     @classmethod
     def reference_tool(cls, arm_options: Mapping[str, Any]) -> str | None:
         return "llama-bench tg"
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """The target's context as load() makes it (n_outputs_max left at
+        n_batch, n_ubatch at most 512, the library's full-size sliding-window
+        cache, repacking per extra_bufts, a sampler in the graph where
+        gpu_pick puts one), and a draft model a drafter runs here (its own
+        context at the drafter's n_ctx, batch 512)."""
+        from lab.base.footprint import LLAMA_CPP, MemoryNeeds, ModelLoad
+
+        if arm.model is None:
+            return None
+        opts = api.with_defaults(cls.options, arm.options)
+        layers = int(opts["n_gpu_layers"])
+        n_batch, padded = int(opts["n_batch"]), bool(opts["batch_invariant"])
+        pick, greedy = str(opts["gpu_pick"]), run.temperature <= 0
+
+        def picks(n_layers: int, verifies: bool) -> bool:
+            # wants_gpu_pick without asking llama.cpp (no engine is imported here)
+            return pick == "on" or (pick == "auto" and greedy and n_layers != 0 and verifies)
+
+        target = ModelLoad(
+            "target", arm.model, run.n_ctx + (1 if padded else 0), n_ubatch=min(n_batch, 512), n_outputs=n_batch,
+            n_verify=(arm.n_max or 0) + 1 + (1 if padded else 0), swa_full=True, repack=bool(opts["extra_bufts"]),
+            gpu_layers=None if layers < 0 else layers, device_sampling=picks(layers, arm.drafter is not None),
+        )
+        loads = [target]
+        draft = arm.drafter_options.get("model") if arm.drafter is not None else None
+        if isinstance(draft, str):
+            d_layers = arm.drafter_options.get("n_gpu_layers")
+            d_layers = layers if d_layers is None else int(d_layers)
+            loads.append(ModelLoad("draft", draft, int(arm.drafter_options.get("n_ctx") or 0) or run.n_ctx,
+                                   n_ubatch=512, n_outputs=512, swa_full=True, repack=True,
+                                   gpu_layers=None if d_layers < 0 else d_layers,
+                                   device_sampling=picks(d_layers, True)))
+        # this arm's own process (forked from the lab's, numpy and the lab
+        # imported) before any model: its RSS measured on Linux x86-64
+        return MemoryNeeds(LLAMA_CPP, tuple(loads), accelerated=layers != 0, process_bytes=301 << 20)
 
     def __init__(self, arm: Arm, ctx: api.BackendContext) -> None:
         super().__init__(arm, ctx)

@@ -50,7 +50,8 @@ from lab_llamacpp_server.steps import LiveSteps
 from lab_llamacpp_server.stream import Chunk, StepTracker, StreamError, consume, generation
 
 if TYPE_CHECKING:
-    from lab.base.profile import Arm
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
 
 STACK = "llamacpp-server"
 # prompt_template of an attached server's rows when its model file is not here
@@ -131,6 +132,20 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
     @classmethod
     def reference_tool(cls, arm_options: Mapping[str, Any]) -> str | None:
         return "bare /completion"
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """The server the lab starts for this arm (an attached one is not
+        estimated): see :mod:`lab_llamacpp_server.memory`."""
+        from lab_llamacpp_server.memory import server_memory_needs
+
+        if arm.options.get("url") or arm.model is None:
+            return None
+        spec = cls.spec_type_of(arm.options)
+        ref = arm.options.get("draft_model") or arm.options.get("mtp_model")
+        draft = str(ref) if ref and (spec in NEEDS_DRAFT_MODEL or spec == "draft-mtp") else None
+        return server_memory_needs(arm.options, spec, arm.n_max, run, arm.model, draft,
+                                   embedded_mtp=spec == "draft-mtp" and draft is None)
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)

@@ -25,7 +25,8 @@ from lab.kit.speculative import LoopStats, generate
 
 if TYPE_CHECKING:
     from lab.api import Drafter, DrafterContext
-    from lab.base.profile import Arm
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
     from lab_mlx.engine import EngineThread
     from lab_mlx.loader import LoadedModel
     from lab_mlx.target import MlxTarget
@@ -225,6 +226,26 @@ class MlxBackend(MlxSession, Drafting, DraftModelHost):
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
         return True  # the lab's own loop decides (lab.kit.speculative.acceptor)
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """The target as MlxTarget holds it (a KV cache growing to n_ctx,
+        prompts in passes of 512 rows with every row's logits) and a draft
+        model a drafter runs here, held the same way."""
+        from lab.base.footprint import MLX, MemoryNeeds, ModelLoad
+
+        if arm.model is None:
+            return None
+        width = (arm.n_max or 0) + 1
+        loads = [ModelLoad("target", arm.model, run.n_ctx, n_ubatch=min(512, run.n_ctx), n_outputs=512, n_verify=width)]
+        draft = arm.drafter_options.get("model") if arm.drafter is not None else None
+        if isinstance(draft, str):
+            loads.append(ModelLoad("draft", draft, int(arm.drafter_options.get("n_ctx") or 0) or run.n_ctx,
+                                   n_ubatch=min(512, run.n_ctx), n_outputs=512))
+        # MLX computes on the GPU on Apple silicon, on the CPU elsewhere (mlx[cpu]);
+        # the process: this arm's own, MLX and mlx-lm imported, its RSS on Linux x86-64
+        apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+        return MemoryNeeds(MLX, tuple(loads), accelerated=apple, process_bytes=290 << 20)
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)

@@ -13,7 +13,8 @@ from lab.kit import models
 from lab_mlx.backend import MlxSession
 
 if TYPE_CHECKING:
-    from lab.base.profile import Arm
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
     from lab_mlx.dflash_model import DFlashDraft
     from lab_mlx.target import MlxTarget
 
@@ -51,6 +52,28 @@ class MlxDFlashBackend(MlxSession):
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
         return True  # its loop decides with lab.kit.speculative.acceptor
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """The target as the mlx backend holds it, verifying a block a step,
+        and the DFlash draft (quantized at load to draft_bits) with its own
+        cache of the context's target features."""
+        import platform
+
+        from lab.base.footprint import MLX, MemoryNeeds, ModelLoad
+
+        if arm.model is None or not arm.options.get("draft"):
+            return None
+        block = int(arm.options.get("block_size") or 0) or (arm.n_max or 15) + 1
+        rows = min(512, run.n_ctx)
+        loads = (
+            ModelLoad("target", arm.model, run.n_ctx, n_ubatch=rows, n_outputs=512, n_verify=block),
+            ModelLoad("draft", str(arm.options["draft"]), run.n_ctx, n_ubatch=rows, n_outputs=block, n_verify=block,
+                      weight_bits=int(arm.options.get("draft_bits") or 0),
+                      group_size=int(arm.options.get("draft_group_size") or 64)),
+        )
+        apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=290 << 20)
 
     def pauses_between_steps(self) -> bool:
         return True  # each step's tokens are read back before the next check

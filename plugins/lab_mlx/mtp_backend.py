@@ -16,7 +16,8 @@ from lab.kit.speculative import LoopStats, OutputStream, acceptor, check_room, p
 from lab_mlx.backend import MlxSession
 
 if TYPE_CHECKING:
-    from lab.base.profile import Arm
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
     from lab_mlx.target import MlxTarget
 
 
@@ -42,6 +43,28 @@ class MlxMtpBackend(MlxSession):
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
         return True
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """The target as the mlx backend holds it and its MTP head: read from
+        the target's own file (its nextn blocks) or from a file of its own,
+        with a cache of one layer."""
+        import platform
+
+        from lab.base.footprint import MLX, MemoryNeeds, ModelLoad
+
+        mtp = arm.options.get("mtp")
+        if arm.model is None or not mtp:
+            return None
+        rows = min(512, run.n_ctx)
+        width = (arm.n_max or 1) + 1
+        loads = (
+            ModelLoad("target", arm.model, run.n_ctx, n_ubatch=rows, n_outputs=512, n_verify=width),
+            ModelLoad("MTP head", str(mtp), run.n_ctx, n_ubatch=rows, n_outputs=1, nextn_only=True,
+                      shares_weights=str(mtp) == arm.model),
+        )
+        apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=290 << 20)
 
     def pauses_between_steps(self) -> bool:
         return True

@@ -5,12 +5,16 @@ seconds are when its tokens reached the lab."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from lab.api import Generation, GenerationRequest, Option
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.engine_loop import EngineBackend, EngineCell, MaskedEnds, end_bias, end_ids, engine_version, lab_loop
+
+if TYPE_CHECKING:
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
 
 INSTALL = 'pip install mlx-lm (or pip install -e ".[mlx]")'
 
@@ -36,6 +40,29 @@ class MlxLmBackend(EngineBackend):
     @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return bool(arm_options.get("draft_model"))
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """mlx-lm's caches grow with the tokens held (kv_bits quantizes
+        them); a prompt goes in prefill_step_size chunks whose logits it
+        never computes, a verify pass returns num_draft_tokens + 1 rows."""
+        import platform
+
+        from lab.base.footprint import MLX, MemoryNeeds, ModelLoad
+
+        if arm.model is None:
+            return None
+        rows = min(int(arm.options.get("prefill_step_size") or 2048), run.n_ctx)
+        width = int(arm.options.get("num_draft_tokens") or 0) or arm.n_max or 2
+        kv_bits = int(arm.options.get("kv_bits") or 0)
+        draft = arm.options.get("draft_model")
+        loads = [ModelLoad("target", arm.model, run.n_ctx, n_ubatch=rows, n_outputs=width + 1 if draft else 1,
+                           n_verify=width + 1 if draft else 1, kv_bits=kv_bits)]
+        if draft:
+            loads.append(ModelLoad("draft", str(draft), run.n_ctx, n_ubatch=rows, n_outputs=1, kv_bits=kv_bits))
+        apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+        # the process: the mlx backend's figure (MLX and mlx-lm imported)
+        return MemoryNeeds(MLX, tuple(loads), accelerated=apple, process_bytes=290 << 20)
 
     def load(self, emit: Emit) -> None:
         from mlx_lm import load

@@ -40,7 +40,8 @@ from lab_vllm.steptiming import time_steps
 from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, check_figures, consume, token_id
 
 if TYPE_CHECKING:
-    from lab.base.profile import Arm
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
 
 STACK = "vllm"
 # prompt_template of a vLLM row: who rendered the prompt whose token ids it hashed
@@ -90,6 +91,24 @@ class VllmBackend(ServerBackend[ServerClient]):
     @classmethod
     def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
         return attach.refuse_key(arm_options)
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """vLLM takes gpu_memory_utilization of the card whatever the model
+        (its weights, activations and a KV pool it sizes to fill the rest);
+        on a CPU its KV pool is VLLM_CPU_KVCACHE_SPACE GiB where set."""
+        from lab.base.footprint import VLLM, MemoryNeeds, ModelLoad
+
+        if arm.options.get("url") or arm.model is None:
+            return None
+        loads = [ModelLoad("target", arm.model, int(arm.options.get("max_model_len") or run.n_ctx))]
+        if arm.options.get("draft_model"):
+            loads.append(ModelLoad("draft", str(arm.options["draft_model"]), run.n_ctx))
+        space = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "")
+        pool = int(float(space) * (1 << 30)) if space.replace(".", "", 1).isdigit() else None
+        # the vLLM server's process (torch and vLLM imported) and the lab's, before any model: measured on a CPU
+        return MemoryNeeds(VLLM, tuple(loads), accelerated=True, process_bytes=700 << 20,
+                           budget_share=float(arm.options.get("gpu_memory_utilization") or 0.3), kv_pool_bytes=pool)
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)

@@ -6,7 +6,7 @@ step's seconds are when its yield reached the lab."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from lab.api import Check, Generation, GenerationRequest, Option
 from lab.base.events import Emit
@@ -19,6 +19,10 @@ from lab.kit.engine_loop import (
     lab_loop,
     load_local,
 )
+
+if TYPE_CHECKING:
+    from lab.base.footprint import MemoryNeeds
+    from lab.base.profile import Arm, RunSettings
 
 # z-lab's package pins tqdm, datasets and requests; its MLX module needs none of them
 INSTALL = "pip install --no-deps dflash==0.1.0"
@@ -44,6 +48,26 @@ class ZlabDFlashBackend(EngineBackend):
         Option("prefill_step_size", int, 2048, "prompt tokens per prefill chunk", min=1),
         Option("enable_thinking", bool, True, "passed to the chat template (dflash's --reasoning off is false)"),
     )
+
+    @classmethod
+    def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
+        """dflash's MLX target and its draft (quantized at load to
+        draft_bits, group 64), the prompt in prefill_step_size chunks."""
+        import platform
+
+        from lab.base.footprint import MLX, MemoryNeeds, ModelLoad
+
+        if arm.model is None or not arm.options.get("draft"):
+            return None
+        rows = min(int(arm.options.get("prefill_step_size") or 2048), run.n_ctx)
+        block = int(arm.options.get("block_size") or 0) or (arm.n_max or 15) + 1
+        loads = (
+            ModelLoad("target", arm.model, run.n_ctx, n_ubatch=rows, n_outputs=block, n_verify=block),
+            ModelLoad("draft", str(arm.options["draft"]), run.n_ctx, n_ubatch=rows, n_outputs=block, n_verify=block,
+                      weight_bits=int(arm.options.get("draft_bits") or 0)),
+        )
+        apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=290 << 20)
 
     def load(self, emit: Emit) -> None:
         import mlx.core as mx
