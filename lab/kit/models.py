@@ -182,25 +182,6 @@ def _from_hub(ref: hub_ref.HubRef, fetch: bool) -> Path:
         raise ModelNotFound(ref.text, exc.why, exc.fix) from None
 
 
-def cached(ref: str) -> Path | None:
-    """The model's file if it is on disk now (a path, the embedded model, a
-    built model already cached), without building anything; else None."""
-    try:
-        if ref == "embedded:smollm2":
-            return embedded_smollm2()
-    except ModelNotFound:
-        return None
-    path = Path(os.path.expanduser(ref))
-    if path.exists():
-        return path
-    if _NAMESPACED.match(ref) and ref in _BUILDERS:
-        filename, _builder, version = _BUILDERS[ref]
-        key = hashlib.sha256(f"{ref}:{version}".encode()).hexdigest()[:10]
-        built = cache_dir() / f"{key}-{filename}"
-        return built if built.exists() else None
-    return None
-
-
 def built(ref: str) -> Path | None:
     """The file ``ref`` names where it is already there, building nothing:
     a path that exists, the embedded model, a built-in model already in the
