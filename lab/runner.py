@@ -8,8 +8,7 @@ its warmup unrecorded, kept loaded between its cells where the group fits
 its own (:class:`lab.arms.handles.RemoteArm`) wherever a fresh interpreter
 finds its plugins, so a native crash or a hung plugin call costs that arm's
 cells, never the run. The runner emits every event to whoever listens
-(:mod:`lab.base.events`) and builds every row from what the arm's cell
-returned.
+(:mod:`lab.base.events`) and builds every row from what the cell returned.
 
 Failures are results: whatever a plugin does (Ctrl-C and SIGTERM apart) is
 its arm's status and the run goes on; every arm is closed on every path."""
@@ -18,15 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import threading
 import traceback
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, Union
+from typing import Any, Callable, Sequence
 
 from lab.arms import fit, order
-from lab.arms.handles import LocalArm, RemoteArm
+from lab.arms.control import RunControl, RunSink
+from lab.arms.handles import Handle, start_arm
 from lab.arms.life import CellOutcome, hold, max_tokens
 from lab.base.events import (
     ArmReported,
@@ -49,7 +46,6 @@ from lab.base.events import (
 from lab.base.machine import available_cores
 from lab.base.profile import Arm, Profile
 from lab.base.row import ResultRow
-from lab.probing.isolated import installed
 from lab.probing.phase import probe_phase
 from lab.registry import Registry
 from lab.rows.build import build_result, pick_baseline
@@ -60,96 +56,6 @@ from lab.telemetry.gpu import RunTelemetry
 _RUNS_STARTED = itertools.count()
 # An arm's cells are as bad as their worst status.
 _WORST_FIRST = (Status.CRASHED, Status.OOM, Status.ERROR, Status.CANCELLED, Status.SKIPPED)
-
-Handle = Union[LocalArm, RemoteArm]
-
-
-@dataclass
-class RunControl:
-    """Thread-safe controls a UI can use while a run is going, and what the
-    runner reads of them."""
-
-    _cancel: threading.Event = field(default_factory=threading.Event)
-    _skip_arm: threading.Event = field(default_factory=threading.Event)
-    _resume: threading.Event = field(default_factory=threading.Event)
-    _cancelled_arms: set[str] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self._resume.set()
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def skip_arm(self) -> None:
-        """Stop the running arm at its next step; the run goes on."""
-        self._skip_arm.set()
-
-    def begin_arm(self) -> None:
-        """An arm starts: a skip asked for the one before it is spent."""
-        self._skip_arm.clear()
-
-    @property
-    def skip_requested(self) -> bool:
-        return self._skip_arm.is_set()
-
-    @property
-    def stop_requested(self) -> bool:
-        """The running arm should stop: the run was cancelled or the arm skipped."""
-        return self._cancel.is_set() or self._skip_arm.is_set()
-
-    def cancel_arm(self, arm: str) -> None:
-        """Cancel one arm that has not started: the runner records its cells
-        as cancelled without loading its engine."""
-        with self._lock:
-            self._cancelled_arms.add(arm)
-
-    def arm_cancelled(self, arm: str) -> bool:
-        with self._lock:
-            return arm in self._cancelled_arms
-
-    def stop_status(self, arm: str) -> Status:
-        """What the cells of ``arm`` that stop now are recorded as: skipped
-        when the user only moved on to the next arm, else cancelled."""
-        if self._cancel.is_set() or self.arm_cancelled(arm):
-            return Status.CANCELLED
-        return Status.SKIPPED
-
-    def pause(self) -> None:
-        """Hold the run at its next pause point: the next step of a backend
-        that pauses between steps, else the next cell."""
-        self._resume.clear()
-
-    def resume(self) -> None:
-        self._resume.set()
-
-    @property
-    def paused(self) -> bool:
-        return not self._resume.is_set()
-
-    def hold(self) -> float:
-        """Block while paused (a cancel or a skip ends the hold too);
-        returns the seconds held."""
-        t0 = now()
-        while not self._resume.wait(0.05):
-            if self.stop_requested:
-                break
-        return now() - t0
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancel.is_set()
-
-
-class RunSink(Protocol):
-    """A listener that keeps the run somewhere (lab.store.RunStore): it
-    hears every event first, and engines write their own logs beside it."""
-
-    @property
-    def path(self) -> Path: ...
-
-    def __call__(self, event: RunEvent) -> None: ...
-
 
 class Runner:
     def __init__(
@@ -294,21 +200,26 @@ class Runner:
 
     def _run_slots(self) -> None:
         slots, resident = self._plan()
-        paired = self.profile.run.order == "paired"
-        t0 = now()
-        # arm by arm, each engine closes after its arm's last cell; paired, they stay for added rounds
-        self._play(slots, resident, close_at_last=not paired)
-        planned_s = now() - t0
-        for extra_round in range(self.profile.run.rounds + 1, order.max_rounds(self.profile.run) + 1):
-            if self.control.cancelled or now() - t0 - planned_s > planned_s * order.EXTRA_SHARE:
-                break
-            extra, why = order.extra_slots(self.profile, self.rows(), extra_round)
-            if not extra:
-                break
-            self.emit(RoundAdded(extra_round, tuple(sorted({s.cell.prompt for s in extra})), why))
-            self._play(extra, resident, close_at_last=False)
-        for arm in self.profile.ordered_arms():
-            self._close(arm, final=True)
+        if self.profile.run.order == "arms":
+            # each engine closes after its arm's last cell: one loaded at a time
+            self._play(slots, resident, close_at_last=True)
+            return
+        # paired: one group (arms that share a baseline) at a time, its engines held for its added rounds
+        for group in order.groups(self.profile):
+            names = {a.name for a in group}
+            t0 = now()
+            self._play([s for s in slots if s.arm.name in names], resident, close_at_last=False)
+            planned_s = now() - t0
+            for extra_round in range(self.profile.run.rounds + 1, order.max_rounds(self.profile.run) + 1):
+                if self.control.cancelled or now() - t0 - planned_s > planned_s * order.EXTRA_SHARE:
+                    break
+                extra, why = order.extra_slots(self.profile, self.rows(), extra_round, group)
+                if not extra:
+                    break
+                self.emit(RoundAdded(extra_round, tuple(sorted({s.cell.prompt for s in extra})), why))
+                self._play(extra, resident, close_at_last=False)
+            for arm in group:
+                self._close(arm, final=True)
 
     def _play(self, slots: Sequence[order.Slot], resident: frozenset[str], close_at_last: bool) -> None:
         last = {s.arm.name: i for i, s in enumerate(slots)}
@@ -408,44 +319,39 @@ class Runner:
 
     def _start(self, arm: Arm) -> Handle:
         process = {"label": "shared"}
-        emit = self._arm_emit(arm, lambda: process["label"])
-        cls = self.registry.backend(arm.backend)
-        if own_process(arm, self.registry):
-            handle: Handle = RemoteArm(self.profile, arm, self.run_dir, cls.native_preload, emit, self.control,
-                                       lambda: (self.control.stop_requested or self.control.arm_cancelled(arm.name),
-                                                self.control.paused))
-        else:
-            handle = LocalArm(self.profile, arm, self.registry, self.run_dir, emit, self.control)
+        handle = start_arm(self.profile, arm, self.registry, self.run_dir,
+                           self._arm_emit(arm, lambda: process["label"]), self.control)
         process["label"] = handle.process
         return handle
 
     def _close(self, arm: Arm, final: bool) -> None:
-        """The arm's engine closed and its process ended; after its last cell
-        its reference is measured first (or after, for a tool that loads the
-        model itself) and its final status said."""
+        """The arm's engine closed and its process ended. After its last cell
+        its final status is said first (its lanes stay finished), then its
+        reference measured before close (or after, for a tool that loads the
+        model itself)."""
         if arm.name in self._final:
             return
-        handle = self._handles.pop(arm.name, None)
-        if handle is not None:
-            try:
-                when = handle.reference_when() if final and not self.control.stop_requested else None
-                if when == "loaded":
-                    self._reference(arm, handle)
-                closed = handle.close()
-                if not closed.said and closed.left_behind:
-                    # its process was ended before it could say so itself
-                    report = {**self._reports.get(arm.name, {}), "left_behind": dict(closed.left_behind)}
-                    self._log(f"arm {arm.name}: {'; '.join(closed.left_behind.get('close_errors', []))}")
-                    self.emit(ArmReported(arm.name, report))
-                if when == "closed":
-                    self._reference(arm, handle)
-            finally:
-                handle.end()
-        if final and arm.name not in self._final:
+        if final:
             self._final.add(arm.name)
             got = {r.status for r in self.rows() if r.arm == arm.name}
-            worst = next((s for s in _WORST_FIRST if s in got), Status.OK)
-            self.emit(StatusChanged(arm_cell(arm.name), worst))
+            self.emit(StatusChanged(arm_cell(arm.name), next((s for s in _WORST_FIRST if s in got), Status.OK)))
+        handle = self._handles.pop(arm.name, None)
+        if handle is None:
+            return
+        try:
+            when = handle.reference_when() if final and not self.control.stop_requested else None
+            if when == "loaded":
+                self._reference(arm, handle)
+            closed = handle.close()
+            if not closed.said and closed.left_behind:
+                # its process was ended before it could say so itself
+                report = {**self._reports.get(arm.name, {}), "left_behind": dict(closed.left_behind)}
+                self._log(f"arm {arm.name}: {'; '.join(closed.left_behind.get('close_errors', []))}")
+                self.emit(ArmReported(arm.name, report))
+            if when == "closed":
+                self._reference(arm, handle)
+        finally:
+            handle.end()
 
     def _reference(self, arm: Arm, handle: Handle) -> None:
         """The baseline timed by the engine's own tool, on the first prompt
@@ -541,18 +447,3 @@ class Runner:
                 self.gpu.write(self.run_dir)
         except Exception:  # noqa: BLE001 - telemetry must never cost a run its results
             self._log(traceback.format_exc())
-
-
-def own_process(arm: Arm, registry: Registry) -> bool:
-    """Whether ``arm`` runs in a process of its own: its backend and drafter
-    come from installed plugins (which a fresh interpreter finds), unless
-    ``LAB_ARM_PROCESS=shared`` keeps every arm in the lab's process."""
-    if os.environ.get("LAB_ARM_PROCESS", "").strip().lower() == "shared":
-        return False
-    cls = registry.backends.get(arm.backend)
-    if cls is None or not installed(cls, "lab.backends"):
-        return False
-    if arm.drafter is None:
-        return True
-    dcls = registry.drafters.get(arm.drafter)
-    return dcls is not None and installed(dcls, "lab.drafters")

@@ -221,9 +221,6 @@ def test_what_plugins_start_at_import_ends_with_the_lab_and_an_exit_at_import_is
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "plugins not loaded: exiting_plugin" in out.stderr, out.stderr[-3000:]
-    said = subprocess.run([sys.executable, "-m", "lab", "plugins"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
-    assert "exiting_plugin" in said.stdout + said.stderr and "os._exit(4)" in said.stdout + said.stderr
     started = [int(x) for x in pids.read_text().split()]
     # one from the lab's process, one from the arm's
     assert len(started) == 2, started
@@ -231,6 +228,9 @@ def test_what_plugins_start_at_import_ends_with_the_lab_and_an_exit_at_import_is
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in started):
         assert time.monotonic() < end, [p for p in started if psutil.pid_exists(p)]
         time.sleep(0.05)
+    said = subprocess.run([sys.executable, "-m", "lab", "plugins"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert "exiting_plugin" in said.stdout + said.stderr and "os._exit(4)" in said.stdout + said.stderr
 
 
 WATCH = '''

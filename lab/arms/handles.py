@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from multiprocessing import Pipe
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from lab.arms.life import ArmLife, CellOutcome, Closed, Controls, Opened, References
 from lab.base.cells import Cell, Status
@@ -259,3 +259,33 @@ def hung_frames(output: str) -> list[tuple[str, int, str]]:
 def _short(path: str) -> str:
     parts = path.replace("\\", "/").split("/")
     return "/".join(parts[-2:])
+
+
+Handle = Union[LocalArm, RemoteArm]
+
+
+def own_process(arm: Arm, registry: Registry) -> bool:
+    """Whether ``arm`` runs in a process of its own: its backend and drafter
+    come from installed plugins (which a fresh interpreter finds), unless
+    ``LAB_ARM_PROCESS=shared`` keeps every arm in the lab's process."""
+    from lab.probing.isolated import installed
+
+    if os.environ.get("LAB_ARM_PROCESS", "").strip().lower() == "shared":
+        return False
+    cls = registry.backends.get(arm.backend)
+    if cls is None or not installed(cls, "lab.backends"):
+        return False
+    if arm.drafter is None:
+        return True
+    dcls = registry.drafters.get(arm.drafter)
+    return dcls is not None and installed(dcls, "lab.drafters")
+
+
+def start_arm(profile: Profile, arm: Arm, registry: Registry, run_dir: str, emit: Callable[[RunEvent], None],
+              control: Any) -> Handle:
+    """The arm's handle: in a process of its own where :func:`own_process`,
+    else in this one. ``control``: the run's :class:`lab.arms.control.RunControl`."""
+    if own_process(arm, registry):
+        return RemoteArm(profile, arm, run_dir, registry.backend(arm.backend).native_preload, emit, control,
+                         lambda: (control.stop_requested or control.arm_cancelled(arm.name), control.paused))
+    return LocalArm(profile, arm, registry, run_dir, emit, control)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 from lab.api import (
     Backend,
@@ -103,6 +103,33 @@ class Closed:
     left_behind: Mapping[str, Any] = field(default_factory=dict)
     # whether the arm's report was emitted where it closed (not when its process was ended first)
     said: bool = True
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Called(Generic[T]):
+    """A plugin call's result or what it raised instead (Ctrl-C and SIGTERM
+    go on up: they stop the lab, not the plugin); the one place a plugin's
+    failure turns into data."""
+
+    value: T | None
+    failure: BaseException | None = None
+    trace: str = ""
+
+    @classmethod
+    def of(cls, call: Callable[[], T]) -> Called[T]:
+        try:
+            return cls(call())
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - whatever a plugin raises, SystemExit too, is its failure
+            return cls(None, exc, traceback.format_exc())
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
 
 
 def named(exc: BaseException) -> str:
@@ -198,43 +225,47 @@ class ArmLife:
     def open(self) -> Opened:
         """Build and load the backend and its drafter; the samplers start."""
         arm = self.arm
-        cell0 = arm_cell(arm.name)
         self._leftovers = Leftovers.before_arm()
-        try:
-            backend = self.registry.backend(arm.backend)(arm, BackendContext(self.profile.run, self.run_dir, self._log))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - a plugin's constructor is a plugin call too
-            self._log(traceback.format_exc())
-            return Opened(Status.ERROR, f"load failed: {named(exc)}")
-        self.backend = backend
-        try:
-            self._sampler = MemorySampler(arm.name, self.emit, self.profile.run.memory_interval_s,
-                                          child_pids=backend.child_pids, engine_bytes=lambda: self._engine_bytes)
-            # the noise guard: other processes' CPU use while this arm's cells run
-            self._watcher = ContentionWatcher(arm.name, type(backend).busy_cores(arm.options, self.profile.run.threads),
-                                              lambda: [*backend.engine_pids(), *self.lab_pids])
-            self._sampler.start()
-            self._watcher.start()
-            self.emit(StatusChanged(cell0, Status.LOADING, phase="loading"))
-            backend.load(self.emit)
-            if arm.drafter is not None:
-                if not isinstance(backend, Drafting):
-                    raise TypeError(f"backend {arm.backend} does not run drafter plugins")
-                self.emit(StatusChanged(cell0, Status.LOADING, phase=f"loading drafter {arm.drafter}"))
-                self.drafter = attach_drafter(self.registry.drafter(arm.drafter), arm, backend, self.profile.run,
-                                              self._reference, self._log)
-            self._engine_bytes = backend.engine_bytes()
-        except EngineFailure as exc:
-            return Opened(exc.status, failure_detail(exc))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - a broken arm (SystemExit too) is a result
-            self._log(traceback.format_exc())
-            return Opened(Status.ERROR, f"load failed: {named(exc)}")
-        finally:
-            self._idle()
-        return Opened(Status.OK)
+        built = Called.of(lambda: self.registry.backend(arm.backend)(
+            arm, BackendContext(self.profile.run, self.run_dir, self._log)))
+        if built.value is None:
+            return self._failed(built, lambda exc: Opened(Status.ERROR, f"load failed: {named(exc)}"))
+        backend = self.backend = built.value
+        loaded = Called.of(lambda: self._load(backend))
+        self._idle()
+        if loaded.failure is None:
+            return Opened(Status.OK)
+        return self._failed(loaded, lambda exc: Opened(exc.status, failure_detail(exc)) if isinstance(exc, EngineFailure)
+                            else Opened(Status.ERROR, f"load failed: {named(exc)}"))
+
+    def _failed(self, called: Called[Any], outcome: Callable[[BaseException], T]) -> T:
+        """What a plugin's failed call comes to; its traceback goes to the run's log
+        (an engine's own failure says enough by itself)."""
+        assert called.failure is not None
+        if not isinstance(called.failure, (EngineFailure, Cancelled)):
+            self._log(called.trace)
+        return outcome(called.failure)
+
+    def _load(self, backend: Backend) -> None:
+        """The samplers started, the engine loaded, the drafter attached."""
+        arm = self.arm
+        cell0 = arm_cell(arm.name)
+        self._sampler = MemorySampler(arm.name, self.emit, self.profile.run.memory_interval_s,
+                                      child_pids=backend.child_pids, engine_bytes=lambda: self._engine_bytes)
+        # the noise guard: other processes' CPU use while this arm's cells run
+        self._watcher = ContentionWatcher(arm.name, type(backend).busy_cores(arm.options, self.profile.run.threads),
+                                          lambda: [*backend.engine_pids(), *self.lab_pids])
+        self._sampler.start()
+        self._watcher.start()
+        self.emit(StatusChanged(cell0, Status.LOADING, phase="loading"))
+        backend.load(self.emit)
+        if arm.drafter is not None:
+            if not isinstance(backend, Drafting):
+                raise TypeError(f"backend {arm.backend} does not run drafter plugins")
+            self.emit(StatusChanged(cell0, Status.LOADING, phase=f"loading drafter {arm.drafter}"))
+            self.drafter = attach_drafter(self.registry.drafter(arm.drafter), arm, backend, self.profile.run,
+                                          self._reference, self._log)
+        self._engine_bytes = backend.engine_bytes()
 
     def _idle(self) -> None:
         """Between its cells an arm's samplers sleep (others may run meanwhile)."""
@@ -277,7 +308,7 @@ class ArmLife:
 
     def _cell(self, cell: Cell, backend: Backend) -> CellOutcome:
         arm = self.arm
-        run = self.profile.run
+        run_settings = self.profile.run
         status = Status.WARMUP if cell.is_warmup else Status.RUNNING
         self.emit(StatusChanged(cell, status, phase="warming up" if cell.is_warmup else "running"))
         held = [0.0]
@@ -299,13 +330,13 @@ class ArmLife:
                 clock.held(seconds)
             return self.control.stop_requested
 
-        reset_s: float | None = None
         watcher = self._watcher
-        gen_end: float | None = None
-        try:
+
+        def run() -> tuple[Generation, Contention | None, float | None, float]:
+            reset_s: float | None = None
             # warm rounds still start cold: round 1 meets the engine as loaded,
             # warmup or not, and the later rounds are held to it
-            if self._used and not cell.is_warmup and (not run.warm_rounds or cell.round == 1):
+            if self._used and not cell.is_warmup and (not run_settings.warm_rounds or cell.round == 1):
                 reset_s = self._reset_round(cell, backend)
                 self._used = False
                 emit(StatusChanged(cell, status, phase="running"))
@@ -318,16 +349,12 @@ class ArmLife:
             if not isinstance(gen, Generation):
                 raise TypeError(f"backend {arm.backend}: generate() returned {type(gen).__name__}, not a Generation")
             busy = watcher.reading(mark) if watcher is not None and mark is not None else None
-        except Cancelled:
-            return CellOutcome(cell, Status.CANCELLED, detail="cancelled", peak=self.peak)
-        except EngineFailure as exc:
-            crashed = exc.status == Status.CRASHED
-            return CellOutcome(cell, exc.status, detail=failure_detail(exc), peak=self.peak, crashed=crashed)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - SystemExit from a plugin is its arm's error too
-            self._log(traceback.format_exc())
-            return CellOutcome(cell, Status.ERROR, detail=named(exc), peak=self.peak)
+            return gen, busy, reset_s, gen_end
+
+        called = Called.of(run)
+        if called.value is None:
+            return self._failed(called, lambda exc: self._failed_cell(cell, exc))
+        gen, busy, reset_s, gen_end = called.value
         if self._sampler is not None:
             self._sampler.sample()
         if reset_s is not None:
@@ -339,6 +366,15 @@ class ArmLife:
                                       engine_report={**gen.engine_report, "paused_s": held[0]})
         return CellOutcome(cell, Status.OK, gen, peak=self.peak, origin=tuple(tuple(o) for o in origin),
                            latency=clock.shape(), contention=busy, gen_end=gen_end)
+
+    def _failed_cell(self, cell: Cell, exc: BaseException) -> CellOutcome:
+        if isinstance(exc, Cancelled):
+            return CellOutcome(cell, Status.CANCELLED, detail="cancelled", peak=self.peak)
+        if isinstance(exc, EngineFailure):
+            return CellOutcome(cell, exc.status, detail=failure_detail(exc), peak=self.peak,
+                               crashed=exc.status == Status.CRASHED)
+        # SystemExit from a plugin is its arm's error too
+        return CellOutcome(cell, Status.ERROR, detail=named(exc), peak=self.peak)
 
     def _reset_round(self, cell: Cell, backend: Backend) -> float:
         """Bring the engine (and a drafter that keeps state) back to the state
@@ -387,12 +423,19 @@ class ArmLife:
             watcher = ContentionWatcher(f"{arm.name}-reference",
                                         type(backend).busy_cores(arm.options, self.profile.run.threads),
                                         lambda: [*backend.engine_pids(), *self.lab_pids])
-            try:
+            def measure(backend: Referencing = backend) -> tuple[dict[str, Any], Contention]:
                 with watcher:
                     mark = watcher.mark()
                     got = backend.measure_reference(request_for(self.profile, arm, Cell(arm.name, prompt, 1)),
                                                     prompt_tokens)
-                    busy = watcher.reading(mark)
+                    return got, watcher.reading(mark)
+
+            # a reference that fails costs its line, never the run
+            called = Called.of(measure)
+            if called.value is None:
+                record["error"] = self._failed(called, named)
+            else:
+                got, busy = called.value
                 record.update(got)
                 record["contention"] = round(busy.others_cores, 3)
                 record["contended"] = busy.contended
@@ -400,11 +443,6 @@ class ArmLife:
                     record["contention_note"] = busy.note()
                 record["when"] = ("after the arm's cells, its engine still loaded" if backend.reference_needs_load()
                                   else "after the arm's cells, its engine closed")
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # noqa: BLE001 - a reference that fails costs its line, never the run
-                self._log(traceback.format_exc())
-                record["error"] = named(exc)
             record["seconds"] = round(now() - start, 3)
         self.emit(ReferenceMeasured(arm.name, record))
         return record
@@ -421,31 +459,22 @@ class ArmLife:
         failed: list[str] = []
         report: dict[str, Any] = {}
         try:
-            if self.drafter is not None:
-                try:
-                    self.drafter.close()
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:  # noqa: BLE001 - a plugin's close must not end the run
-                    self._log(traceback.format_exc())
-                    failed.append(f"drafter close() failed: {named(exc)}")
-            backend = self.backend
+            drafter, backend = self.drafter, self.backend
+            # a plugin's close must not end the run: each failure is named in the arm's report
+            if drafter is not None:
+                closed = Called.of(drafter.close)
+                if not closed.ok:
+                    failed.append(f"drafter close() failed: {self._failed(closed, named)}")
             if backend is not None:
-                try:
-                    report = bounded_report(backend.report())
+                reported = Called.of(lambda: bounded_report(backend.report()))
+                if reported.value is not None:
+                    report = reported.value
                     self.emit(ArmReported(self.arm.name, report))
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:  # noqa: BLE001
-                    self._log(traceback.format_exc())
-                    failed.append(f"report() failed: {named(exc)}")
-                try:
-                    backend.close()
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:  # noqa: BLE001
-                    self._log(traceback.format_exc())
-                    failed.append(f"close() failed: {named(exc)}")
+                else:
+                    failed.append(f"report() failed: {self._failed(reported, named)}")
+                closed = Called.of(backend.close)
+                if not closed.ok:
+                    failed.append(f"close() failed: {self._failed(closed, named)}")
         finally:
             for sampler in (self._sampler, self._watcher):
                 if sampler is not None:

@@ -128,12 +128,13 @@ def disagreement(speedups: Sequence[float]) -> str | None:
     return None
 
 
-def extra_slots(profile: Profile, rows: Sequence[Any], round: int) -> tuple[list[Slot], str]:
-    """Paired slots of ``round`` for every group and prompt whose arms'
-    paired speedups disagree so far, and why (empty: all agree)."""
+def extra_slots(profile: Profile, rows: Sequence[Any], round: int,
+                only: Sequence[Arm] | None = None) -> tuple[list[Slot], str]:
+    """Paired slots of ``round`` for every group (or the group ``only``) and
+    prompt whose arms' paired speedups disagree so far, and why (empty: all agree)."""
     slots: list[Slot] = []
     why: list[str] = []
-    for group in groups(profile):
+    for group in groups(profile) if only is None else [list(only)]:
         for prompt in profile.prompts:
             reasons = []
             for arm in group:
