@@ -771,3 +771,22 @@ def test_lab_plugins_shows_the_limits_a_profile_is_held_to() -> None:
     assert f"arms.n_max: {N_MAX.describe()}" in out.stdout
     assert f"at most {MAX_ARMS}" in out.stdout
     assert "health_timeout_s: float [1..86_400]" in out.stdout
+
+
+def test_too_many_arms_are_refused_before_any_arms_own_checks(tmp_path: Path) -> None:
+    """10,000 [[arms]] entries that name a drafter: the count is refused at
+    once, before each entry's checks (the drafter's options, model paths),
+    which took over 90 s for such a profile; an entry past the limit that
+    is itself wrong is never reached."""
+    from lab.base.limits import MAX_ARMS
+    from lab.profile.errors import ProfileError
+    from lab.profile.load import parse_profile
+    from lab.registry import load_registry
+
+    arm = '[[arms]]\nname = "a{i}"\nbackend = "llamacpp"\nmodel = "embedded:smollm2"\ndrafter = "ngram"\nn_max = 4\n'
+    text = '[[prompts]]\nname = "p"\ntext = "x"\n' + "".join(arm.format(i=i) for i in range(10_000))
+    text += '[[arms]]\nname = "bad"\nbackend = "no-such-backend"\n'
+    with pytest.raises(ProfileError) as err:
+        parse_profile(text, str(tmp_path / "big.toml"), load_registry())
+    said = str(err.value)
+    assert "10,001 [[arms]] entries" in said and f"at most {MAX_ARMS}" in said and "no-such-backend" not in said
