@@ -219,6 +219,13 @@ def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], c
         except ValueError as exc:  # the same module or name under another entry point
             fail(label, group, exc)
             return
+        try:
+            # a hook whose name no hookspec has (a misspelling) would be ignored without a word
+            pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            pm.unregister(plugin)
+            fail(label, group, exc)
+            return
         if not pm.get_hookcallers(plugin):
             pm.unregister(plugin)
             fail(label, group, TypeError(

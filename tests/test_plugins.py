@@ -293,3 +293,22 @@ def test_a_plugin_may_register_its_own_model_namespace(plugin_path: Path, monkey
         models.resolve("acme:missile")
     # The llama.cpp plugin registers its synthetic timing models.
     assert "synthetic:llama-8b" in models.known_models()
+
+
+def test_a_misspelled_hook_is_a_load_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pluggy's check_pending at load: a hook no hookspec names is refused,
+    not silently ignored."""
+    site = tmp_path / "site"
+    info = site / "typo_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "typo_plugin.py").write_text(
+        "from lab.hookspecs import hookimpl\n\n@hookimpl\ndef lab_register_drafter(register):\n    pass\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: typo-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lab.drafters]\ntypo = typo_plugin\n")
+    monkeypatch.syspath_prepend(str(site))
+    import importlib
+
+    importlib.invalidate_caches()
+    registry = load_registry()
+    errors = {e.entry_point: e.error for e in registry.errors}
+    assert "typo" in errors and "lab_register_drafter" in errors["typo"], errors
