@@ -181,7 +181,8 @@ def test_cli_report_with_probe_and_compare(run_dir: Path, tmp_path: Path, capsys
     assert main(["report", str(run_dir), "--probe", str(path)]) == 0
     assert "predicted" in capsys.readouterr().out
     assert main(["report", str(run_dir), "--compare", str(run_dir), "--format", "md"]) == 0
-    assert "0 of 12 cells changed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0 of 12 shared cells changed" in out and "no change in kind" in out
     assert main(["report", str(run_dir), "--probe", str(tmp_path / "missing.json")]) == 2
 
 
