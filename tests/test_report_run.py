@@ -105,7 +105,7 @@ def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
     # uncertain: its paired rounds disagreed (a busy machine, lab.telemetry.contention)
     assert kinds["oracle"] in (breakeven.PAYS, breakeven.EVEN, breakeven.LOSES, breakeven.STRUCTURAL, breakeven.UNCERTAIN)
     rows = list(csv.DictReader(io.StringIO(render(data, "csv"))))
-    assert len(rows) == 3 * 2 and rows[0]["verdict_kind"] == "baseline"
+    assert len(rows) == len(data["results"]) >= 3 * 2 and rows[0]["verdict_kind"] == "baseline"
 
 
 @pytest.mark.slow
