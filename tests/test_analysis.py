@@ -14,7 +14,7 @@ from lab.analysis import measured_acceptance as acceptance
 from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
 from lab.base.probe import Probe, ProbeError, format_widths, parse_widths
-from lab.base.verdict import verdict, verdict_kind
+from lab.base.verdict import SPEEDUP, judge, verdict, verdict_kind
 
 
 def _row(**kw: Any) -> dict[str, Any]:
@@ -34,10 +34,18 @@ def test_cost_equal_to_max_yield_is_structural() -> None:
     assert verdict_kind(_row(step_cost_tokens=3.999, speedup=0.9, mean_accepted_len=2.5)) == breakeven.LOSES
 
 
-def test_structural_wins_over_a_measured_gain() -> None:
-    # A cost at the yield ceiling cannot pay; a speedup above 1 then comes
-    # from elsewhere (noise), and the verdict says the arithmetic.
-    assert verdict_kind(_row(step_cost_tokens=5.0, speedup=1.1)) == breakeven.STRUCTURAL
+def test_a_measured_gain_is_never_called_a_loss_and_the_line_says_the_cost_disagrees() -> None:
+    # a cost at the yield ceiling says it cannot pay, the measured speedup says
+    # it did: the verdict follows the measurement and names the conflict
+    row = _row(step_cost_tokens=5.0, speedup=1.1)
+    v = judge(row)
+    assert v.kind == breakeven.PAYS and v.evidence == SPEEDUP and not v.any_load
+    assert "step cost as timed, 5.00 baseline tokens against at most 4 landed, says it cannot pay" in v.line
+    assert "measured speedup is the evidence" in v.line
+    for speedup in (1.001, 1.01, 1.3):
+        assert judge(_row(step_cost_tokens=5.0, speedup=speedup)).kind not in (breakeven.LOSES, breakeven.STRUCTURAL)
+        assert judge(_row(step_cost_tokens=3.0, mean_accepted_len=1.5, speedup=speedup)).kind not in (
+            breakeven.LOSES, breakeven.STRUCTURAL)
 
 
 @pytest.mark.parametrize(
@@ -116,7 +124,8 @@ def test_bootstrap_interval_covers_the_truth_about_95_percent_of_the_time() -> N
 
 @pytest.mark.parametrize(
     ("ratios", "call"),
-    [([1.5, 1.6, 1.55], stats.FASTER), ([0.5, 0.6], stats.SLOWER), ([0.8, 1.3], stats.TOO_WIDE),
+    [([1.5, 1.6, 1.55], stats.FASTER), ([0.5, 0.6], stats.SLOWER), ([0.8, 1.3], stats.DISAGREE),
+     ([0.8, 1.3, 1.1, 0.9, 1.2], stats.TOO_WIDE), ([1.05, 1.01], stats.TOO_FEW),
      ([1.0, 1.01, 0.995], stats.EVEN), ([1.2], stats.ONE_PAIR), ([], stats.NO_PAIRS)],
 )
 def test_calls(ratios: list[float], call: str) -> None:

@@ -110,9 +110,8 @@ def test_table_matches_hand_computed_figures() -> None:
     ratios = [2.0, 1.5, 2.0]  # a1 r1, a1 r2, a2 r1 over their baselines
     assert edit.pairs == 3
     assert edit.speedup == pytest.approx(math.prod(ratios) ** (1 / 3))
-    iv = stats.bootstrap_geomean(ratios)  # in the pairs' order: prompt, then round
-    assert (edit.speedup_low, edit.speedup_high) == pytest.approx((iv.low, iv.high))
-    assert edit.speedup_low <= edit.speedup <= edit.speedup_high
+    # three pairs: fewer than a bootstrap needs, so the estimate alone
+    assert edit.speedup_low is None and edit.speedup_high is None
     # qa: 4 of 32 accepted, (8 + 4) landed over 8 steps, ratios 0.5 and 0.25
     assert qa.acceptance_rate == pytest.approx(4 / 32) and qa.mean_accepted_len == pytest.approx(12 / 8)
     assert qa.speedup == pytest.approx(math.sqrt(0.5 * 0.25)) and qa.pairs == 2
@@ -120,6 +119,10 @@ def test_table_matches_hand_computed_figures() -> None:
     assert every.acceptance_rate == pytest.approx(74 / 132)
     assert every.mean_accepted_len == pytest.approx((95 + 12) / 33)
     assert every.speedup == pytest.approx(math.prod([2.0, 1.5, 2.0, 0.5, 0.25]) ** (1 / 5)) and every.pairs == 5
+    # five pairs: the bootstrap's interval, in the pairs' order (prompt, then round)
+    iv = stats.bootstrap_geomean([2.0, 1.5, 2.0, 0.5, 0.25])
+    assert (every.speedup_low, every.speedup_high) == pytest.approx((iv.low, iv.high))
+    assert every.speedup_low < every.speedup < every.speedup_high
     assert every.prompts == 3
 
 
@@ -142,10 +145,11 @@ def test_markdown_section_lists_every_category_and_the_first_turn_note() -> None
     text = "\n".join(lines)
     assert lines[0].startswith("| arm | category | prompts | acceptance | mean accepted len | speedup")
     assert "| spec | edit | 2 | 70.0% | 3.80 |" in text
-    assert "| spec | qa | 1 | 12.5% | 1.50 | 0.35x [" in text
-    assert "| spec | **all** | 3 |" in text
+    assert "| spec | qa | 1 | 12.5% | 1.50 | 0.35x | 2 | slower |" in text  # two pairs: no interval
+    assert "| spec | **all** | 3 |" in text and "| 5 |" in text.split("**all**")[1]
+    assert "[" in text.split("**all**")[1].split("\n")[0]  # five pairs: an interval
     assert "first turn only" in text and ": 1." in text
-    assert "little more than the range" in text  # 2 and 3 pairs
+    assert "Below 5 pairs no interval is given" in text  # 2 and 3 pairs
     assert "No prompt categories" in markdown_lines([row("base", "p", None, 1.0)])[0]
 
 
@@ -201,7 +205,8 @@ async def test_category_table_widget_shows_and_refreshes_rows() -> None:
         await pilot.pause()
         assert table.row_count == 3
         cells = [str(c) for c in table.get_row(row_key("spec", "qa"))]
-        assert cells[3] == "12%" and cells[5] == "0.35x" and "–" in cells[6]
+        assert cells[3] == "12%" and cells[5] == "0.35x" and "–" not in cells[6]  # two pairs: no interval
+        assert "–" in str(table.get_row(row_key("spec", ALL))[6])  # five
         assert str(table.get_row(row_key("spec", ALL))[1]) == ALL
 
 

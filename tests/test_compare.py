@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.compare import compare, profile_differences, warnings
+from lab.analysis.compare import compare, conclusion, profile_differences, warnings
 from lab.base.events import Status
 from lab.base.row import RESULT_KEYS
 from lab.cli import main
@@ -54,13 +54,14 @@ def test_a_baseline_that_moved_beyond_its_noise_is_a_change_and_a_warning() -> N
     a = _data([100.0, 102.0], [150.0, 151.0])
     b = _data([296.0, 300.0], [300.0, 302.0])
     rows = {r["arm"]: r for r in compare(a, b)}
-    assert "tok/s" in rows["base"]["changed"], rows["base"]
+    # the baseline's move is timing, said as such; the cell itself did not change
+    assert rows["base"]["timing"] == ["tok/s"] and rows["base"]["changed"] == [], rows["base"]
     assert rows["base"]["tok_per_s_change"] > 1.9
     said = warnings(a, b)
     assert any(w.startswith("baseline base on prose moved +1") for w in said), said
     md = render_compare(a, b, "md")
     assert "**warning:** baseline base" in md
-    assert "tok/s" in md.split("| base | prose |")[1].splitlines()[0].rsplit("|", 2)[1]
+    assert "tok/s moved (timing)" in md.split("| base | prose |")[1].splitlines()[0].rsplit("|", 2)[1]
 
 
 def test_moves_inside_the_rounds_spread_are_noise() -> None:
@@ -117,3 +118,114 @@ def test_the_report_lists_stopped_cells_apart_from_failures() -> None:
     stopped = md.split("## Not measured")[1].split("##")[0]
     assert "**base** oom: out of memory" in failures and "spec" not in failures
     assert "**spec** skipped (2 cells)" in stopped and "**spec** cancelled" in stopped
+
+
+# -- the conclusion, and changes counted only beyond both runs' noise ---------------------------
+
+DEMO = Path(__file__).resolve().parents[1] / "results" / "demo-predictions-cpu"
+
+
+def _demo() -> dict[str, Any]:
+    from lab.store import load_run
+
+    return load_run(DEMO)
+
+
+def _scaled(data: dict[str, Any], factor: float, arm: str | None = None, prompt: str | None = None) -> dict[str, Any]:
+    """A copy of a run whose tok/s (of one arm and prompt, or of every row)
+    moved by ``factor``, with the speedups the rows would then carry."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for r in out["results"]:
+        if (arm is None or r["arm"] == arm) and (prompt is None or r["prompt"] == prompt) and r["tok_per_s"]:
+            r["tok_per_s"] *= factor
+            if r.get("speedup") is not None and arm is not None:
+                r["speedup"] *= factor
+    return out
+
+
+def test_a_run_against_a_copy_of_itself_changes_nothing_and_warns_of_nothing(tmp_path: Path, capsys: Any) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(DEMO, copy)
+    assert main(["report", str(DEMO), "--compare", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert "**Conclusion:** acceptance unchanged; timing within both runs' noise: no change in kind." in out
+    assert "0 of 8 shared cells changed" in out
+    assert "warning" not in out and "different machines" not in out
+    data = _demo()
+    assert warnings(data, _demo()) == [] and not any(r["changed"] for r in compare(data, _demo()))
+
+
+def test_timing_that_moved_with_the_machine_is_no_change_in_kind() -> None:
+    a = _demo()
+    b = _scaled(a, 0.7)  # the whole machine 30 % slower: baseline and arms alike
+    rows = compare(a, b)
+    assert not any(r["changed"] for r in rows), [(r["arm"], r["prompt"], r["changed"]) for r in rows]
+    assert conclusion(a, b, rows) == ("acceptance unchanged; timing moved with the machine (baselines: "
+                                      "baseline / prose -30%, baseline / code -30%): no change in kind.")
+    md = render_compare(a, b, "md")
+    assert md.index("**Conclusion:**") < md.index("**warning:**") < md.index("| arm |")
+    assert "0 of 8 shared cells changed" in md
+
+
+def test_a_change_in_kind_beyond_both_runs_noise_leads_the_comparison() -> None:
+    a = _demo()
+    b = _scaled(a, 0.6, "ngram", "code")  # 1.37x → 0.82x: pays → loses
+    rows = {(r["arm"], r["prompt"]): r for r in compare(a, b)}
+    assert rows[("ngram", "code")]["changed"] == ["speedup", "verdict"]
+    assert sum(1 for r in rows.values() if r["changed"]) == 1
+    said = conclusion(a, b)
+    assert said == ("acceptance unchanged; timing within both runs' noise: ngram / code changed in kind: "
+                    "pays → loses, beyond both runs' noise.")
+
+
+def test_a_move_inside_either_runs_paired_spread_is_not_counted() -> None:
+    a = _data([100.0, 100.0], [101.0, 105.0])  # 1.01x and 1.05x: pays by its median, break-even in one pair
+    b = _data([100.0, 100.0], [100.5, 101.5])  # break-even
+    spec = next(r for r in compare(a, b) if r["arm"] == "spec")
+    assert spec["verdict_kind_a"] != spec["verdict_kind_b"]
+    assert spec["changed"] == [] and spec["within_noise"] == ["verdict"]
+    assert "(within noise)" in render_compare(a, b, "md")
+
+
+def test_runs_with_no_shared_cells_say_so() -> None:
+    import copy
+
+    a = _demo()
+    b = copy.deepcopy(a)
+    for r in b["results"]:
+        r["prompt"] = "other-" + r["prompt"]
+    md = render_compare(a, b, "md")
+    assert "**Conclusion:** No cells in common, so nothing to compare cell by cell" in md
+    assert "No shared cells (8 only in A; 8 only in B, not counted)" in md
+    assert "cells changed" not in md
+
+
+def test_a_setting_left_out_or_null_is_its_default_and_no_difference() -> None:
+    a = _data([100.0], [150.0])
+    b = _data([100.0], [150.0])
+    a["profile"]["run"].update(reference=False, warm_rounds=False, threads=0)
+    b["profile"]["run"].update(reference=None)  # saved as null: the default, False
+    assert profile_differences(a, b) == []
+    b["profile"]["arms"][1]["options"] = None  # no options saved: none set
+    assert profile_differences(a, b) == []
+    b["profile"]["run"]["warm_rounds"] = True
+    assert profile_differences(a, b) == ["run settings differ: warm_rounds False → True"]
+    # an order left out is the order such a run had: arm by arm
+    c = _data([100.0], [150.0])
+    c["profile"]["run"]["order"] = "paired"
+    assert profile_differences(a, c) == ["run settings differ: order 'arms' → 'paired'"]
+
+
+def test_a_kernel_build_is_a_condition_and_another_os_another_machine() -> None:
+    a = _demo()
+    b = _demo()
+    b["machine"]["platform"] = a["machine"]["platform"].replace("fc-v1300", "fc-v1045")
+    said = warnings(a, b)
+    assert not any("different machines" in w for w in said), said
+    assert any(w.startswith("the runs ran under other conditions: OS build Linux-6.18.44-fc-v1300") for w in said)
+    b["machine"]["platform"] = "macOS-15.1-arm64-arm-64bit"
+    assert any("different machines: OS Linux in A, macOS in B" in w for w in warnings(a, b))

@@ -18,6 +18,7 @@ import pytest
 
 from lab.base import economics as breakeven
 from lab.base.machine import available_cores
+from lab.base.verdict import judge
 from lab.telemetry import contention
 from lab.telemetry.contention import ContentionWatcher
 
@@ -179,8 +180,11 @@ def test_a_run_beside_a_cpu_burner_is_marked_and_its_report_says_so(tmp_path: Pa
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert all(r["contended"] and r["contention"] >= 0.5 for r in rows), [(r["arm"], r["contention"], r["contention_note"], r["threads_hint"]) for r in rows]
     spec = next(r for r in rows if r["arm"] == "ngram")
-    assert breakeven.classify(spec).kind == breakeven.UNCERTAIN
-    assert not spec["verdict"].startswith(("pays", "loses"))
+    # paired with its baseline's cell, seconds apart: the load moved both, so the
+    # pair's own verdict stands, marked busy beside it, not a blanket "uncertain"
+    assert spec["verdict"] == judge(spec).line and "machine was busy" not in spec["verdict"], spec["verdict"]
+    if judge(spec).kind == breakeven.UNCERTAIN:  # only where acceptance and timing contradict each other
+        assert "timing is off" in spec["verdict"], spec["verdict"]
     assert "⚠ busy machine" in md and "cells ran on a busy machine" in md
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,8 @@ def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
     data = load_for_report(a)
     assert data["probe"] is not None and data["steps"]
     md = render(data, "md")
-    assert "| arm | prose: tok/s r1 / r2 (change vs baseline) | acceptance (prose) | verdict |" in md
+    # two rounds, and any the run added while the paired speedups disagreed
+    assert re.search(r"\| arm \| prose: tok/s r1 / r2( / r\d)* \(change vs baseline\) \| acceptance \(prose\) \| verdict \|", md)
     # the oracle replays the baseline: every draft position accepted
     assert "| oracle | prose | conditional" in md
     conditional = next(line for line in md.splitlines() if line.startswith("| oracle | prose | conditional"))
@@ -100,10 +102,10 @@ def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
     saved = json.loads(render(data, "json"))
     kinds = {s["arm"]: s["verdict_kind"] for s in saved["analysis"]["summaries"]}
     assert kinds["baseline"] == breakeven.BASELINE
-    # uncertain: every round ran on a busy machine (lab.telemetry.contention)
+    # uncertain: its paired rounds disagreed (a busy machine, lab.telemetry.contention)
     assert kinds["oracle"] in (breakeven.PAYS, breakeven.EVEN, breakeven.LOSES, breakeven.STRUCTURAL, breakeven.UNCERTAIN)
     rows = list(csv.DictReader(io.StringIO(render(data, "csv"))))
-    assert len(rows) == 3 * 2 and rows[0]["verdict_kind"] == "baseline"
+    assert len(rows) == len(data["results"]) >= 3 * 2 and rows[0]["verdict_kind"] == "baseline"
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Figures per speculative arm and prompt category: pooled acceptance and
 mean accepted length, speedup as the geometric mean of paired ratios with a
-bootstrap interval; ``all`` pools every category."""
+bootstrap interval from :data:`FEW_PAIRS` pairs up; ``all`` pools every category."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, Mapping, Sequence
 from lab.analysis import stats
 
 ALL = "all"
-# Pairs below which a percentile bootstrap mostly restates the pairs' range.
-FEW_PAIRS = 5
+# Pairs below which a percentile bootstrap mostly restates the pairs' range: no interval then.
+FEW_PAIRS = stats.MIN_BOOTSTRAP_PAIRS
 UNCATEGORIZED = "uncategorized"
 
 
@@ -78,7 +78,7 @@ def _row(arm: str, category: str, rows: Sequence[Mapping[str, Any]], results: Se
     ratios = [x for p in prompts for _, _, x in stats.paired_ratios(results, arm, p)]
     called = stats.call_speedup(ratios, seed=seed)
     iv = called.interval
-    many = iv is not None and iv.n > 1
+    many = iv is not None and iv.n >= FEW_PAIRS
     return CategoryRow(
         arm=arm, category=category, prompts=len(prompts), drafted=drafted, accepted=accepted,
         acceptance_rate=accepted / drafted if drafted else None,

@@ -36,5 +36,6 @@ def headline(results: Sequence[Mapping[str, Any]], threads: Mapping[str, Any] | 
         return None
     cores = threads.get("cores") if isinstance(threads, Mapping) else None
     fix = f"`threads = {cores}` under [run]" if _number(cores) else "a fixed `threads = N` under [run]"
-    return (f"{HEADLINE_MARK}: {'; '.join(why)}. The speedups and verdicts below hold for these conditions only; "
-            f"close other work and run again, with {fix} so every run uses the same cores.")
+    return (f"{HEADLINE_MARK}: {'; '.join(why)}. The speedups below, and every verdict not said to hold at any "
+            f"load, hold for these conditions only; close other work and run again, with {fix} so every run uses "
+            "the same cores.")

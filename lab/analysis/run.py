@@ -14,7 +14,7 @@ from lab.analysis.roofline import Roofline
 from lab.base import economics as breakeven
 from lab.base.probe import Probe
 from lab.base.row import COLD_FIRST_ROUND, LATENCY_KEYS
-from lab.base.verdict import failed_checks
+from lab.base.verdict import failed_checks, judge, zero_acceptance
 from lab.telemetry.latency import percentile
 
 
@@ -37,24 +37,42 @@ def _groups(results: Sequence[Mapping[str, Any]]) -> list[tuple[tuple[str, str],
     return [(k, groups[k]) for k in order]
 
 
-def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def ran_paired(data: Mapping[str, Any]) -> bool:
+    """Whether a saved run's cells ran paired, each beside its baseline's
+    (``results.json`` ``order``, else the profile's ``[run] order``); a run
+    saved before the order existed ran arm by arm."""
+    order = data.get("order")
+    if isinstance(order, Mapping) and order.get("order"):
+        return order["order"] == "paired"
+    run = (data.get("profile") or {}).get("run") or {}
+    if isinstance(run, Mapping) and run.get("order"):
+        return run["order"] == "paired"
+    return False
+
+
+def summarize(results: Sequence[Mapping[str, Any]], paired: bool = True) -> list[dict[str, Any]]:
     """One row per arm x prompt over its rounds: medians of the ok rounds,
-    min-max of tok/s, the paired speedup's interval and call, and a verdict
-    on the medians."""
+    min-max of tok/s, the paired speedups with their median (the cell's one
+    figure), an interval where the pairs are enough for one, the call, and
+    a verdict (:func:`lab.base.verdict.judge`). ``paired``: the cells ran
+    beside their baselines' (:func:`ran_paired`)."""
     out = []
     for (arm, prompt), rows in _groups(results):
         ok = [r for r in rows if r["status"] == "ok"]
         statuses = sorted({r["status"] for r in rows})
         first = rows[0]
         tps = stats.spread(r["tok_per_s"] for r in ok)
-        ratios = [x for _, _, x in stats.paired_ratios(results, arm, prompt)]
-        call = stats.call_speedup(ratios) if not first.get("is_baseline") else None
+        pairs = stats.paired_ratios(results, arm, prompt)
+        ratios = [x for _, _, x in pairs]
+        figure = stats.paired_speedup(ratios) if not first.get("is_baseline") else None
         identical = [r["identical_to_baseline"] for r in ok if r["identical_to_baseline"] is not None]
         divergences = [r["first_divergence_char"] for r in ok if r["first_divergence_char"] is not None]
         # what the rounds' outputs were held to: the baseline, and for later warm rounds their cold first round
         held_to = sorted({str(r["identity_reference"]) for r in ok if r.get("identity_reference")})
         # warm rounds share engine state: a trend, so no interval as if they were repeats
         warm = any(bool(r.get("warm")) for r in ok)
+        by_round = {int(r["round"]): r for r in ok}
+        costs = [by_round[rnd].get("step_cost_tokens") for _, rnd, _ in pairs if rnd in by_round]
         s: dict[str, Any] = {
             "arm": arm, "prompt": prompt, "backend": first["backend"], "drafter": first["drafter"],
             "status": "ok" if statuses == ["ok"] else "/".join(statuses),
@@ -67,19 +85,24 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "tok_per_s_max": tps.max if tps else None,
             "tok_per_s_spread": tps.relative if tps else None,
             "spread_too_wide": bool(tps and tps.too_wide),
-            "speedup": _median(r["speedup"] for r in ok),
-            "speedup_geomean": call.interval.estimate if call and call.interval else None,
-            "speedup_ci": [call.interval.low, call.interval.high]
-            if call and call.interval and call.interval.n > 1 and not warm else None,
+            # the cell's one figure: the median of its paired speedups (a row
+            # whose baseline round failed is priced against another round: used
+            # only when no round pairs)
+            "speedup": figure.median if figure else _median(r["speedup"] for r in ok),
+            "speedups": list(figure.values) if figure else [],
+            "speedup_ci": [figure.interval.low, figure.interval.high]
+            if figure and figure.interval and not warm else None,
             "warm": warm,
             "round_tok_per_s": list(drift.series(rows, "tok_per_s")),
             "round_drafted": list(drift.series(rows, "drafted")),
             "round_accepted": list(drift.series(rows, "accepted")),
-            "call": call.call if call else None,
+            "call": figure.call if figure else (stats.NO_PAIRS if not first.get("is_baseline") else None),
             "steps": _median(r["steps"] for r in ok),
             "drafted": _median(r["drafted"] for r in ok),
             "acceptance_rate": _median(r["acceptance_rate"] for r in ok),
             "mean_accepted_len": _median(r["mean_accepted_len"] for r in ok),
+            # every round landed only the target's own token a step (lab.base.verdict.zero_acceptance)
+            "zero_acceptance": bool(ok) and not first.get("is_baseline") and all(zero_acceptance(r) for r in ok),
             "step_s": _median(r["step_s"] for r in ok),
             "draft_s": _median(r["draft_s"] for r in ok),
             "verify_s": _median(r["verify_s"] for r in ok),
@@ -89,7 +112,7 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "identical_to_baseline": all(identical) if identical else None,
             "first_divergence_char": min(divergences) if divergences else None,
             "identity_reference": held_to,
-            # busy-machine rounds (lab.telemetry.contention): all of them makes the verdict uncertain
+            # busy-machine rounds (lab.telemetry.contention); all of them, arm by arm, makes the verdict uncertain
             "contended_rounds": sum(1 for r in ok if r.get("contended")),
             "contended": bool(ok) and all(r.get("contended") for r in ok),
             "threads_hint": min((r["threads_hint"] for r in ok if r.get("threads_hint")), default=None),
@@ -104,11 +127,16 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         s["break_even_len"] = econ.break_even_len if econ else None
         s["needed_acceptance"] = econ.needed_acceptance if econ else None
         if ok:
-            c = breakeven.classify({**s, "status": "ok"})
+            v = judge({**s, "status": "ok"}, ratios or None, costs if ratios else None, paired=paired,
+                      rounds_needed=stats.rounds_to_settle(ratios))
         else:
-            c = breakeven.classify(first)
-        s["verdict_kind"] = c.kind
-        s["verdict"] = c.line
+            v = judge(first)
+        s["verdict_kind"] = v.kind
+        s["verdict"] = v.line
+        # what the verdict rests on (acceptance, cost, speedup), whether it holds at any load, what would settle it
+        s["verdict_evidence"] = v.evidence
+        s["verdict_any_load"] = v.any_load
+        s["verdict_settle"] = v.settle
         out.append(s)
     return out
 

@@ -24,7 +24,7 @@ SKIPPED = "skipped"
 BASELINE = "baseline"
 NO_STEPS = "no steps"
 NO_BASELINE = "no baseline"
-# a comparison measured on a busy machine (lab.telemetry.contention): never pays or loses
+# paired rounds that disagree, or cells far apart on a busy machine (lab.base.verdict.judge)
 UNCERTAIN = "uncertain"
 
 
@@ -117,17 +117,21 @@ class Call:
 
 
 def classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:
-    """The verdict of a row (or a summary with the same keys). A row taken
-    on a busy machine is not called pays, loses or either kind of even: its
-    speed says as much about the other processes as about the drafter."""
-    call = _classify(row, band)
-    measured = call.kind in (PAYS, EVEN, LOSES, STRUCTURAL)
+    """The arithmetic's verdict of a row (or a summary with the same keys)
+    from its own speedup and step cost, with its notes. Whether it holds at
+    any load, and whether paired rounds that disagree leave it uncertain,
+    is :func:`lab.base.verdict.judge`'s."""
+    return annotate(row, measured_call(row, band))
+
+
+def annotate(row: Mapping[str, Any], call: Call) -> Call:
+    """A verdict with the notes its row calls for: set acceptance, output
+    that loops."""
+    measured = call.kind in (PAYS, EVEN, LOSES, STRUCTURAL, UNCERTAIN)
     if measured and row.get("set_acceptance"):
         call = Call(call.kind, f"{call.line} [{set_acceptance_note(row['set_acceptance'])}]")
     if row.get("degenerate_output") and (measured or call.kind == BASELINE):
         call = Call(call.kind, f"{call.line} [{DEGENERATE_NOTE}]")
-    if row.get("contended") and measured:
-        return Call(UNCERTAIN, f"uncertain, the machine was busy: measured {call.line}")
     return call
 
 
@@ -144,7 +148,10 @@ def set_acceptance_note(setting: Mapping[str, Any]) -> str:
     return "acceptance set"
 
 
-def _classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:
+def measured_call(row: Mapping[str, Any], band: float = NEUTRAL_BAND, structural: bool = True) -> Call:
+    """The verdict one speedup and one step cost make, without notes;
+    ``structural`` False: a cost at the yield ceiling does not decide (a
+    measured gain that the cost contradicts)."""
     status = row.get("status")
     if status in (CANCELLED, SKIPPED):
         # Stopped on purpose: nothing was measured, and nothing failed.
@@ -163,7 +170,7 @@ def _classify(row: Mapping[str, Any], band: float = NEUTRAL_BAND) -> Call:
     cost = econ.cost_tokens
     length = econ.mean_accepted_len
     len_txt = f"{length:.2f}" if length is not None else "?"
-    if econ.structural:
+    if structural and econ.structural:
         return Call(
             STRUCTURAL,
             f"structural loss: {speedup:.2f}x; a step costs {cost:.2f} baseline tokens but lands at most "

@@ -83,10 +83,12 @@ def reference_words(event: ReferenceMeasured) -> str:
     return f"{rec.get('tool')} {rec.get('n_tokens')}: {float(rec.get('tok_per_s') or 0):.1f} tok/s ({rec.get('seconds')} s)"
 
 
-def table(rows: Sequence[ResultRow]) -> str:
+def table(rows: Sequence[ResultRow], paired: bool = True) -> str:
+    """The comparison ``lab run`` prints at the end; ``paired``: the run's
+    cells ran beside their baselines' (``[run] order = "paired"``)."""
     head = ["arm", "prompt", "tok/s", "speedup", "accept", "len", "cost/yield", "identical", "verdict"]
     lines = [head]
-    for s in summarize(rows):
+    for s in summarize(rows, paired):
         cost = "" if s["step_cost_tokens"] is None else f"{s['step_cost_tokens']:.2f}/{s['max_yield']}"
         lines.append([
             s["arm"], s["prompt"],

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     prompts = [q.name for q in profile.prompts]
     in_order = sorted(results, key=lambda r: (arms.index(r.arm) if r.arm in arms else len(arms),
                                              prompts.index(r.prompt) if r.prompt in prompts else len(prompts), r.round))
-    print(printable(table(in_order), keep="\n"))
+    print(printable(table(in_order, paired=profile.run.order == "paired"), keep="\n"))
     if report.error:
         # a run whose report could not be written did not end well, whatever its rows
         print(f"lab: {printable(report.error)}", file=sys.stderr)

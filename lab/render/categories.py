@@ -39,11 +39,11 @@ def markdown_lines(results: Sequence[Mapping[str, Any]], prompts: Sequence[Mappi
         "",
         "Acceptance is accepted / drafted summed over the category's rows; mean accepted length is tokens landed "
         "by steps / steps; speedup is the geometric mean of each prompt and round over its baseline's, with a 95% "
-        "percentile bootstrap interval (none from one pair).",
+        f"percentile bootstrap interval from {FEW_PAIRS} pairs up.",
     ]
     if any(1 < r.pairs < FEW_PAIRS for r in table):
         lines.append(
-            f"Below {FEW_PAIRS} pairs the bootstrap interval is little more than the range of the pairs; more "
+            f"Below {FEW_PAIRS} pairs no interval is given (a bootstrap would restate the pairs' range); more "
             "prompts per category (per_category) or rounds make it a statement about the category."
         )
     conversations = [p for p in prompts if int(p.get("turns") or 1) > 1]

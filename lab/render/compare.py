@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Any, Mapping
 
-from lab.analysis.compare import compare, run_name, warnings
+from lab.analysis.compare import compare, conclusion, count_line, run_name, warnings
 
 
 def _delta(a: float | None, b: float | None, spec: str, suffix: str = "", scale: float = 1.0) -> str:
@@ -22,23 +22,26 @@ def _delta(a: float | None, b: float | None, spec: str, suffix: str = "", scale:
 def render_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], fmt: str = "md") -> str:
     rows = compare(data_a, data_b)
     warned = warnings(data_a, data_b, rows)
+    said = conclusion(data_a, data_b, rows)
     if fmt == "json":
         from lab.base.strictjson import dumps
 
-        return dumps({"a": run_name(data_a), "b": run_name(data_b), "warnings": warned, "cells": rows}, indent=1) + "\n"
+        return dumps({"a": run_name(data_a), "b": run_name(data_b), "conclusion": said, "warnings": warned,
+                      "cells": rows}, indent=1) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
         keys = list(dict.fromkeys(k for r in rows for k in r)) if rows else ["arm", "prompt"]
         writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         writer.writeheader()
         for r in rows:
-            writer.writerow({**r, "changed": ";".join(r["changed"])})
+            writer.writerow({**r, **{k: ";".join(r[k]) for k in ("changed", "within_noise", "timing")}})
         return buf.getvalue()
     if fmt != "md":
         raise ValueError(f"unknown report format {fmt!r}; use md, csv or json")
     lines = [
         f"# {data_a['profile'].get('name')} → {data_b['profile'].get('name')}", "",
         f"A: {run_name(data_a)}  ", f"B: {run_name(data_b)}", "",
+        f"**Conclusion:** {said}", "",
         *([*(f"> **warning:** {w}  " for w in warned), ""] if warned else []),
         "| arm | prompt | tok/s | speedup | acceptance | step cost | peak mem | verdict | changed |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -47,6 +50,9 @@ def render_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], fmt: st
         verdict = r["verdict_kind_a"] or "—"
         if r["verdict_kind_b"] != r["verdict_kind_a"]:
             verdict = f"{r['verdict_kind_a'] or '—'} → {r['verdict_kind_b'] or '—'}"
+            if "verdict" in r["within_noise"]:
+                verdict += " (within noise)"
+        changed = ", ".join(r["changed"]) or ("tok/s moved (timing)" if r["timing"] else "—")
         mem_a = r["peak_mem_bytes_a"] / 2**20 if r["peak_mem_bytes_a"] else None
         mem_b = r["peak_mem_bytes_b"] / 2**20 if r["peak_mem_bytes_b"] else None
         lines.append(
@@ -54,9 +60,7 @@ def render_compare(data_a: Mapping[str, Any], data_b: Mapping[str, Any], fmt: st
             f"{_delta(r['speedup_a'], r['speedup_b'], '.2f', 'x')} | "
             f"{_delta(r['acceptance_rate_a'], r['acceptance_rate_b'], '.1f', '%', 100)} | "
             f"{_delta(r['step_cost_tokens_a'], r['step_cost_tokens_b'], '.2f')} | "
-            f"{_delta(mem_a, mem_b, '.0f', ' MiB')} | {verdict} | {', '.join(r['changed']) or '—'} |"
+            f"{_delta(mem_a, mem_b, '.0f', ' MiB')} | {verdict} | {changed} |"
         )
-    changed = [r for r in rows if r["changed"]]
-    lines += ["", f"{len(changed)} of {len(rows)} cells changed. A speedup change counts when it leaves A's "
-              "95% interval (or moves more than 2% without one).", ""]
+    lines += ["", count_line(rows), ""]
     return "\n".join(lines)

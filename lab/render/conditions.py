@@ -138,8 +138,11 @@ def _noise_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
         top = max(float(r["contention"]) for r in measured)
         return [f"Quiet: other processes used at most {top:.2f} cores during any cell."]
     lines = [
-        f"⚠ {len(busy)} of {len(measured)} cells ran on a busy machine (or were compared with a baseline that did); "
-        "their verdicts say uncertain instead of pays or loses. Run again on a quiet machine.",
+        f"⚠ {len(busy)} of {len(measured)} cells ran on a busy machine (or were compared with a baseline that did). "
+        "A cell paired with its baseline's ran seconds from it, so the load moved both: its verdict stands where "
+        "its paired rounds agree and reads uncertain where they do not; cells that ran minutes from their "
+        "baseline's ([run] order = \"arms\") read uncertain. Verdicts \"at any load\" do not depend on it. "
+        "Tok/s are this load's: run again on a quiet machine for a quiet machine's figures.",
         "",
     ]
     for r in busy:

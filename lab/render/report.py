@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lab.analysis import categories, comparable, lossless_loader, pass_kinds
+from lab.analysis import categories, comparable, lossless_loader, pass_kinds, stats
 from lab.analysis import run as analysis
 from lab.analysis.reference import compare_references
 from lab.base import economics as breakeven
@@ -23,7 +23,7 @@ from lab.base.events import RunEvent, RunFinished
 from lab.base.row import COLD_FIRST_ROUND, CSV_KEYS
 from lab.base.textsafe import printable
 from lab.base.units import mib_from_bytes, ms_from_s, percent
-from lab.base.verdict import BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning
+from lab.base.verdict import ANY_LOAD, BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning, judge
 from lab.render import categories as category_section
 from lab.render import conditions, divergence, serving, set_acceptance
 from lab.render import engines as engines_section
@@ -289,7 +289,8 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
                 cells.append(tps)
             # a loop in the output makes acceptance easy: the headline says so too
             looped = any(r.get("status") == "ok" and r.get("degenerate_output") for r in rounds)
-            kinds.append((prompt, s["verdict_kind"] + (" (degenerate output)" if looped else "")))
+            kind = s["verdict_kind"] + (f" {ANY_LOAD}" if s.get("verdict_any_load") else "")
+            kinds.append((prompt, kind + (" (degenerate output)" if looped else "")))
         accept = " / ".join(percent(by[(arm, p)]["acceptance_rate"]) if (arm, p) in by else "—" for p in prompts)
         first = next((by[(arm, p)] for p in prompts if (arm, p) in by), None)
         if first is not None and first["is_baseline"]:
@@ -314,7 +315,7 @@ def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Map
 
 def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [
-        "| arm | prompt | tok/s (min–max) | speedup [95% CI] | acceptance | mean len | draft ms | verify ms | "
+        "| arm | prompt | tok/s (min–max) | speedup (rounds) [95% interval] | acceptance | mean len | draft ms | verify ms | "
         "step cost / max yield | break-even len | peak mem | identical | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -324,9 +325,7 @@ def _detail_table(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
             tps += f" ({s['tok_per_s_min']:.1f}–{s['tok_per_s_max']:.1f})"
             if s["spread_too_wide"]:
                 tps += " ⚠"
-        speed = "—" if s["speedup"] is None else f"{s['speedup']:.2f}x"
-        if s["speedup_ci"]:
-            speed += f" [{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}]"
+        speed = speedup_words(s)
         cost = "—" if s["step_cost_tokens"] is None else f"{s['step_cost_tokens']:.2f} / {_fmt(s['max_yield'], 'd')}"
         ident = _fmt(s["identical_to_baseline"])
         if s["first_divergence_char"] is not None:
@@ -695,6 +694,21 @@ def _prediction_or_why(data: Mapping[str, Any], probe: Any) -> list[str]:
         return [f"No prediction: the probe could not be used ({type(exc).__name__}: {str(exc)[:200]})."]
 
 
+def speedup_words(s: Mapping[str, Any]) -> str:
+    """A cell's speedup as every section gives it: the median of its paired
+    rounds, then the rounds' own values where they are too few for an
+    interval, or the interval where they are not."""
+    if s["speedup"] is None:
+        return "—"
+    out = f"{s['speedup']:.2f}x"
+    values = s.get("speedups") or []
+    if s.get("speedup_ci"):
+        out += f" [{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}]"
+    elif 1 < len(values) < stats.MIN_T_PAIRS:
+        out += f" ({' / '.join(f'{x:.2f}' for x in values)})"
+    return out
+
+
 def _stats_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = []
     for s in summaries:
@@ -707,16 +721,28 @@ def _stats_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
         if s["warm"]:
             lines.append(rounds_section.warm_trend_line(s))
             continue
-        ci = f" [{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}]" if s["speedup_ci"] else ""
-        gm = f"{s['speedup_geomean']:.2f}x" if s["speedup_geomean"] is not None else "—"
+        values = s.get("speedups") or []
         spread = ""
         if s["tok_per_s_spread"] is not None and s["rounds"] > 1:
             spread = f"; rounds spread {s['tok_per_s_spread'] * 100:.0f}%" + (" ⚠" if s["spread_too_wide"] else "")
-        lines.append(f"- {s['arm']} / {s['prompt']}: {gm}{ci} over {s['rounds']} paired rounds: {s['call']}{spread}")
+        if not values:
+            lines.append(f"- {s['arm']} / {s['prompt']}: {_fmt(s['speedup'], '.2f')}x, no round paired with its "
+                         f"baseline's: {s['call']}{spread}")
+        elif len(values) == 1:
+            lines.append(f"- {s['arm']} / {s['prompt']}: {values[0]:.2f}x from one paired round, no interval{spread}")
+        elif s["speedup_ci"]:
+            lines.append(f"- {s['arm']} / {s['prompt']}: {s['speedup']:.2f}x, median of {len(values)} paired rounds "
+                         f"({', '.join(f'{x:.2f}' for x in values)}); 95% t-interval "
+                         f"{s['speedup_ci'][0]:.2f}–{s['speedup_ci'][1]:.2f}: {s['call']}{spread}")
+        else:
+            lines.append(f"- {s['arm']} / {s['prompt']}: {s['speedup']:.2f}x, median of {len(values)} paired rounds "
+                         f"({', '.join(f'{x:.2f}' for x in values)}), too few for an interval: {s['call']}{spread}")
     lines += [
         "",
-        "Speedups pair each round with its baseline's same prompt and round (warmup excluded); the interval is a "
-        "95% percentile bootstrap of their geometric mean. ⚠: tok/s spread over rounds above 10%.",
+        "A cell's speedup, in every section of this report, is the median of its paired speedups: each round's "
+        "tok/s over its baseline's of the same prompt and round (warmup excluded). From "
+        f"{stats.MIN_T_PAIRS} pairs up an interval follows it: the 95% t-interval of the paired log-ratios' mean, "
+        "exp(mean ± t·s/√n); fewer pairs show their own values instead. ⚠: tok/s spread over rounds above 10%.",
     ]
     return lines
 
@@ -749,7 +775,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     profile = data["profile"]
     run = profile.get("run", {})
     results = data["results"]
-    summaries = analysis.summarize(results)
+    summaries = analysis.summarize(results, analysis.ran_paired(data))
     probe = _probe(data)
     lines = [f"# {profile['name']}", ""] + unreadable_lines(data)
     if profile.get("description"):
@@ -859,12 +885,13 @@ def render_csv(data: Mapping[str, Any]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(CSV_KEYS), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
+    paired = analysis.ran_paired(data)
     for r in data["results"]:
         row = {k: r.get(k) for k in CSV_KEYS}
         econ = breakeven.economics(r)
         row["break_even_len"] = econ.break_even_len if econ else None
         row["needed_acceptance"] = econ.needed_acceptance if econ else None
-        row["verdict_kind"] = breakeven.classify(r).kind
+        row["verdict_kind"] = judge(r, paired=paired).kind
         if row.get("detail"):
             row["detail"] = str(row["detail"]).splitlines()[0]
         writer.writerow(row)
@@ -876,7 +903,7 @@ def analysis_json(data: Mapping[str, Any]) -> dict[str, Any]:
     probe = _probe(data)
     steps = data.get("steps")
     out: dict[str, Any] = {
-        "summaries": analysis.summarize(results),
+        "summaries": analysis.summarize(results, analysis.ran_paired(data)),
         "divergences": analysis.divergences(results),
         "categories": [c.to_json() for c in categories.category_table(results)],
         "positions": None,
