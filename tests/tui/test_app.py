@@ -25,7 +25,7 @@ from lab.tui.screens.export import ExportScreen
 from lab.tui.screens.picker import PickerScreen
 from lab.tui.screens.plugins import PluginsScreen
 from lab.tui.screens.run import RunScreen
-from lab.tui.widgets.comparison import COLUMNS, ComparisonTable, row_key, short_verdict, summary_cells
+from lab.tui.widgets.comparison import COLUMNS, ComparisonTable, one_line_verdict, row_key, summary_cells
 from tests.fakes import BASE_AND_SPEC, FakeBackend, fake_registry, profile_toml
 from tests.tui.helpers import run_finished, wait_until
 
@@ -94,9 +94,9 @@ async def test_run_streams_lanes_and_fills_the_comparison(tmp_path: Path) -> Non
             cells = summary_cells(s)
             for (col, _), want in zip(COLUMNS[:-1], cells):
                 assert _cell_text(table, s["arm"], s["prompt"], col) == str(want), (s["arm"], col)
-            verdict = str(cells[-1])
+            # the verdict on one line: whole where it fits, else its kind and figures, a busy mark kept
             shown = _cell_text(table, s["arm"], s["prompt"], "verdict")
-            assert shown == (verdict if len(verdict) <= width else short_verdict(s)), s["arm"]
+            assert shown == one_line_verdict(cells[-1], s, width).plain, s["arm"]
         assert _cell_text(table, "spec", "prose", "identical") == "yes"
         assert _cell_text(table, "spec", "prose", "accept") not in ("—", "")
 
