@@ -475,3 +475,56 @@ def test_lab_run_prints_what_to_run_after_its_table_and_report_md_ends_in_it(tmp
     if found is not None:  # the printed line, through llama-server's own parser
         parsed = subprocess.run([found[0], *shlex.split(line)[1:], "--help"], capture_output=True, text=True, timeout=60)
         assert parsed.returncode == 0, parsed.stderr[-600:]
+
+
+PAST_THE_BLOCK = """
+[profile]
+name = "past-the-block"
+
+[run]
+max_tokens = 16
+rounds = 1
+warmup = 0
+n_ctx = 512
+threads = 1
+probe = false
+
+[[prompts]]
+name = "p"
+text = "Count to ten."
+
+[[arms]]
+name = "baseline"
+backend = "llamacpp-server"
+model = "tiny:llama"
+
+[[arms]]
+name = "dflash"
+backend = "llamacpp-dflash"
+model = "tiny:llama"
+n_max = [3, 16]
+options = { draft_model = "tiny:llama-dflash" }
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_an_n_max_past_the_drafts_block_ends_as_error_with_the_block_named(tmp_path: Path) -> None:
+    """What docs/mac.md says the write-ups' n-max 12 row will read: the lab
+    reads the draft's trained block (the tiny DFlash draft's is 16) and
+    refuses n_max past it at load, before a server starts; the row is an
+    error that names the largest n_max, and What to run says it has none."""
+    import sys
+
+    _llama_server()
+    (tmp_path / "p.toml").write_text(PAST_THE_BLOCK)
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "run", "p.toml", "--out", "runs", "--quiet"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    run_dir = next((tmp_path / "runs").iterdir())
+    rows = {r["arm"]: r for r in json.loads((run_dir / "results.json").read_text())["results"]}
+    assert rows["dflash-nmax3"]["status"] == "ok", done.stderr
+    past = rows["dflash-nmax16"]
+    assert past["status"] == "error" and "more than this draft can propose" in past["detail"]
+    assert "set n_max <= 15" in past["detail"]
+    assert not list(run_dir.glob("llama-server-dflash-nmax16*.log"))  # no server was started for it
+    assert "dflash-nmax16 has no speedup to offer: error" in done.stdout

@@ -1,4 +1,4 @@
-"""z-lab's ``dflash.model_mlx.stream_generate`` as its ``dflash mlx`` command
+"""z-lab's ``dflash.model_mlx.stream_generate`` as its ``dflash generate mlx`` command
 runs it (``--draft-bits`` quantizes the draft at load, group 64). After the
 first token each yield is one step: ``min(block_size, tokens left + 1) - 1``
 drafted (the engine's rule), the accepted ones plus the target's landed; a
@@ -38,7 +38,7 @@ class ZlabDFlashBackend(EngineBackend):
     block_size = 0
     engine_checks = (("mlx-lm", ("mlx_lm",), 'pip install -e ".[mlx]"'),
                      ("dflash (z-lab)", ("dflash", "huggingface_hub"), INSTALL))
-    description = "z-lab's dflash package (dflash mlx): its loader and DFlash / DFlash 2 loop on MLX"
+    description = "z-lab's dflash package (dflash generate mlx): its loader and DFlash / DFlash 2 loop on MLX"
     options = (
         Option("draft", str, None, "the DFlash draft checkpoint directory (config.json with dflash_config + safetensors)",
                required=True, model_ref=True),
