@@ -528,3 +528,15 @@ def test_an_n_max_past_the_drafts_block_ends_as_error_with_the_block_named(tmp_p
     assert "set n_max <= 15" in past["detail"]
     assert not list(run_dir.glob("llama-server-dflash-nmax16*.log"))  # no server was started for it
     assert "dflash-nmax16 has no speedup to offer: error" in done.stdout
+
+
+def test_the_mac_pages_lines_are_the_ones_the_lab_prints(registry: Registry) -> None:
+    """docs/mac.md shows What to run for the write-ups' profiles: its lines
+    are engine_command's own for those arms, not copies that drift."""
+    page = (ROOT / "docs" / "mac.md").read_text(encoding="utf-8")
+    fenced = "\n".join(re.findall(r"^```.*?\n(.*?)^```", page, re.S | re.M))
+    shown = {ln.strip() for ln in fenced.splitlines() if ln.strip().startswith(("llama-server ", "python -m dflash"))}
+    dflash = {a.name: (a, run) for a, run in _writeup_arms(registry, "llamacpp-dflash")}
+    mlx = {a.name: (a, run) for a, run in _writeup_arms(registry, "mlx-dflash")}
+    expected = {command(registry, *dflash["baseline"]).line(), command(registry, *mlx["zlab-dflash2-bs3"]).line()}
+    assert shown == expected
