@@ -51,6 +51,28 @@ class MissingEngine:
     install: str
 
 
+@dataclass(frozen=True)
+class EngineCommand:
+    """What a user types to run an arm's configuration with its engine's own
+    tool, outside the lab (``Backend.engine_command``): ``argv`` the program
+    and its arguments, empty where no tool of the engine's own runs it;
+    ``notes`` what the line does not carry of the arm as measured (a loop that
+    differs, a setting the tool lacks), or why there is no line."""
+
+    argv: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def runnable(self) -> bool:
+        return bool(self.argv)
+
+    def line(self) -> str:
+        """The command as one shell line, each argument quoted where it must be."""
+        import shlex
+
+        return shlex.join(self.argv)
+
+
 Builder = Callable[[Path], None]
 """Writes a model to the given path (a file or a directory)."""
 
@@ -356,6 +378,18 @@ class Backend(ResourceHints, ABC):
         return None
 
     @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        """The engine's own command line for this arm's configuration (its
+        model, draft, ``arm.n_max`` and the options a user would type), for
+        the report's "What to run": the arm may carry an n_max the run
+        predicted rather than measured, and the line follows it. The lab's
+        measurement settings (ports, logs, set acceptance) stay out; the
+        run's sampling and lengths go in where the tool takes them. An
+        ``EngineCommand`` with no ``argv`` says why no tool runs it. Must
+        not load a model. Default None: the backend does not say."""
+        return None
+
+    @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         """Whether an arm with these options drafts; baselines do not."""
         return drafter is not None
@@ -629,7 +663,7 @@ CAPABILITIES: dict[type, dict[str, type | tuple[type, ...] | str]] = {
         "name": str, "stack": str, "description": str, "options": tuple, "accepts_drafters": bool,
         "sets_acceptance": METHOD, "reference_tool": METHOD,
         "max_overshoot_tokens": int, "gpu_layers_option": (str, type(None)), "needs_model": METHOD, "refuse_options": METHOD,
-        "missing_engine": METHOD,
+        "missing_engine": METHOD, "engine_command": METHOD,
         "warn_options": METHOD, "memory_needs": METHOD, "is_speculative": METHOD, "busy_cores": METHOD, "round_state": METHOD,
         "check_options": METHOD, "native_preload": tuple,
     },

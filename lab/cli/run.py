@@ -26,6 +26,7 @@ from lab.cli.fetch import fetch_for_run
 from lab.cli.progress import Progress, table
 from lab.profile.model_uses import model_uses
 from lab.render.report import ReportWriter
+from lab.render.run_summary import what_to_run_text
 from lab.runner import Runner
 from lab.store import RunStore, StoreError
 
@@ -102,6 +103,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     in_order = sorted(results, key=lambda r: (arms.index(r.arm) if r.arm in arms else len(arms),
                                              prompts.index(r.prompt) if r.prompt in prompts else len(prompts), r.round))
     print(printable(table(in_order, paired=profile.run.order == "paired"), keep="\n"))
+    print(printable(what_to_run_text(None if store.memory_only else store.path, registry), keep="\n"), end="")
     if report.error:
         # a run whose report could not be written did not end well, whatever its rows
         print(f"lab: {printable(report.error)}", file=sys.stderr)

@@ -872,6 +872,9 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         "seconds over the baseline's seconds per token; a step can land at most max yield = n_max + 1 tokens.",
         "",
     ]
+    from lab.render.what_to_run import markdown_lines as what_to_run_lines
+
+    lines += what_to_run_lines(data)
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab.api import Check, EngineFailure, Generation, GenerationRequest, Option
+from lab.api import Check, EngineCommand, EngineFailure, Generation, GenerationRequest, Option, with_defaults
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.checks import package_check
@@ -59,6 +59,43 @@ class DFlashMlxBackend(EngineBackend):
                             "then reports no block per cycle, so drafted tokens are not known; use verify_mode dflash or "
                             "keep cycle_events")
         return problems
+
+    @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        """dflash-mlx's ``dflash generate`` (``python -m dflash_mlx.cli``:
+        z-lab's package installs a ``dflash`` command too). It has no block
+        size of its own: a block below the draft's trained one is written as
+        ``--verify-len-cap``, the tokens verified a pass."""
+        from lab.kit.command_line import PROMPT, gguf_problem, model_arg
+
+        opts = with_defaults(cls.options, arm.options)
+        if arm.model is None or not opts["draft"]:
+            return EngineCommand((), ("the arm names no model or no draft",))
+        draft = str(opts["draft"])
+        for ref, role in ((arm.model, "target"), (draft, "draft")):
+            problem = gguf_problem(ref, role)
+            if problem:
+                return EngineCommand((), (problem,))
+        argv = ["python", "-m", "dflash_mlx.cli", "generate", "--model", model_arg(arm.model), "--draft",
+                model_arg(draft), "--verify-mode", str(opts["verify_mode"])]
+        if opts["draft_quant"]:
+            argv += ["--draft-quant", str(opts["draft_quant"])]
+        notes = []
+        block = arm.n_max + 1 if arm.n_max else int(opts["block_size"] or 0)
+        cap = int(opts["verify_len_cap"] or 0)
+        if block:
+            cap = min(cap, block) if cap else block
+            notes.append(f"dflash generate drafts the draft's trained block; --verify-len-cap {cap} verifies "
+                         f"{cap} tokens a pass, the nearest it has to the arm's block of {block} (its Python "
+                         "API's block_tokens sets the block itself)")
+        if cap:
+            argv += ["--verify-len-cap", str(cap)]
+        argv += ["--prefill-step-size", str(opts["prefill_step_size"]), "--max-tokens", str(run.max_tokens)]
+        if not run.chat_template:
+            argv.append("--no-chat-template")
+        if opts["enable_thinking"] is False:
+            notes.append("dflash generate has no thinking switch: the chat template's default applies")
+        return EngineCommand((*argv, "--prompt", PROMPT), tuple(notes))
 
     @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:

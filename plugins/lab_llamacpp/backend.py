@@ -72,6 +72,14 @@ class LlamaCppBackend(
         return "llama-bench tg"
 
     @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> api.EngineCommand | None:
+        """llama-server with the speculative type of the arm's drafter
+        (:mod:`lab_llamacpp.engine_line`)."""
+        from lab_llamacpp.engine_line import inprocess_command
+
+        return inprocess_command(arm, run, api.with_defaults(cls.options, arm.options))
+
+    @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
         """The target's context as load() makes it (n_outputs_max left at
         n_batch, n_ubatch at most 512, the library's full-size sliding-window

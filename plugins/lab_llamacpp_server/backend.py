@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from lab.api import (
     BackendContext,
+    EngineCommand,
     EngineFailure,
     Generation,
     GenerationRequest,
@@ -132,6 +133,13 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
     @classmethod
     def reference_tool(cls, arm_options: Mapping[str, Any]) -> str | None:
         return "bare /completion"
+
+    @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        """llama-server's command line for the arm: :mod:`.engine_line`."""
+        from lab_llamacpp_server.engine_line import server_command
+
+        return server_command(arm, run, cls.spec_type_of(arm.options))
 
     @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:

@@ -24,7 +24,7 @@ from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
 from lab.kit.speculative import LoopStats, generate
 
 if TYPE_CHECKING:
-    from lab.api import Drafter, DrafterContext
+    from lab.api import Drafter, DrafterContext, EngineCommand
     from lab.base.footprint import MemoryNeeds
     from lab.base.profile import Arm, RunSettings
     from lab_mlx.engine import EngineThread
@@ -226,6 +226,15 @@ class MlxBackend(MlxSession, Drafting, DraftModelHost):
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
         return True  # the lab's own loop decides (lab.kit.speculative.acceptor)
+
+    @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        """mlx-lm's ``mlx_lm.generate``, plain or with the draft-model
+        drafter's model (:mod:`lab_mlx.engine_line`)."""
+        from lab.api import with_defaults
+        from lab_mlx.engine_line import mlx_command
+
+        return mlx_command(arm, run, with_defaults(cls.options, arm.options))
 
     @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:

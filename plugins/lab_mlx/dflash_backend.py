@@ -13,6 +13,7 @@ from lab.kit import models
 from lab_mlx.backend import MlxSession
 
 if TYPE_CHECKING:
+    from lab.api import EngineCommand
     from lab.base.footprint import MemoryNeeds
     from lab.base.profile import Arm, RunSettings
     from lab_mlx.dflash_model import DFlashDraft
@@ -52,6 +53,14 @@ class MlxDFlashBackend(MlxSession):
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
         return True  # its loop decides with lab.kit.speculative.acceptor
+
+    @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        """z-lab's ``dflash generate mlx`` on the same files (:mod:`lab_mlx.engine_line`)."""
+        from lab.api import with_defaults
+        from lab_mlx.engine_line import dflash_command
+
+        return dflash_command(arm, run, with_defaults(cls.options, arm.options))
 
     @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:

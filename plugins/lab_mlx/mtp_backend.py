@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab.api import BackendContext, Cancelled, Generation, GenerationRequest, Option
+from lab.api import BackendContext, Cancelled, EngineCommand, Generation, GenerationRequest, Option
 from lab.base.events import ALL_MEASURED, Emit, StepEvent, now
 from lab.kit import models
 from lab.kit.speculative import LoopStats, OutputStream, acceptor, check_room, plain_token
@@ -43,6 +43,12 @@ class MlxMtpBackend(MlxSession):
     @classmethod
     def sets_acceptance(cls, arm_options: Mapping[str, Any]) -> bool:
         return True
+
+    @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        from lab_mlx.engine_line import MTP_NONE
+
+        return EngineCommand((), (MTP_NONE,))
 
     @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lab.api import Generation, GenerationRequest, Option
+from lab.api import EngineCommand, Generation, GenerationRequest, Option, with_defaults
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.engine_loop import EngineBackend, EngineCell, MaskedEnds, end_bias, end_ids, engine_version, lab_loop
@@ -40,6 +40,29 @@ class MlxLmBackend(EngineBackend):
     @classmethod
     def is_speculative(cls, arm_options: Mapping[str, Any], drafter: str | None) -> bool:
         return bool(arm_options.get("draft_model"))
+
+    @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        """``mlx_lm.generate`` with the arm's flags, the drafted tokens written out."""
+        from lab.kit.command_line import gguf_problem, mlx_lm_generate
+
+        opts = with_defaults(cls.options, arm.options)
+        if arm.model is None:
+            return EngineCommand((), ("the arm names no model",))
+        draft = str(opts["draft_model"]) if opts["draft_model"] else None
+        for ref, role in ((arm.model, "target"), (draft, "draft")):
+            problem = gguf_problem(ref, role) if ref else None
+            if problem:
+                return EngineCommand((), (problem,))
+        argv = mlx_lm_generate(
+            arm.model, max_tokens=run.max_tokens, temperature=run.temperature, draft=draft,
+            # a predicted n_max replaces the arm's, as in load()
+            num_draft_tokens=arm.n_max or int(opts["num_draft_tokens"] or 0) or 2,
+            enable_thinking=False if opts["enable_thinking"] is False else None,
+            prefill_step_size=int(opts["prefill_step_size"]), kv_bits=int(opts["kv_bits"] or 0),
+            chat_template=run.chat_template,
+        )
+        return EngineCommand(tuple(argv))
 
     @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:

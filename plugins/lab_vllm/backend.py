@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from lab.api import (
     BackendContext,
+    EngineCommand,
     EngineCrashed,
     EngineFailure,
     EngineOOM,
     Generation,
     GenerationRequest,
     MissingEngine,
+    with_defaults,
 )
 from lab.base.events import Clock, Emit, Status, StatusChanged, StepClocks, StepEvent, TokenEvent, arm_cell, now
 from lab.base.textsafe import clipped
@@ -91,6 +93,13 @@ class VllmBackend(ServerBackend[ServerClient]):
     @classmethod
     def refuse_options(cls, arm_options: Mapping[str, Any]) -> tuple[str, str] | None:
         return attach.refuse_key(arm_options)
+
+    @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        """``vllm serve`` with the arm's engine arguments (:mod:`lab_vllm.engine_line`)."""
+        from lab_vllm.engine_line import serve_command
+
+        return serve_command(arm, run, with_defaults(cls.options, arm.options))
 
     @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:

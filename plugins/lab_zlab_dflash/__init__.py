@@ -1,4 +1,4 @@
-"""The ``zlab-dflash`` backend: z-lab's ``dflash`` package (``dflash mlx``)
+"""The ``zlab-dflash`` backend: z-lab's ``dflash`` package (``dflash generate mlx``)
 through its Python API; nothing here imports mlx or dflash."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""z-lab's ``dflash.model_mlx.stream_generate`` as its ``dflash mlx`` command
+"""z-lab's ``dflash.model_mlx.stream_generate`` as its ``dflash generate mlx`` command
 runs it (``--draft-bits`` quantizes the draft at load, group 64). After the
 first token each yield is one step: ``min(block_size, tokens left + 1) - 1``
 drafted (the engine's rule), the accepted ones plus the target's landed; a
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from lab.api import Check, Generation, GenerationRequest, Option
+from lab.api import Check, EngineCommand, Generation, GenerationRequest, Option, with_defaults
 from lab.base.events import Emit
 from lab.kit import models
 from lab.kit.checks import package_check
@@ -38,7 +38,7 @@ class ZlabDFlashBackend(EngineBackend):
     block_size = 0
     engine_checks = (("mlx-lm", ("mlx_lm",), 'pip install -e ".[mlx]"'),
                      ("dflash (z-lab)", ("dflash", "huggingface_hub"), INSTALL))
-    description = "z-lab's dflash package (dflash mlx): its loader and DFlash / DFlash 2 loop on MLX"
+    description = "z-lab's dflash package (dflash generate mlx): its loader and DFlash / DFlash 2 loop on MLX"
     options = (
         Option("draft", str, None, "the DFlash draft checkpoint directory (config.json with dflash_config + safetensors)",
                required=True, model_ref=True),
@@ -48,6 +48,29 @@ class ZlabDFlashBackend(EngineBackend):
         Option("prefill_step_size", int, 2048, "prompt tokens per prefill chunk", min=1),
         Option("enable_thinking", bool, True, "passed to the chat template (dflash's --reasoning off is false)"),
     )
+
+    @classmethod
+    def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
+        """z-lab's ``dflash generate mlx`` with the arm's block and draft bits."""
+        from lab.kit.command_line import ZLAB_RAW_NOTE, gguf_problem, zlab_dflash_generate, zlab_draft_notes
+
+        opts = with_defaults(cls.options, arm.options)
+        if arm.model is None or not opts["draft"]:
+            return EngineCommand((), ("the arm names no model or no draft",))
+        draft = str(opts["draft"])
+        for ref, role in ((arm.model, "target"), (draft, "draft")):
+            problem = gguf_problem(ref, role)
+            if problem:
+                return EngineCommand((), (problem,))
+        notes = zlab_draft_notes(draft) + ([] if run.chat_template else [ZLAB_RAW_NOTE])
+        if int(opts["prefill_step_size"]) != 2048:
+            notes.append(f"prefill_step_size {opts['prefill_step_size']}: z-lab's command has no flag for it "
+                         "(its loop prefills 2048 tokens at a time)")
+        block = arm.n_max + 1 if arm.n_max else int(opts["block_size"] or 0) or None
+        argv = zlab_dflash_generate(arm.model, draft, block_size=block, draft_bits=int(opts["draft_bits"] or 0),
+                                    max_tokens=run.max_tokens, temperature=run.temperature,
+                                    enable_thinking=False if opts["enable_thinking"] is False else None)
+        return EngineCommand(tuple(argv), tuple(notes))
 
     @classmethod
     def memory_needs(cls, arm: Arm, run: RunSettings) -> MemoryNeeds | None:
