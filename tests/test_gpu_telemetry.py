@@ -61,6 +61,8 @@ PROFILE = """
 [run]
 max_tokens = 24
 rounds = 2
+# these tests count the rows: no rounds added for noise
+max_rounds = 2
 warmup = 1
 
 [[prompts]]
