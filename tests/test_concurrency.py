@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lab.kit.server.concurrency import StreamRecord, percentile, stream_figures
+from lab.kit.server.concurrency import StreamRecord, percentile, stream_summary
 from lab.render import serving as serving_lines
 from lab.rows import serving
 
@@ -24,10 +24,10 @@ def _record(t_sent: float, arrivals: list[tuple[float, int]], drafted: int = 0, 
     return StreamRecord(t_sent, arrivals, {"timings": {"draft_n": drafted, "draft_n_accepted": accepted}})
 
 
-def test_stream_figures_add_up_the_streams() -> None:
+def test_stream_summary_add_up_the_streams() -> None:
     a = _record(0.0, [(1.0, 1), (2.0, 1), (3.0, 2)], drafted=4, accepted=1)
     b = _record(0.5, [(2.0, 1), (4.0, 1)], drafted=2, accepted=1)
-    fig = stream_figures([a, b])
+    fig = stream_summary([a, b])
     assert fig["concurrency"] == 2
     assert fig["tokens_total"] == 6
     # from the first send (0.0) to the last token (4.0)
@@ -42,7 +42,7 @@ def test_stream_figures_add_up_the_streams() -> None:
 
 def test_a_failed_stream_is_counted_apart() -> None:
     bad = StreamRecord(0.0, error="HTTP 503")
-    fig = stream_figures([_record(0.0, [(1.0, 1), (2.0, 1)]), bad])
+    fig = stream_summary([_record(0.0, [(1.0, 1), (2.0, 1)]), bad])
     assert fig["streams_ok"] == 1 and fig["stream_errors"] == ["HTTP 503"]
     assert fig["tokens_total"] == 2
 

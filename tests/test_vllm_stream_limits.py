@@ -196,17 +196,17 @@ def test_the_cut_comes_before_a_giant_chunk_is_parsed() -> None:
 ])
 def test_usage_and_timings_the_lab_refutes_name_both_figures(metrics: dict[str, Any], usage: dict[str, Any],
                                                              words: list[str]) -> None:
-    from lab_vllm.stream import VllmStreamError, check_figures
+    from lab_vllm.stream import VllmStreamError, check_claims
 
     streamed = _consume([token(i) for i in range(8)] + last(8, usage, **metrics))
     with pytest.raises(VllmStreamError) as err:
-        check_figures(streamed, len(PROMPT_IDS), 16)
+        check_claims(streamed, len(PROMPT_IDS), 16)
     assert all(w in str(err.value) for w in words), str(err.value)
 
 
 def test_plausible_usage_and_timings_pass() -> None:
-    from lab_vllm.stream import check_figures
+    from lab_vllm.stream import check_claims
 
     streamed = _consume([token(i) for i in range(8)] + last(8, generation_time_ms=0.5, time_to_first_token_ms=0.1))
-    check_figures(streamed, len(PROMPT_IDS), 16)
+    check_claims(streamed, len(PROMPT_IDS), 16)
     assert len(streamed.ids) == 8 and streamed.end_t is not None

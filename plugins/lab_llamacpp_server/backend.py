@@ -28,7 +28,7 @@ from lab.kit.prompting import OFF, RenderedPrompt, render_prompt
 from lab.kit.server import attach
 from lab.kit.server.attach import ATTACH_OPTIONS
 from lab.kit.server.client import HttpFailure, raise_for_status
-from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_figures
+from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, stream_summary
 from lab.kit.server.lifecycle import ServerBackend
 from lab.kit.server.process import ServerProcess, free_port
 from lab.kit.server.sse import STREAM_OPTIONS, parse_sse_lines
@@ -478,7 +478,7 @@ class LlamaServerBackend(ServerBackend[LlamaServerClient], Probing, Referencing)
         if "concurrency" in self.arm.options:
             # the one-stream level of a concurrency sweep, in the same figures as the others
             record.final = streamed.final
-            gen.engine_report["concurrency"] = stream_figures([record])
+            gen.engine_report["concurrency"] = stream_summary([record])
         if server.pid is not None:
             gen.engine_report["device_bytes"] = device_bytes(server.pid)
         if checks and not all(checks.values()):

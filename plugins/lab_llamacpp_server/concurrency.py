@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 from lab.api import Cancelled, EngineFailure, Generation, GenerationRequest
 from lab.base.events import Emit, StepEvent, TokenEvent, now
 from lab.kit.server.client import ServerClient
-from lab.kit.server.concurrency import StreamRecord, end_side_streams, stream_figures
+from lab.kit.server.concurrency import StreamRecord, end_side_streams, stream_summary
 from lab.kit.server.sse import parse_sse_lines
 from lab_llamacpp_server import crosscheck
 from lab_llamacpp_server.client import LlamaServerClient
@@ -175,7 +175,7 @@ def generate_streamed(client: LlamaServerClient, body: dict[str, Any], request: 
             checks.update(_check_all(records, delta))
         report["checks"] = checks
         report["counts_match_server"] = all(checks.values()) if checks else None
-    report["concurrency"] = stream_figures(records)
+    report["concurrency"] = stream_summary(records)
     return gen
 
 

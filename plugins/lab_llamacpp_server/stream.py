@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 from lab.api import Cancelled, Generation
 from lab.base.events import now
 from lab.base.textsafe import clipped
-from lab.kit.server.figures import clock_refutes, past_limit
+from lab.kit.server.claims import clock_refutes, past_limit
 
 
 @dataclass
@@ -212,7 +212,7 @@ class Streamed:
 
     @property
     def timings(self) -> dict[str, Any]:
-        """The server's own figures for the request, from its final chunk."""
+        """The server's own claims for the request (counts, timings), from its final chunk."""
         return dict(self.final.get("timings") or {})
 
 
@@ -267,8 +267,8 @@ def consume(objs: Iterable[dict[str, Any]], t_sent: float, feed: Callable[[Chunk
 
 
 def check_clock(streamed: Streamed, phase_s: float, prompt_s: float) -> None:
-    """StreamError naming both figures when the server's timings cannot be
-    true on the lab's own clock (:func:`lab.kit.server.figures.clock_refutes`)."""
+    """StreamError naming both claims when the server's timings cannot be
+    true on the lab's own clock (:func:`lab.kit.server.claims.clock_refutes`)."""
     end = streamed.end_t if streamed.end_t is not None else now()
     why = clock_refutes(phase_s, prompt_s, end - streamed.t_sent, streamed.client_gen_s)
     if why:

@@ -32,14 +32,14 @@ from lab.kit.prompting import ids_report
 from lab.kit.server import attach
 from lab.kit.server.attach import ATTACH_OPTIONS
 from lab.kit.server.client import HttpFailure, ServerClient, raise_for_status
-from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, end_side_streams, stream_figures
+from lab.kit.server.concurrency import CONCURRENCY_OPTIONS, StreamRecord, end_side_streams, stream_summary
 from lab.kit.server.lifecycle import ServerBackend, poll_ready
 from lab.kit.server.process import ServerProcess, free_port
 from lab.kit.server.sse import STREAM_OPTIONS, parse_sse_lines
 from lab_vllm import metrics
 from lab_vllm.command import NEEDS_DRAFT_MODEL, OPTIONS, server_args
 from lab_vllm.steptiming import time_steps
-from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, check_figures, consume, token_id
+from lab_vllm.stream import VllmChunk, VllmStreamed, VllmStreamError, check_claims, consume, token_id
 
 if TYPE_CHECKING:
     from lab.base.footprint import MemoryNeeds
@@ -312,7 +312,7 @@ class VllmBackend(ServerBackend[ServerClient]):
         limit = int(body["max_tokens"]) + self.max_overshoot_tokens
         with client.completion(body, path="/v1/completions", deadline=deadline, stop=cancelled) as lines:
             streamed = consume(parse_sse_lines(lines), t_sent, on_chunk, cancelled, limit=limit)
-        check_figures(streamed, len(body["prompt"]), limit)
+        check_claims(streamed, len(body["prompt"]), limit)
         return streamed
 
     def generate(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> Generation:
@@ -461,7 +461,7 @@ class VllmBackend(ServerBackend[ServerClient]):
         report["checks_missing"] = missing
         report["counts_match_server"] = all(checks.values()) if checks else None
         if "concurrency" in self.arm.options:
-            report["concurrency"] = stream_figures(records)
+            report["concurrency"] = stream_summary(records)
         if checks and not all(checks.values()):
             self.ctx.log(f"{self.arm.name}: count cross-check failed: {checks}")
         return gen

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from lab.api import Cancelled
 from lab.base.events import now
 from lab.base.textsafe import clipped
-from lab.kit.server.figures import clock_refutes, past_limit
+from lab.kit.server.claims import clock_refutes, past_limit
 
 # A token count beyond this is no count of one request's tokens.
 MAX_COUNT = 1 << 31
@@ -107,8 +107,8 @@ def consume(objs: Iterable[dict[str, Any]], t_sent: float, on_chunk: Callable[[V
     return out
 
 
-def check_figures(streamed: VllmStreamed, prompt_tokens: int, limit: int) -> None:
-    """VllmStreamError naming both figures when the server's usage cannot
+def check_claims(streamed: VllmStreamed, prompt_tokens: int, limit: int) -> None:
+    """VllmStreamError naming both claims when the server's usage cannot
     count what the lab sent (``prompt_tokens`` ids, at most ``limit`` back)
     or its timings cannot be true on the lab's own clock."""
     usage = streamed.usage

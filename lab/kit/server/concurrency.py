@@ -1,6 +1,6 @@
 """N streams of one cell at once (``concurrency = N``), each kept as it
 arrived (:class:`StreamRecord`), and what they add up to
-(:func:`stream_figures`: per-stream and aggregate tok/s, latency, drafts);
+(:func:`stream_summary`: per-stream and aggregate tok/s, latency, drafts);
 at most :data:`MAX_CONCURRENCY` streams within ``concurrency_timeout_s``."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def stream_figures(records: Sequence[StreamRecord]) -> dict[str, Any]:
+def stream_summary(records: Sequence[StreamRecord]) -> dict[str, Any]:
     """What N streams of one cell add up to (the row's concurrency keys)."""
     ok = [r for r in records if r.error is None]
     start = min((r.t_sent for r in records), default=0.0)

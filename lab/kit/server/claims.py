@@ -1,6 +1,7 @@
-"""A server's own figures held to what the lab saw, in one wording for every
-server stack: tokens past the request's limit (:func:`past_limit`) and timings
-the lab's clock refutes (:func:`clock_refutes`); the stack raises the message."""
+"""A server's own claims about a request (its token counts and timings) held
+to what the lab saw, in one wording for every server stack: tokens past the
+request's limit (:func:`past_limit`) and timings the lab's clock refutes
+(:func:`clock_refutes`); the stack raises the message."""
 
 from __future__ import annotations
 
