@@ -201,15 +201,7 @@ class Child:
         return got[-n:]
 
     def _read_log(self) -> str:
-        if self.output:
-            return self.output
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 64_000))
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return self.output or _log_tail(self.log_path)
 
     def said(self) -> list[str]:
         """Its own output's lines, without the lines the lab adds (the command, how it ended)."""
@@ -273,20 +265,23 @@ class Child:
                     self._log.write(f"# lab: {self.name} pid {self.pid} ended, exit code {self.proc.returncode}\n"
                                     .encode())
                     self._log.close()
-            self.output = self._read_log_unlocked()
+            self.output = _log_tail(self.log_path)
             if self._tmp is not None:
                 self._tmp.cleanup()
             _live.discard(self)
         return self.proc.returncode
 
-    def _read_log_unlocked(self) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 64_000))
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+
+
+def _log_tail(path: Path, most: int = 64_000) -> str:
+    """The last ``most`` bytes of a child's log, as text."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - most))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _signal_group(pgid: int, sig: int) -> None:
