@@ -87,9 +87,15 @@ if [ "$INSTALLER" = uv ]; then
   # user installed, dflash below), as pip leaves it. pyproject.toml's
   # [tool.uv] builds llama-cpp-python as Python code only (its llama.cpp
   # comes from the build above) and leaves out what the vllm extra must not
-  # bring (see there). Bytecode is compiled as pip does.
-  UV_PROJECT_ENVIRONMENT="$VENV" "$UV" sync --quiet --locked --inexact --compile-bytecode \
-    ${extras[@]+"${extras[@]}"}
+  # bring (see there).
+  compile=()
+  # Bytecode for every installed module is most of a warm install (50 of
+  # 54 s for all,test on 2 cores); Python writes it on first import for what
+  # it imports, unless PYTHONDONTWRITEBYTECODE forbids it: then every
+  # process would compile torch again, and it is made here, as pip does.
+  [ -z "${PYTHONDONTWRITEBYTECODE:-}" ] || compile=(--compile-bytecode)
+  UV_PROJECT_ENVIRONMENT="$VENV" "$UV" sync --quiet --locked --inexact \
+    ${compile[@]+"${compile[@]}"} ${extras[@]+"${extras[@]}"}
   dflash() { "$UV" pip install --quiet --python "$VENV/bin/python" --no-deps "$@"; }
 else
   # The compile is the long pole: it started with the venv's own pip (enough

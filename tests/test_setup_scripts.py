@@ -29,6 +29,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "scripts").glob("*.sh")) + [ROOT / ".ci" / "run"]
 
 
+def _uv_versions() -> tuple[str, str, str]:
+    """pyproject.toml's minimum uv, a uv just at it and one just below."""
+    found = re.search(r'^required-version = ">=([0-9.]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert found, "pyproject.toml's [tool.uv] names no required-version"
+    parts = [int(p) for p in found.group(1).split(".")] + [0] * (3 - found.group(1).count(".") - 1)
+    below = parts[:-1] + [parts[-1] - 1] if parts[-1] else parts[:-2] + [parts[-2] - 1, 99]
+    return found.group(1), ".".join(map(str, parts)), ".".join(map(str, below))
+
+
+UV_MIN, UV_AT_MIN, UV_BELOW = _uv_versions()
+
+
 def _write(path: Path, body: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("#!/bin/sh\n" + body)
@@ -202,41 +214,36 @@ def _setup_until_install(tmp_path: Path, plain_bin: Path, uv: str | None, **env:
 
 
 def test_uv_on_path_installs_by_default(tmp_path: Path, plain_bin: Path) -> None:
-    out, calls = _setup_until_install(tmp_path, plain_bin, "0.13.10")
-    assert "uv 0.13.10" in out.stdout
+    out, calls = _setup_until_install(tmp_path, plain_bin, UV_AT_MIN)
+    assert f"uv {UV_AT_MIN}" in out.stdout
     assert calls.splitlines() == [f"uv venv --quiet --seed --python {tmp_path / 'fakes' / 'python3.12'} .venv"]
 
 
 def test_pip_when_asked_and_for_a_wheelhouse(tmp_path: Path, plain_bin: Path) -> None:
-    out, calls = _setup_until_install(tmp_path / "asked", plain_bin, "0.13.10", LAB_INSTALLER="pip")
+    out, calls = _setup_until_install(tmp_path / "asked", plain_bin, UV_AT_MIN, LAB_INSTALLER="pip")
     assert out.stdout.strip().endswith("pip")
     assert calls.splitlines() == ["python3.12 -m venv .venv"]
 
     house = tmp_path / "house"
     house.mkdir()
-    out, calls = _setup_until_install(tmp_path / "offline", plain_bin, "0.13.10", LAB_WHEELHOUSE=str(house))
+    out, calls = _setup_until_install(tmp_path / "offline", plain_bin, UV_AT_MIN, LAB_WHEELHOUSE=str(house))
     assert calls.splitlines() == ["python3.12 -m venv .venv"]
 
-    out, calls = _setup_until_install(tmp_path / "typo", plain_bin, "0.13.10", LAB_INSTALLER="conda")
+    out, calls = _setup_until_install(tmp_path / "typo", plain_bin, UV_AT_MIN, LAB_INSTALLER="conda")
     assert "LAB_INSTALLER is uv or pip" in out.stderr and calls == ""
 
 
-@pytest.mark.parametrize("uv", [None, "0.4.30"], ids=["no uv", "an old uv"])
+@pytest.mark.parametrize("uv", [None, UV_BELOW], ids=["no uv", "an old uv"])
 def test_without_a_usable_uv_one_is_installed_into_the_cache(tmp_path: Path, plain_bin: Path,
                                                              uv: str | None) -> None:
     out, calls = _setup_until_install(tmp_path, plain_bin, uv)
     if uv:
-        assert "is uv 0.4.30; the lock needs 0.13 or newer" in out.stderr
+        assert f"is uv {UV_BELOW}; the lock needs {UV_MIN} or newer" in out.stderr
     tool = tmp_path / "cache" / "speclab" / "uv"
     (call,) = calls.splitlines()
     assert re.fullmatch(rf"python3\.12 -m venv {re.escape(str(tool))}\.new\.\d+", call), call
     assert "LAB_INSTALLER=pip" in out.stderr  # the way out when it cannot be installed
     assert not tool.exists() and list((tmp_path / "cache" / "speclab").iterdir()) == []
-
-
-def test_find_uv_asks_what_pyproject_asks() -> None:
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert re.search(r'^required-version = ">=0\.13"$', text, re.M)
 
 
 # -- BSD tools, run -------------------------------------------------------------
@@ -297,7 +304,7 @@ def test_python_and_uv_are_found_with_bsd_tools(tmp_path: Path, bsd_bin: Path) -
     fakes = tmp_path / "fakes"
     log = tmp_path / "calls.log"
     _fake_python(fakes, "python3.11", "3.11", log)
-    _fake_uv(fakes, "0.13.2", log)
+    _fake_uv(fakes, UV_AT_MIN, log)
     found = _run(repo, "find_python.sh", path=[fakes, bsd_bin])
     assert found.returncode == 0 and found.stdout.strip() == str(fakes / "python3.11"), found.stderr
     uv = _run(repo, "find_uv.sh", str(fakes / "python3.11"), path=[fakes, bsd_bin])
