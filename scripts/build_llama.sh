@@ -10,7 +10,7 @@
 #   bash scripts/build_llama.sh tools    # + the four tools, added to the same build tree
 #   bash scripts/build_llama.sh flags    # print the CMake flags this machine gets
 #
-# setup.sh splits `lib`/`tools` so the compile overlaps pip: `source` fetches
+# setup.sh splits `lib`/`tools` so the compile overlaps the installs: `source` fetches
 # the sdist, `lib --compile` / `tools --compile` only compile, and
 # `lib --place` / `tools --place` copy the build into $VENV without touching
 # the Python package.
@@ -29,6 +29,9 @@
 #   LAB_CUDA_ARCH    CUDA architectures (default: the visible GPUs', e.g. 90)
 #   LAB_WHEELHOUSE   offline: take llama-cpp-python from this directory
 #                    (see scripts/wheelhouse.sh)
+#   LAB_INSTALLER    uv or pip: what installs llama-cpp-python's Python code
+#                    (default: uv where uv made $VENV, else pip)
+#   UV               the uv to use (default: scripts/find_uv.sh's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT="${1:-lib}"
@@ -59,6 +62,39 @@ lock() { if command -v flock >/dev/null; then exec 9>"$1"; flock 9; fi; }
 # setup.sh flattens the wheelhouse once and says where; called alone, do it here.
 wheelhouse() { echo "${LAB_WHEELHOUSE_FLAT:-$(bash scripts/wheelhouse.sh flat "$LAB_WHEELHOUSE")}"; }
 
+# As setup.sh said, else as $VENV was made (uv notes itself in pyvenv.cfg).
+# With uv, the source comes from the address and hash uv.lock records.
+with_uv() {
+  case "${LAB_INSTALLER:-}" in
+    uv) return 0 ;;
+    pip) return 1 ;;
+  esac
+  grep -q '^uv = ' "$VENV/pyvenv.cfg" 2>/dev/null
+}
+uv() { "${UV:-$(bash scripts/find_uv.sh "$PY")}" "$@"; }
+
+fetch_locked() {
+  local name="$1" dest="$2" line url hash
+  line=$(grep -o "url = \"[^\"]*/$name\", hash = \"sha256:[0-9a-f]*\"" uv.lock | head -1) || true
+  url=$(echo "$line" | sed -n 's/^url = "\([^"]*\)".*/\1/p')
+  hash=$(echo "$line" | sed -n 's/.*hash = "sha256:\([0-9a-f]*\)"$/\1/p')
+  [ -n "$url" ] && [ -n "$hash" ] || { echo "uv.lock records no $name" >&2; exit 1; }
+  "$PY" - "$url" "$hash" "$dest/$name" <<'EOF'
+import hashlib, os, sys, urllib.request
+url, want, dest = sys.argv[1:]
+part = dest + ".part"
+digest = hashlib.sha256()
+with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
+    while chunk := response.read(1 << 20):
+        digest.update(chunk)
+        out.write(chunk)
+if digest.hexdigest() != want:
+    os.remove(part)
+    sys.exit(f"{os.path.basename(dest)}: sha256 {digest.hexdigest()} is not the lock's {want}")
+os.replace(part, dest)
+EOF
+}
+
 sdist() {
   local name="llama_cpp_python-$VERSION.tar.gz"
   if [ -n "${LAB_WHEELHOUSE:-}" ]; then
@@ -70,7 +106,11 @@ sdist() {
   mkdir -p "$CACHE/src"
   if [ ! -f "$CACHE/src/$name" ]; then
     echo "downloading the llama-cpp-python $VERSION source (76 MB)..." >&2
-    "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$CACHE/src" "llama-cpp-python==$VERSION" >&2
+    if ! with_uv; then
+      "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$CACHE/src" "llama-cpp-python==$VERSION" >&2
+    else
+      fetch_locked "$name" "$CACHE/src"
+    fi
   fi
   echo "$CACHE/src/$name"
 }
@@ -79,6 +119,16 @@ sdist() {
 # llama.cpp out (LLAMA_BUILD=OFF): seconds instead of a second compile.
 install_python() {
   local wheels="$CACHE/wheels/python-only" tarball
+  if with_uv; then
+    # uv builds it with the switch pyproject.toml's [tool.uv] names (read
+    # from this directory; named again here it would arrive twice, as a list,
+    # and compile llama.cpp) and keeps that build in its cache apart from
+    # builds with other settings.
+    python_only && return
+    uv pip install --quiet --python "$PY" --reinstall-package llama-cpp-python "llama-cpp-python==$VERSION"
+    python_only || { echo "llama-cpp-python $VERSION went in with a llama.cpp of its own" >&2; exit 1; }
+    return
+  fi
   [ -n "${LAB_WHEELHOUSE:-}" ] && wheels="$(wheelhouse)"
   mkdir -p "$wheels" "$CACHE/wheels"
   lock "$CACHE/wheels/.python-only.lock"
@@ -92,6 +142,19 @@ install_python() {
   "$PY" -m pip install --quiet --no-deps --force-reinstall "$wheels"/llama_cpp_python-"$VERSION"-*.whl
   # Its dependencies (numpy, jinja2, diskcache) without reinstalling those present.
   "$PY" -m pip install --quiet "$wheels"/llama_cpp_python-"$VERSION"-*.whl
+}
+
+# llama-cpp-python $VERSION is installed and holds no llama.cpp of its own.
+python_only() {
+  "$PY" - "$VERSION" <<'EOF'
+import importlib.metadata, sys
+try:
+    dist = importlib.metadata.distribution("llama-cpp-python")
+except importlib.metadata.PackageNotFoundError:
+    sys.exit(1)
+compiled = [f for f in dist.files or [] if ".so" in f.name or f.name.endswith((".dylib", ".dll"))]
+sys.exit(0 if dist.version == sys.argv[1] and not compiled else 1)
+EOF
 }
 
 cpu_flags() {
@@ -153,7 +216,7 @@ configure() {
   # adding them later compiles their own sources and nothing else. No tests,
   # examples, web UI download or HTTPS: the lab talks to the server locally.
   # shellcheck disable=SC2086
-  cmake -S "$src" -B "$build" "${gen[@]}" \
+  cmake -S "$src" -B "$build" ${gen[@]+"${gen[@]}"} \
     -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
@@ -225,7 +288,11 @@ configure "$src/vendor/llama.cpp" "$build" "$flags"
 targets=(llama)
 [ "$WHAT" = tools ] && targets+=("${TOOLS[@]}")
 jobs="${CMAKE_BUILD_PARALLEL_LEVEL:-$(cores)}"
-if [[ "$flags" == *GGML_CUDA=ON* ]]; then kind="CUDA"; else kind="CPU"; fi
+case "$flags" in
+  *GGML_CUDA=ON*) kind="CUDA" ;;
+  *GGML_METAL=ON*) kind="Metal" ;;
+  *) kind="CPU" ;;
+esac
 if [ "$WHAT" = tools ]; then
   what="the llama.cpp library and tools (${TOOLS[*]})"
   estimate="about 10 min on 2 cores the first time, half that when the library is built"

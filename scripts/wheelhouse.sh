@@ -41,7 +41,9 @@ flat() {
       : >"$out/.$base.new"
     fi
     cat "$path" >>"$out/.$base.new"
-  done < <(find "$dir" -type f -name '*.part[0-9][0-9]' -printf '%f\t%p\n' | sort)
+  done < <(find "$dir" -type f -name '*.part[0-9][0-9]' | while IFS= read -r path; do
+              printf '%s\t%s\n' "$(basename "$path")" "$path"
+            done | sort)
   [ -z "$prev" ] || mv -f "$out/.$prev.new" "$out/$prev"
   echo "$out"
 }
@@ -50,7 +52,11 @@ requirements() {
   # The dependency lists in pyproject.toml, with the project's own extras
   # (all = speclab[llamacpp,mlx]) expanded.
   "$PYTHON" - "$1" <<'EOF'
-import re, sys, tomllib
+import re, sys
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 extras = project["optional-dependencies"]
 wanted, out, seen = [e for e in sys.argv[1].split(",") if e], list(project["dependencies"]), set()
@@ -83,7 +89,8 @@ slim_sdist() {
 }
 
 fill() {
-  local dir="$1" extras="${2:-llamacpp}" staging pyv platforms=() p reqs
+  local dir="$1" extras="${2:-llamacpp}" staging pyv platforms=() p reqs=() req
+  PYTHON="${PYTHON:-$(bash scripts/find_python.sh)}"
   pyv="${PY_VERSION:-$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}"
   for p in ${PLATFORMS:-manylinux2014_x86_64 manylinux_2_17_x86_64 manylinux_2_24_x86_64 manylinux_2_28_x86_64 linux_x86_64}; do
     platforms+=(--platform "$p")
@@ -96,11 +103,11 @@ fill() {
   # backend for it (LLAMA_BUILD=OFF: no compiled code inside).
   CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" \
     "$PYTHON" -m pip wheel --quiet --no-deps -w "$staging" "$staging/llama_cpp_python-$VERSION.tar.gz"
-  mapfile -t reqs < <(requirements "$extras")
+  while IFS= read -r req; do reqs+=("$req"); done < <(requirements "$extras")
   echo "wheels for Python $pyv: ${reqs[*]}"
   "$PYTHON" -m pip download --quiet -d "$staging" --only-binary=:all: --python-version "$pyv" \
-    --implementation cp "${platforms[@]}" --find-links "$staging" \
-    "${reqs[@]}" pip "setuptools>=68" wheel "scikit-build-core>=0.9.2"
+    --implementation cp ${platforms[@]+"${platforms[@]}"} --find-links "$staging" \
+    ${reqs[@]+"${reqs[@]}"} pip "setuptools>=68" wheel "scikit-build-core>=0.9.2"
   pack "$staging" "$dir"
   rm -rf "$staging"
   echo "wheelhouse in $dir:"
@@ -110,28 +117,36 @@ fill() {
 
 # Greedy grouping into folders of at most CARRY_MB; big files cut first.
 pack() {
-  local from="$1" dir="$2" limit group=1 used=0 f size
+  local from="$1" dir="$2" limit group=1 used=0 f size piece n
   limit=$(( ${CARRY_MB:-60} * 1024 * 1024 ))
   rm -rf "$dir"/carry-*
   mkdir -p "$dir/carry-1"
   while IFS= read -r f; do
-    size=$(wc -c <"$f")
+    size=$(wc -c <"$f" | tr -d ' ')
     if [ "$size" -gt "$limit" ]; then
-      split -b "$limit" -d -a 2 "$f" "$f.part"
+      # letters (aa, ab, ...) in file order, renamed to two digits: split's
+      # digit suffixes are GNU's alone
+      split -b "$limit" -a 2 "$f" "$f.part"
       rm "$f"
+      n=0
+      for piece in "$f".part[a-z][a-z]; do
+        mv "$piece" "$f.part$(printf '%02d' "$n")"
+        n=$((n + 1))
+      done
     fi
   done < <(find "$from" -maxdepth 1 -type f)
   while IFS= read -r f; do
-    size=$(wc -c <"$f")
+    size=$(wc -c <"$f" | tr -d ' ')
     if [ $((used + size)) -gt "$limit" ] && [ "$used" -gt 0 ]; then
       group=$((group + 1)); used=0; mkdir -p "$dir/carry-$group"
     fi
     mv "$f" "$dir/carry-$group/"
     used=$((used + size))
-  done < <(find "$from" -maxdepth 1 -type f -printf '%s %p\n' | sort -rn | cut -d' ' -f2-)
+  done < <(find "$from" -maxdepth 1 -type f | while IFS= read -r f; do
+             echo "$(wc -c <"$f" | tr -d ' ') $f"
+           done | sort -rn | cut -d' ' -f2-)
 }
 
-PYTHON="${PYTHON:-python3}"
 case "${1:-}" in
   fill) shift; fill "$@" ;;
   flat) shift; flat "$1" ;;

@@ -1,7 +1,9 @@
 """The one llama.cpp build: the library the in-process backend loads and the
 tools the lab runs come from the same build tree, as scripts/build_llama.sh
 lays it out after `setup.sh all` (or `test`); and the set-up scripts' own
-decisions (CUDA or not, how a wheelhouse is cut for transfer)."""
+decisions (CUDA or not, how a wheelhouse is cut for transfer). Which Python
+and which installer set-up takes, and the scripts' portability:
+tests/test_setup_scripts.py."""
 
 from __future__ import annotations
 
@@ -132,55 +134,3 @@ def test_wheelhouse_is_cut_for_transfer_and_joined_again(tmp_path: Path) -> None
     assert flat.returncode == 0, flat.stderr
     joined = Path(flat.stdout.strip())
     assert {p.name: p.read_bytes() for p in joined.iterdir()} == originals
-
-
-def _venv_cache(*args: str, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return _run("bash", "scripts/venv_cache.sh", *args, XDG_CACHE_HOME=str(cache), **env)
-
-
-def test_a_kept_environment_is_copied_and_names_its_new_place(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    first = tmp_path / "one" / ".venv"
-    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(first)], capture_output=True, timeout=120)
-    assert made.returncode == 0, made.stderr
-    tool = first / "bin" / "tool"
-    tool.write_text(f"#!{first}/bin/python\nimport sys\nprint(sys.prefix)\n")
-    tool.chmod(0o755)
-    (first / "bin" / "sub").mkdir()  # what bin/ may hold beside scripts
-
-    key = _venv_cache("key", "llamacpp,test", cache=cache)
-    assert key.returncode == 0 and len(key.stdout.strip()) == 16, key.stderr
-    assert _venv_cache("key", "llamacpp", cache=cache).stdout != key.stdout  # the extras are part of the key
-    key = key.stdout.strip()
-    saved = _venv_cache("save", key, str(first), cache=cache)
-    assert saved.returncode == 0, saved.stderr
-
-    second = tmp_path / "two" / ".venv"
-    restored = _venv_cache("restore", key, str(second), cache=cache)
-    assert restored.returncode == 0, restored.stderr
-    copy = second / "bin" / "tool"
-    assert copy.read_text().splitlines()[0] == f"#!{second}/bin/python"
-    ran = subprocess.run([str(copy)], capture_output=True, text=True, timeout=60)
-    assert ran.returncode == 0 and ran.stdout.strip() == str(second), ran.stderr
-    assert str(first) not in (second / "pyvenv.cfg").read_text()
-    # an existing environment is never replaced, an unknown key finds none
-    assert _venv_cache("restore", key, str(second), cache=cache).returncode == 1
-    assert _venv_cache("restore", "0" * 16, str(tmp_path / "three"), cache=cache).returncode == 1
-    assert not (tmp_path / "three").exists()
-
-
-def test_an_old_or_refused_environment_is_not_used(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    venv = tmp_path / "one" / ".venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    assert _venv_cache("save", "k" * 16, str(venv), cache=cache).returncode == 0
-    origin = cache / "speclab" / "venvs" / ("k" * 16) / "origin"
-    assert origin.is_file()
-    assert _venv_cache("restore", "k" * 16, str(tmp_path / "off"), cache=cache, LAB_VENV_CACHE="0").returncode == 1
-    old = __import__("time").time() - 9 * 86400
-    os.utime(origin, (old, old))
-    stale = _venv_cache("restore", "k" * 16, str(tmp_path / "stale"), cache=cache)
-    assert stale.returncode == 1 and "older than 7 days" in stale.stderr
-    assert _venv_cache("restore", "k" * 16, str(tmp_path / "young"), cache=cache, LAB_VENV_CACHE_DAYS="30").returncode == 0
-    assert not (tmp_path / "off").exists() and not (tmp_path / "stale").exists()
