@@ -202,7 +202,10 @@ def saved_count(value: Any) -> int | None:
 def predict(
     acceptance: PositionAcceptance, probe: Probe, inputs: ArmInputs, n_values: Sequence[int] | None = None,
 ) -> list[Prediction]:
-    """Predictions for every n_max the probe covers (n + 1 <= widest width)."""
+    """Predictions for every n_max the probe covers (n + 1 <= widest width);
+    :class:`lab.base.probe.UntrustedProbe` for a curve that breaks a rule no
+    machine can (never priced with silently)."""
+    probe.require_trusted()
     ns = list(n_values) if n_values is not None else list(range(1, max(probe.widths)))
     whole = probe.prices_steps
     # a step-priced probe's T(w) holds the draft and the loop already
@@ -220,19 +223,24 @@ def predict(
         catching_up = catch_up_tokens * acceptance.kept_all(n)
         draft_cost = n * draft_per_token + catching_up
         switching = 0.0 if whole else switch_cost(probe, n + 1, inputs)
-        per_pass_landed = q + (1 - q) * landed
-        per_pass_cost = q + (1 - q) * (t + draft_cost + loop_cost + switching)
         starts = None if whole else cell_starts(probe, n + 1, inputs)
-        if starts is None:
-            speedup = per_pass_landed / per_pass_cost
-            starts = (0.0, 0.0)
-        else:
-            d = inputs.cell_tokens
-            speedup = (d + starts[1]) / (d * per_pass_cost / per_pass_landed + starts[0])
+        speedup = _speedup(landed, t + draft_cost + loop_cost + switching, q, starts, inputs.cell_tokens)
+        starts = starts or (0.0, 0.0)
         out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole, kept, switching,
                               cell_start=starts[0], baseline_cell_start=starts[1], catch_up_cost=catching_up,
                               depth=inputs.depth if kept is None and probe.depth_span else None))
     return out
+
+
+def _speedup(landed: float, step_cost: float, q: float, starts: tuple[float, float] | None, cell_tokens: float) -> float:
+    """Tokens landed over their cost per pass (a plain decode one of each), and
+    per cell where the cell's first passes are priced (``starts``)."""
+    per_pass_landed = q + (1 - q) * landed
+    per_pass_cost = q + (1 - q) * step_cost
+    if starts is None:
+        return per_pass_landed / per_pass_cost
+    d = cell_tokens
+    return (d + starts[1]) / (d * per_pass_cost / per_pass_landed + starts[0])
 
 
 def cell_starts(probe: Probe, width: int, inputs: ArmInputs) -> tuple[float, float] | None:

@@ -150,8 +150,9 @@ def predictions(
     results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probe: Any,
 ) -> list[dict[str, Any]]:
     """Per speculative arm x prompt: the predicted speedup at every n_max the
-    probe covers, at the arm's own n_max beside the measured, and the best."""
-    if probe is None:
+    probe covers, at the arm's own n_max beside the measured, and the best;
+    nothing from a probe that is not trustworthy (the report says why)."""
+    if probe is None or not probe.trusted:
         return []
     pos = acc.by_arm_prompt(steps)
     out = []
