@@ -243,6 +243,14 @@ def _speedup(landed: float, step_cost: float, q: float, starts: tuple[float, flo
     return (d + starts[1]) / (d * per_pass_cost / per_pass_landed + starts[0])
 
 
+def with_verify_cost(p: Prediction, inputs: ArmInputs, verify_cost: float) -> float:
+    """``p``'s speedup had its verify cost been ``verify_cost`` baseline
+    tokens (the run's own, :mod:`lab.analysis.verify_gap`), all else as priced."""
+    starts = (p.cell_start, p.baseline_cell_start) if p.cell_start or p.baseline_cell_start else None
+    cost = verify_cost + p.draft_cost + p.loop_cost + p.switch_cost
+    return _speedup(p.landed, cost, inputs.plain_share, starts, inputs.cell_tokens)
+
+
 def cell_starts(probe: Probe, width: int, inputs: ArmInputs) -> tuple[float, float] | None:
     """Baseline tokens a cell pays for its first passes (the arm's, its
     baseline's), where the probe timed cells and the row gives its length."""

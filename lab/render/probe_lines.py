@@ -1,9 +1,10 @@
 """The report's lines about the probe: whether its curve was trusted (and
-what was measured again)."""
+what was measured again), and how it compares with the run's own verifies
+(:mod:`lab.analysis.verify_gap`)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 
 def trust_clause(pr: Any) -> str:
@@ -23,3 +24,21 @@ def untrusted_line(pool: Sequence[Any]) -> list[str]:
     return ["No prediction: no trustworthy probe (why above; a curve that breaks a rule no machine can is never "
             "used). Measure it again on a quieter machine (`lab probe`), or name a trusted one with "
             "`lab report RUN_DIR --probe FILE`."]
+
+
+def verify_gap_lines(preds: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line: each row's own T(w) at the widths its steps verified against
+    the probe's; ⚠ where they differ beyond both's noise."""
+    shown = [f"{p['arm']} / {p['prompt']} " + ", ".join(_gap(g) for g in p["verify_gaps"])
+             for p in preds if p.get("verify_gaps")]
+    if not shown:
+        return []
+    return ["- The probe against this run's own verifies, T(w) at each width its steps verified (the median "
+            "verify of w rows over the row's baseline token → the probe's T(w) at the row's depth, the gap and the "
+            "noise of both; ⚠ beyond it): " + "; ".join(shown) + "."]
+
+
+def _gap(g: Mapping[str, Any]) -> str:
+    mark = " ⚠" if g.get("beyond_noise") else ""
+    return (f"{g['width']}: {g['run_t']:.2f} → {g['probe_t']:.2f} ({g['gap'] * 100:+.0f}%, "
+            f"±{g['noise'] * 100:.0f}%{mark})")

@@ -401,7 +401,7 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         )
     notes = (_caveat_notes(preds) + _t1_notes(data["results"], preds, pool) + _drift_notes(data.get("steps") or (), preds)
              + _switch_notes(preds) + _pass_kind_notes(data["results"], steps, pool) + _cell_notes(preds)
-             + _catch_up_notes(preds) + _replay_notes(preds))
+             + _catch_up_notes(preds) + _replay_notes(preds) + probe_lines.verify_gap_lines(preds))
     if notes:
         lines += [""] + notes
     lines += [
