@@ -304,3 +304,14 @@ def test_a_width_that_fails_keeps_the_widths_that_ran(registry: Registry) -> Non
     acceptance = PositionAcceptance(reached=(10, 8, 6, 4, 2), accepted=(8, 6, 4, 2, 1))
     inputs = predict.ArmInputs(baseline_token_s=0.01, draft_s_per_token=0.0, plain_share=0.1, n_max=7)
     assert [p.n_max for p in predict.predict(acceptance, got, inputs)] == [1, 2, 3]
+
+
+def test_a_probe_whose_repeats_scatter_says_so_beside_the_prediction() -> None:
+    # the rules cannot refuse a curve whose noise is wide, but the row priced at its width says how wide
+    scattered = {1: [1.0] * 4, 2: [1.5] * 4, 5: [2.8, 3.9, 4.9, 3.1]}
+    note = predict.probe_noise(_probe(scattered, checks={}), 5)
+    assert note is not None and "T(5) lies anywhere in 2.80-4.90" in note and "over its 4 repeats" in note
+    assert predict.probe_noise(_probe(_steady({1: 1.0, 2: 1.5, 5: 3.0}), checks={}), 5) is None
+    # a width the probe did not measure, or one repeat, says nothing of its noise here
+    assert predict.probe_noise(_probe(scattered, checks={}), 4) is None
+    assert predict.probe_noise(_probe({1: [1.0], 5: [3.0]}, checks={}), 5) is None

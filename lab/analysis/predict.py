@@ -320,6 +320,25 @@ def t1_disagreement(baseline_rows: Sequence[Mapping[str, Any]], probe: Probe) ->
             "under different conditions, so the prediction is off by about as much")
 
 
+# how wide a probe's T(w) interval may be, either side, before a row priced at w says so
+PROBE_NOISE = 0.10
+
+
+def probe_noise(probe: Probe, width: int) -> str | None:
+    """A note when the probe's own repeats leave T(width) uncertain by more
+    than :data:`PROBE_NOISE` either side (at any of its depths): the rules
+    could not refuse it, and the prediction moves by as much."""
+    if width not in probe.widths or len(probe.seconds) < 2:
+        return None
+    worst = max(((c.depth, c.t(width)) for c in probe.curves()), key=lambda dc: dc[1].half_width)
+    depth, f = worst
+    if f.half_width <= PROBE_NOISE:
+        return None
+    at = f" at KV depth {depth}" if depth is not None else ""
+    return (f"its probe's T({width}){at} lies anywhere in {f.lo:.2f}-{f.hi:.2f} (±{f.half_width * 100:.0f}%) over its "
+            f"{len(probe.seconds)} repeats: the machine moved under the probe, and the prediction moves with it")
+
+
 # How far the draft's seconds per drafted token may move between one arm's
 # cells (rounds and prompts, at one kind of step) before the report says so
 DRIFT_FLOOR = 0.15

@@ -177,6 +177,9 @@ def predictions(
         notes = [[c.tag, c.why] for c in caveats.for_row(results, steps, arm, prompt, probe, matches)]
         if own_gap is not None and own_gap.beyond and redone is not None:
             notes.append([GAP_TAG, _gap_words(own_gap, redone, stats.paired_ratios(results, arm, prompt))])
+        noisy = predict.probe_noise(probe, int(inputs.n_max or 1) + 1)
+        if noisy:
+            notes.append([NOISE_TAG, noisy])
         out.append({
             "arm": arm, "prompt": prompt, "n_max": inputs.n_max,
             "probe_matches": matches,
@@ -215,6 +218,7 @@ def predictions(
 
 
 GAP_TAG = "probe gap"
+NOISE_TAG = "probe noise"
 
 
 def _gap_words(gap: verify_gap.WidthGap, redone: float, measured: Sequence[Any]) -> str:

@@ -195,9 +195,10 @@ class Cycles:
                 repeated.append(b)
             else:
                 at = f" at KV depth {b.depth}" if b.depth is not None else ""
-                unrepeated.append(", ".join(f"T({w}){at} {one.words()} then {two.words()}"
-                                            for w, (one, two) in zip(b.widths, pairs) if one is not None
-                                            and two is not None and not (one.lo <= two.hi and two.lo <= one.hi)))
+                moved = ", ".join(f"T({w}){at} {one.words()} then {two.words()}" for w, (one, two) in zip(b.widths, pairs)
+                                  if one is not None and two is not None and not (one.lo <= two.hi and two.lo <= one.hi))
+                if moved:
+                    unrepeated.append(moved)
         self.checks = {
             "remeasured": {"widths": wider, "because": [b.text for b in first], "first": _figure_table(first_t),
                            "again": _figure_table(second_t), "cycles": m},
