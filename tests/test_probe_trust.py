@@ -315,3 +315,18 @@ def test_a_probe_whose_repeats_scatter_says_so_beside_the_prediction() -> None:
     # a width the probe did not measure, or one repeat, says nothing of its noise here
     assert predict.probe_noise(_probe(scattered, checks={}), 4) is None
     assert predict.probe_noise(_probe({1: [1.0], 5: [3.0]}, checks={}), 5) is None
+
+
+def test_a_median_that_breaks_a_rule_within_wide_noise_is_measured_again(registry: Registry) -> None:
+    # every other cycle stalled width 5: its median reads 7.8, past T(7) and past 5, but its spread (2.6 to 13)
+    # is too wide to refuse the curve; measured again, it is 2.6
+    def half_stalled(i: int, w: int, d: int | None) -> float:
+        first = len(Scripted.calls[i][1]) == 4
+        base = 0.01 * (1 + 0.4 * (w - 1)) * _jitter(i + w)
+        return base * 5 if w == 5 and first and i % 2 == 0 else base
+
+    got = _measure(registry, (1, 2, 5, 7), half_stalled)[0]
+    assert got.trust.remeasured == (5, 7)
+    first = {w: mid for _d, w, _lo, mid, _hi in got.notes["checks"]["remeasured"]["first"]}
+    assert first[5] == pytest.approx(7.8, rel=0.02)
+    assert got.trusted and got.t_ratio(5) == pytest.approx(2.6, rel=0.02)

@@ -92,11 +92,14 @@ def floor_for(repeats: int) -> float:
     return FEW_REPEATS_FLOOR if repeats < FEW_REPEATS else NOISE_FLOOR
 
 
-def figure(values: Sequence[float], floor: float | None = None) -> Figure:
+def figure(values: Sequence[float], floor: float | None = None, medians: bool = False) -> Figure:
     """The median of ``values`` with its interval, at least ``floor``
-    (relative) either side (:func:`floor_for` of their count when None)."""
+    (relative) either side (:func:`floor_for` of their count when None);
+    ``medians``: the floor alone, as a suspicion reads a median."""
     lo, mid, hi = median_interval(values)
     f = floor_for(len(values)) if floor is None else floor
+    if medians:
+        lo = hi = mid
     return Figure(min(lo, mid * (1 - f)), mid, max(hi, mid * (1 + f)))
 
 
@@ -112,8 +115,8 @@ class Curve:
         i = self.widths.index(w)
         return [rep[i] / rep[0] for rep in self.seconds]
 
-    def t(self, w: int) -> Figure:
-        return figure(self.ratios(w))
+    def t(self, w: int, medians: bool = False) -> Figure:
+        return figure(self.ratios(w), medians=medians)
 
     def at(self) -> str:
         return f" at KV depth {self.depth}" if self.depth is not None else ""
@@ -138,15 +141,17 @@ RULE_WORDS = {
 }
 
 
-def breaches(curves: Sequence[Curve], steps: bool = False) -> list[Breach]:
+def breaches(curves: Sequence[Curve], steps: bool = False, medians: bool = False) -> list[Breach]:
     """Every rule the curves break beyond their noise; ``steps``: figures
-    are whole steps, draft inside (a server's), which no ceiling bounds."""
+    are whole steps, draft inside (a server's), which no ceiling bounds;
+    ``medians``: the medians read beyond the floor alone, what is worth
+    measuring again though the repeats' spread cannot refuse it."""
     out: list[Breach] = []
     for c in curves:
         if not c.seconds or 1 not in c.widths:
             out.append(Breach(ONE, (1,), f"no one-row pass{c.at()}", c.depth, math.inf))
             continue
-        t = {w: c.t(w) for w in c.widths}
+        t = {w: c.t(w, medians) for w in c.widths}
         if abs(t[1].mid - 1) > 1e-9:
             out.append(Breach(ONE, (1,), f"T(1) = {t[1].mid:.3f}{c.at()}", c.depth, abs(t[1].mid - 1)))
         for b in c.widths:
@@ -158,11 +163,11 @@ def breaches(curves: Sequence[Curve], steps: bool = False) -> list[Breach]:
                                   c.depth, t[a].lo / t[b].hi))
             if not steps and b > 1 and t[b].lo > b:
                 out.append(Breach(CEILING, (b,), f"T({b}) = {t[b].words()}{c.at()}", c.depth, t[b].lo / b))
-    out += _depth_breaches(curves)
+    out += _depth_breaches(curves, medians)
     return out
 
 
-def _depth_breaches(curves: Sequence[Curve]) -> list[Breach]:
+def _depth_breaches(curves: Sequence[Curve], medians: bool = False) -> list[Breach]:
     """A pass at the deeper of two depths cheaper than at the shallower,
     repeat by repeat where both have as many (a cycle timed both), else
     median against median."""
@@ -173,9 +178,10 @@ def _depth_breaches(curves: Sequence[Curve]) -> list[Breach]:
         for w in (w for w in shallow.widths if w in deep.widths):
             i, j = shallow.widths.index(w), deep.widths.index(w)
             if paired:
-                f = figure([d[j] / s[i] for s, d in zip(shallow.seconds, deep.seconds)])
+                f = figure([d[j] / s[i] for s, d in zip(shallow.seconds, deep.seconds)], medians=medians)
             else:
-                a, b = figure([s[i] for s in shallow.seconds]), figure([d[j] for d in deep.seconds])
+                a = figure([s[i] for s in shallow.seconds], medians=medians)
+                b = figure([d[j] for d in deep.seconds], medians=medians)
                 f = Figure(b.lo / a.hi, b.mid / a.mid, b.hi / a.lo)
             if f.hi < 1:
                 out.append(Breach(DEPTH, (w,), f"{w} row{'s' if w > 1 else ''} at KV depth {deep.depth} took "

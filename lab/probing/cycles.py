@@ -148,13 +148,14 @@ class Cycles:
                 return
 
     def check_and_remeasure(self) -> None:
-        """The rules on what was measured; where one breaks, the offending
-        widths measured again (as many cycles, each scaled to its own cycle's
-        one-row pass) and the rules read again. A breach of a rule an engine
+        """The rules on what was measured; where a median breaks one, the
+        offending widths measured again (as many cycles, each scaled to its
+        own cycle's one-row pass) and the rules read again, within the noise. A breach of a rule an engine
         can break (:data:`lab.base.probe_rules.ENGINE_RULES`) that the second
         measurement repeats is the engine's; any other left is a refusal,
         kept in ``checks`` for every depth's curve."""
-        first = probe_rules.breaches(self.curves(), self.steps)
+        # measured again where a median breaks a rule (beyond the floor), refused only where the spread does too
+        first = probe_rules.breaches(self.curves(), self.steps, medians=True)
         if not first or not self.done:
             return
         again = sorted({1} | {w for b in first for w in b.widths if w in self.widths})
