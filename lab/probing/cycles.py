@@ -14,8 +14,9 @@ from lab.base import probe_rules
 from lab.base.probe import PRICES_STEPS, ProbeError, ProbeWidthCap, ProbeWidthsFailed, format_widths
 
 # Cycles at least (the spread of fewer says nothing), at most, and the seconds of
-# cycles after which no new one starts; a cycle times a block of passes of every width
-# at every depth, widths in an order that turns by one each cycle.
+# cycles after which no new one starts (short of the fewest only where reaching them
+# would take three times as long); a cycle times a block of passes of every width at
+# every depth, widths in an order that turns by one each cycle.
 MIN_CYCLES = 3
 MAX_CYCLES = 12
 MAX_SECONDS = 30.0
@@ -142,7 +143,8 @@ class Cycles:
             if n >= self.least and steady:
                 self.stopped = f"{cycles}, {within}"
                 return
-            if n >= self.most or spent >= self.budget:
+            # the seconds cap stops short of the fewest cycles only where reaching them would take three caps
+            if n >= self.most or (spent >= self.budget and (n >= self.least or spent / n * self.least > 3 * self.budget)):
                 cap = "the most a probe runs" if n >= self.most else f"{spent:.0f} s, the most a probe spends"
                 self.stopped = f"{cycles} ({cap}), " + (within if steady else f"not yet {within}")
                 return
