@@ -21,9 +21,8 @@ def untrusted_line(pool: Sequence[Any]) -> list[str]:
     """One line where no row could be predicted because its probe was refused."""
     if all(pr.trusted for pr in pool):
         return []
-    return ["No prediction: no trustworthy probe (why above; a curve that breaks a rule no machine can is never "
-            "used). Measure it again on a quieter machine (`lab probe`), or name a trusted one with "
-            "`lab report RUN_DIR --probe FILE`."]
+    return ["No prediction: no trustworthy probe (why above; a refused curve is never priced with). Measure it "
+            "again on a quieter machine (`lab probe`), or name a trusted one with `lab report RUN_DIR --probe FILE`."]
 
 
 def verify_gap_lines(preds: Sequence[Mapping[str, Any]]) -> list[str]:
