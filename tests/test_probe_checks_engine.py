@@ -62,7 +62,7 @@ def test_a_width_stalled_in_the_first_measurement_is_measured_again_to_a_good_cu
     first = {w: mid for _d, w, _lo, mid, _hi in p.notes[probe_rules.CHECKS]["remeasured"]["first"]}
     again = {w: mid for _d, w, _lo, mid, _hi in p.notes[probe_rules.CHECKS]["remeasured"]["again"]}
     # the stall priced ten rows far above ten one-row passes; measured again, below
-    assert first[10] > 10 and again[10] < 10 and p.t_ratio(10) == pytest.approx(again[10])
+    assert first[10] > 10 and again[10] < 10 and p.t_ratio(10) == pytest.approx(again[10], rel=1e-3)
     assert p.trusted, p.trust.reason
     assert "after measuring width" in p.trust_words()
 
