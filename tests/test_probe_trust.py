@@ -330,3 +330,17 @@ def test_a_median_that_breaks_a_rule_within_wide_noise_is_measured_again(registr
     first = {w: mid for _d, w, _lo, mid, _hi in got.notes["checks"]["remeasured"]["first"]}
     assert first[5] == pytest.approx(7.8, rel=0.02)
     assert got.trusted and got.t_ratio(5) == pytest.approx(2.6, rel=0.02)
+
+
+def test_medians_that_still_break_a_rule_inside_a_wide_spread_are_refused(registry: Registry) -> None:
+    # a third of the cycles swap which of 3 and 4 rows is dearer: the spread of each holds the other, but their
+    # medians, measured twice, put 4 rows a quarter under 3
+    def unsettled(i: int, w: int, d: int | None) -> float:
+        t = {1: 1.0, 2: 1.5, 3: 1.5 if i % 3 == 0 else 3.0, 4: 3.8 if i % 3 == 0 else 2.2}[w]
+        return 0.01 * t * _jitter(i + w)
+
+    got = _measure(registry, (1, 2, 3, 4), unsettled)[0]
+    assert not probe_rules.breaches(got.curves())  # the spread alone refuses nothing
+    assert got.trust.remeasured == (3, 4) and not got.trusted
+    assert got.trust.reason.startswith("falling as w rises") and "T(4) = 2.2" in got.trust.reason
+    assert "medians still break a rule by more than 10% where the repeats spread too wide to settle them" in got.trust.reason

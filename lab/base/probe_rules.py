@@ -43,6 +43,10 @@ RISING = "rising"  # T non-decreasing in w
 DEPTH = "depth"  # a pass non-decreasing in KV depth
 CEILING = "ceiling"  # T(w) <= w
 
+# how far a median measured twice may still break a rule inside a wide spread before the
+# curve is refused as unsettled (a few percent is a wide spread's rounding, a tenth is not)
+SETTLE = 0.10
+
 # the rules an engine can break for real: a breach the second measurement repeats is kept
 ENGINE_RULES = (RISING, CEILING)
 
@@ -115,8 +119,8 @@ class Curve:
         i = self.widths.index(w)
         return [rep[i] / rep[0] for rep in self.seconds]
 
-    def t(self, w: int, medians: bool = False) -> Figure:
-        return figure(self.ratios(w), medians=medians)
+    def t(self, w: int, medians: bool = False, floor: float | None = None) -> Figure:
+        return figure(self.ratios(w), floor if medians else None, medians=medians)
 
     def at(self) -> str:
         return f" at KV depth {self.depth}" if self.depth is not None else ""
@@ -141,17 +145,21 @@ RULE_WORDS = {
 }
 
 
-def breaches(curves: Sequence[Curve], steps: bool = False, medians: bool = False) -> list[Breach]:
+def breaches(curves: Sequence[Curve], steps: bool = False, medians: bool = False,
+             floor: float | None = None) -> list[Breach]:
     """Every rule the curves break beyond their noise; ``steps``: figures
     are whole steps, draft inside (a server's), which no ceiling bounds;
-    ``medians``: the medians read beyond the floor alone, what is worth
-    measuring again though the repeats' spread cannot refuse it."""
+    ``medians``: the medians read beyond ``floor`` alone (the noise floor
+    where None), what is worth measuring again though the repeats' spread
+    cannot refuse it."""
     out: list[Breach] = []
     for c in curves:
         if not c.seconds or 1 not in c.widths:
             out.append(Breach(ONE, (1,), f"no one-row pass{c.at()}", c.depth, math.inf))
             continue
-        t = {w: c.t(w, medians) for w in c.widths}
+        # decided on ``t``, said with the repeats' own interval
+        t = {w: c.t(w, medians, floor) for w in c.widths}
+        said = {w: c.t(w) for w in c.widths}
         if abs(t[1].mid - 1) > 1e-9:
             out.append(Breach(ONE, (1,), f"T(1) = {t[1].mid:.3f}{c.at()}", c.depth, abs(t[1].mid - 1)))
         for b in c.widths:
@@ -159,15 +167,15 @@ def breaches(curves: Sequence[Curve], steps: bool = False, medians: bool = False
             worse = [a for a in c.widths if a < b and t[a].lo > t[b].hi]
             if worse:
                 a = max(worse, key=lambda x: t[x].lo)
-                out.append(Breach(RISING, (a, b), f"T({b}) = {t[b].words()} under T({a}) = {t[a].words()}{c.at()}",
+                out.append(Breach(RISING, (a, b), f"T({b}) = {said[b].words()} under T({a}) = {said[a].words()}{c.at()}",
                                   c.depth, t[a].lo / t[b].hi))
             if not steps and b > 1 and t[b].lo > b:
-                out.append(Breach(CEILING, (b,), f"T({b}) = {t[b].words()}{c.at()}", c.depth, t[b].lo / b))
-    out += _depth_breaches(curves, medians)
+                out.append(Breach(CEILING, (b,), f"T({b}) = {said[b].words()}{c.at()}", c.depth, t[b].lo / b))
+    out += _depth_breaches(curves, medians, floor)
     return out
 
 
-def _depth_breaches(curves: Sequence[Curve], medians: bool = False) -> list[Breach]:
+def _depth_breaches(curves: Sequence[Curve], medians: bool = False, floor: float | None = None) -> list[Breach]:
     """A pass at the deeper of two depths cheaper than at the shallower,
     repeat by repeat where both have as many (a cycle timed both), else
     median against median."""
@@ -177,16 +185,22 @@ def _depth_breaches(curves: Sequence[Curve], medians: bool = False) -> list[Brea
         paired = len(shallow.seconds) == len(deep.seconds)
         for w in (w for w in shallow.widths if w in deep.widths):
             i, j = shallow.widths.index(w), deep.widths.index(w)
-            if paired:
-                f = figure([d[j] / s[i] for s, d in zip(shallow.seconds, deep.seconds)], medians=medians)
-            else:
-                a = figure([s[i] for s in shallow.seconds], medians=medians)
-                b = figure([d[j] for d in deep.seconds], medians=medians)
-                f = Figure(b.lo / a.hi, b.mid / a.mid, b.hi / a.lo)
+            f = _deeper_over_shallower(shallow.seconds, deep.seconds, i, j, paired, medians, floor)
+            said = _deeper_over_shallower(shallow.seconds, deep.seconds, i, j, paired, False, None)
             if f.hi < 1:
                 out.append(Breach(DEPTH, (w,), f"{w} row{'s' if w > 1 else ''} at KV depth {deep.depth} took "
-                                               f"{f.words()} of their time at {shallow.depth}", deep.depth, 1 / f.hi))
+                                               f"{said.words()} of their time at {shallow.depth}", deep.depth, 1 / f.hi))
     return out
+
+
+def _deeper_over_shallower(shallow: Sequence[Sequence[float]], deep: Sequence[Sequence[float]], i: int, j: int,
+                           paired: bool, medians: bool, floor: float | None) -> Figure:
+    f = floor if medians else None
+    if paired:
+        return figure([d[j] / s[i] for s, d in zip(shallow, deep)], f, medians=medians)
+    a = figure([s[i] for s in shallow], f, medians=medians)
+    b = figure([d[j] for d in deep], f, medians=medians)
+    return Figure(b.lo / a.hi, b.mid / a.mid, b.hi / a.lo)
 
 
 def summary(found: Sequence[Breach], most: int = 2) -> str:

@@ -152,10 +152,12 @@ class Cycles:
     def check_and_remeasure(self) -> None:
         """The rules on what was measured; where a median breaks one, the
         offending widths measured again (as many cycles, each scaled to its
-        own cycle's one-row pass) and the rules read again, within the noise. A breach of a rule an engine
-        can break (:data:`lab.base.probe_rules.ENGINE_RULES`) that the second
-        measurement repeats is the engine's; any other left is a refusal,
-        kept in ``checks`` for every depth's curve."""
+        own cycle's one-row pass) and the rules read again, within the noise.
+        A breach of a rule an engine can break
+        (:data:`lab.base.probe_rules.ENGINE_RULES`) that the second measurement
+        repeats is the engine's; any other left, or a median still past a rule
+        by more than :data:`lab.base.probe_rules.SETTLE`, is a refusal, kept in
+        ``checks`` for every depth's curve."""
         # measured again where a median breaks a rule (beyond the floor), refused only where the spread does too
         first = probe_rules.breaches(self.curves(), self.steps, medians=True)
         if not first or not self.done:
@@ -187,30 +189,42 @@ class Cycles:
                         row[w] = new[w] * row[1] / new[1]
         self._prune()
         second_t = self._t_figures(again)
-        # a breach of a rule an engine can break, found both times with every width's figure agreeing, is the engine's
+        # a breach of a rule an engine can break, beyond the spread, found both times with every width's figure
+        # agreeing, is the engine's; the other breaches refuse the curve, and so does a median measured twice that
+        # still breaks a rule by more than SETTLE inside a wide spread
+        found_first = {_key(b) for b in first}
+        strict = probe_rules.breaches(self.curves(), self.steps)
         repeated: list[probe_rules.Breach] = []
         unrepeated: list[str] = []
-        for b in probe_rules.breaches(self.curves(), self.steps):
+        for b in strict:
             if b.rule not in probe_rules.ENGINE_RULES:
                 continue
             pairs = [(first_t.get((b.depth, w)), second_t.get((b.depth, w))) for w in b.widths]
-            if all(one is not None and two is not None and one.lo <= two.hi and two.lo <= one.hi for one, two in pairs):
+            agree = [one is not None and two is not None and one.lo <= two.hi and two.lo <= one.hi for one, two in pairs]
+            if _key(b) in found_first and all(agree):
                 repeated.append(b)
-            else:
-                at = f" at KV depth {b.depth}" if b.depth is not None else ""
-                moved = ", ".join(f"T({w}){at} {one.words()} then {two.words()}" for w, (one, two) in zip(b.widths, pairs)
-                                  if one is not None and two is not None and not (one.lo <= two.hi and two.lo <= one.hi))
-                if moved:
-                    unrepeated.append(moved)
+                continue
+            at = f" at KV depth {b.depth}" if b.depth is not None else ""
+            moved = ", ".join(f"T({w}){at} {one.words()} then {two.words()}" for w, (one, two), ok in
+                              zip(b.widths, pairs, agree) if one is not None and two is not None and not ok)
+            if moved:
+                unrepeated.append(moved)
+        kept = {_key(b) for b in repeated}
+        broken = {_key(b) for b in strict}
+        unsettled = [b for b in probe_rules.breaches(self.curves(), self.steps, medians=True, floor=probe_rules.SETTLE)
+                     if _key(b) not in broken]
         self.checks = {
             "remeasured": {"widths": wider, "because": [b.text for b in first], "first": _figure_table(first_t),
                            "again": _figure_table(second_t), "cycles": m},
             "repeated": [probe_rules.key_json(b) for b in repeated],
         }
-        still = [b for b in probe_rules.breaches(self.curves(), self.steps) if b not in repeated]
-        if still:
+        still = [b for b in strict if _key(b) not in kept]
+        if still or unsettled:
             # every depth's curve carries the verdict on all of them
-            said = probe_rules.summary(still)
+            said = probe_rules.summary(still + unsettled)
+            if unsettled:
+                said += (f"; measured twice, medians still break {'a rule' if len(unsettled) == 1 else 'rules'} by "
+                         f"more than {probe_rules.SETTLE * 100:.0f}% where the repeats spread too wide to settle them")
             if unrepeated:
                 said += ("; measured twice, they disagree beyond their noise (the machine's load, not the engine): "
                          + "; ".join(unrepeated[:2]) + (f" and {len(unrepeated) - 2} more" if len(unrepeated) > 2 else ""))
@@ -246,3 +260,7 @@ def _figure_table(figures: Mapping[tuple[int | None, int], probe_rules.Figure]) 
     """[[depth, w, lo, median, hi], ...] for the notes."""
     return [[d, w, round(f.lo, 4), round(f.mid, 4), round(f.hi, 4)] for (d, w), f in sorted(
         figures.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1]))]
+
+
+def _key(b: probe_rules.Breach) -> tuple[str, int | None, tuple[int, ...]]:
+    return b.rule, b.depth, b.widths
