@@ -73,7 +73,7 @@ def test_decode_probe_in_process(engine_ok: None) -> None:
     p = driver.measure(
         "llamacpp", "embedded:smollm2", (1, 2, 8), method="decode", repeats=2, threads=1, bandwidth=False
     )
-    assert p.method == "decode" and p.widths == (1, 2, 8) and len(p.seconds) == 2
+    assert p.method == "decode" and p.widths == (1, 2, 8) and len(p.seconds) >= driver.MIN_CYCLES
     assert all(s > 0 for rep in p.seconds for s in rep)
     assert p.t_ratio(1) == 1.0
     # eight rows cannot be verified for less than one; on a CPU they cost more
@@ -103,7 +103,7 @@ def test_batched_bench_probe(engine_ok: None) -> None:
             pytest.skip(f"llama-batched-bench does not run here: {exc}")
         raise
     assert p.method == "batched-bench"
-    assert [int(r["pl"]) for r in p.notes["rows"]] == [1, 2, 4]
+    assert sorted(int(r["pl"]) for r in p.notes["rows"]) == [1, 2, 4]
     assert (p.t_ratio(4) or 0) > 1.0
 
 

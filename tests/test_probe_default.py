@@ -126,7 +126,8 @@ def test_cache_key_changes_with_threads_model_options_and_machine(monkeypatch: p
 def test_first_run_measures_second_finds_the_cache(tmp_path: Path, registry: Registry, cache: Path) -> None:
     profile = _profile(tmp_path, registry)
     first, events = _run(tmp_path, registry, profile)
-    assert len(ProbingFake.calls) == driver.DEFAULT_REPEATS
+    # its figures repeat exactly: stable at the fewest cycles, each every width
+    assert len(ProbingFake.calls) == driver.MIN_CYCLES
     assert ProbingFake.calls[0] == probes.needed_widths([3])
     saved = probes.load(first)
     assert saved.origin["source"] == "measured" and saved.bandwidth_bytes_s == 5e9
@@ -139,14 +140,14 @@ def test_first_run_measures_second_finds_the_cache(tmp_path: Path, registry: Reg
     assert re.fullmatch(r"measured in \d+\.\d s", events[done].text)
 
     second, events = _run(tmp_path, registry, profile)
-    assert len(ProbingFake.calls) == driver.DEFAULT_REPEATS  # nothing measured again
+    assert len(ProbingFake.calls) == driver.MIN_CYCLES  # nothing measured again
     again = probes.load(second)
     assert again.origin["source"] == "cached" and again.seconds == saved.seconds
     assert any(isinstance(e, probes.ProbeReported) and e.text.startswith("cached (measured ") for e in events)
 
     # other threads are another stack: measured again
     _run(tmp_path, registry, _profile(tmp_path, registry, threads=2))
-    assert len(ProbingFake.calls) == 2 * driver.DEFAULT_REPEATS
+    assert len(ProbingFake.calls) == 2 * driver.MIN_CYCLES
     assert len(list(cache.glob("probe-*.json"))) == 2
 
 
@@ -271,7 +272,7 @@ def test_a_probe_measured_on_a_busy_machine_serves_its_run_but_is_not_cached(
     assert driver.cached(spec) is None
     assert list(cache.glob("bandwidth-*.json")) == []  # the bandwidth measured with it is dropped too
     driver.obtain(spec, registry)
-    assert len(ProbingFake.calls) == 2 * driver.DEFAULT_REPEATS  # measured again, not read back
+    assert len(ProbingFake.calls) == 2 * driver.MIN_CYCLES  # measured again, not read back
 
 
 def _stored(tmp_path: Path, others: float | None) -> probes.Probe:

@@ -75,7 +75,9 @@ def test_a_surface_where_drafting_never_stops_paying_says_so() -> None:
 
 
 def test_a_surface_that_pays_only_in_the_middle_says_so() -> None:
-    surface = probes.Surface((_probe(16, 0.010, 1.00), _probe(64, *SHAPES[64]), _probe(8192, *SHAPES[8192])))
+    # every pass slower the deeper (a surface no rule refuses), T(w) flat only at the middle depth
+    surface = probes.Surface((_probe(16, 0.010, 1.00), _probe(64, 0.05, 0.05), _probe(8192, 0.1, 1.00)))
+    assert surface.trust.trusted, surface.trust.reason
     got = predict_on_surface(_entry(), surface)
     assert [d.pays for d in got.depths] == [False, True, False]
     text = render_surface_predictions(AcceptanceFile({}, (_entry(),)), surface, [got])
@@ -221,29 +223,41 @@ def test_several_depths_load_the_model_once_with_room_for_the_deepest(registry: 
     # one context for every depth: the deepest and the widest width fit in it
     assert len(set(PlacesDepth.n_ctx)) == 1 and PlacesDepth.n_ctx[0] >= 2048 + 4
     assert handed == [64, 2048, 512] == [c.depth for c in got]
-    # each depth its own curve: the deeper, the slower its one-row pass
-    assert [len(c.seconds) for c in got] == [2, 2, 2]
+    # each depth its own curve, as many cycles each (the depths take turns in every cycle): the deeper, the
+    # slower its one-row pass
+    assert [len(c.seconds) for c in got] == [driver.MIN_CYCLES] * 3
     assert got[0].seconds[0][0] < got[2].seconds[0][0] < got[1].seconds[0][0]
 
 
 @pytest.mark.slow
-def test_a_stop_between_depths_hands_over_the_finished_ones(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stop_hands_over_the_cycles_that_finished(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     real = PlacesDepth.measure_verify_cost_at_depth
 
-    def stop_at_the_second(self: PlacesDepth, widths: Sequence[int], depth: int, method: str | None = None) -> list[float]:
+    def stop_in_the_second_cycle(self: PlacesDepth, widths: Sequence[int], depth: int,
+                                 method: str | None = None) -> list[float]:
         calls.append(depth)
-        if depth == 2048:
+        if len(calls) == 3:
             raise KeyboardInterrupt
         return real(self, widths, depth, method)
 
-    monkeypatch.setattr(PlacesDepth, "measure_verify_cost_at_depth", stop_at_the_second)
+    monkeypatch.setattr(PlacesDepth, "measure_verify_cost_at_depth", stop_in_the_second_cycle)
     handed: list[probes.Probe] = []
     with pytest.raises(probes.ProbeInterrupted) as stopped:
         driver.measure_depths("fake-places-depth", "", (64, 2048), (1, 2), repeats=1, registry=registry,
                               bandwidth=False, on_curve=handed.append)
-    assert [c.depth for c in handed] == [64] and calls == [64, 2048]
-    assert stopped.value.probe is None  # nothing of the stopped depth finished
+    # the depths take turns within a cycle: the first cycle timed both, the second stopped half-way
+    assert calls == [64, 2048, 2048]
+    assert [c.depth for c in handed] == [64, 2048] and [len(c.seconds) for c in handed] == [1, 1]
+    assert stopped.value.probe is not None and stopped.value.probe.notes["interrupted"] == "after 1 cycle of every width"
+
+    calls.clear()
+    with pytest.raises(probes.ProbeInterrupted) as stopped:
+        monkeypatch.setattr(PlacesDepth, "measure_verify_cost_at_depth",
+                            lambda self, widths, depth, method=None: (_ for _ in ()).throw(KeyboardInterrupt))
+        driver.measure_depths("fake-places-depth", "", (64, 2048), (1, 2), repeats=1, registry=registry,
+                              bandwidth=False)
+    assert stopped.value.probe is None  # no cycle finished: nothing to keep
 
 
 def test_the_llamacpp_probe_refuses_a_context_too_small() -> None:

@@ -191,6 +191,8 @@ def test_a_server_row_is_priced_by_the_server(tmp_path: Path, own_cache: None) -
     got = find_all(store.path)
     server = next(p for p in got if p.backend == "llamacpp-server")
     engine = next(p for p in got if p.backend == "llamacpp")
+    # a curve the rules refuse prices no row (a machine busy enough to move the server's steps between widths)
+    assert server.trusted and engine.trusted, (server.trust.reason, engine.trust.reason)
     # the server's own figures, one per width: a baseline token, then whole steps
     assert server.method == "server-steps" and server.prices_steps and server.priced_by == "llama-server"
     assert list(server.origin["arms"]) == ["server-draft"]
@@ -297,6 +299,7 @@ def test_a_row_of_several_streams_is_priced_at_as_many_streams(tmp_path: Path, o
     assert all(r["status"] == "ok" for r in rows), [(r["arm"], r["detail"][:300]) for r in rows]
     (server,) = find_all(store.path)
     assert server.prices_steps and server.notes["streams"] == 2
+    assert server.trusted, server.trust.reason
     for w in server.widths:
         note = server.notes["widths"][str(w)]
         # each width on a server with a slot per stream

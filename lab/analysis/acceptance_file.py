@@ -424,6 +424,9 @@ def cell_words(entry: Entry, probe: Probe) -> str:
 
 def predict_on(entry: Entry, probe: Probe, draft_probe: Probe | None = None,
                loop_s_per_step: float | None = None) -> CrossPrediction:
+    if draft_probe is not None:
+        # its passes price the draft: a curve no machine could produce prices nothing
+        draft_probe.require_trusted()
     inputs, draft_from, loop_from = inputs_for(entry, probe, draft_probe, loop_s_per_step)
     preds = tuple(predict.predict(entry.positions, probe, inputs))
     warns: list[str] = []

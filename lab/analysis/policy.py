@@ -83,7 +83,9 @@ def _priced(prices: Sequence[float], none: Sequence[float] | None, d: int, kept:
 
 def step_prices(probe: Probe, inputs: predict.ArmInputs, n_max: int) -> tuple[float, ...]:
     """C(n) for n = 0..n_max where the probe covers T(n + 1) (index 0: a
-    plain decode); the draft's catch-up is :func:`catch_up_price`'s."""
+    plain decode); the draft's catch-up is :func:`catch_up_price`'s. An
+    untrusted probe prices nothing (:class:`lab.base.probe.UntrustedProbe`)."""
+    probe.require_trusted()
     whole = probe.prices_steps
     per_token = 0.0 if whole else (inputs.draft_s_per_token - inputs.catch_up_per_token) / inputs.baseline_token_s
     loop = 0.0 if whole else inputs.loop_s_per_step / inputs.baseline_token_s
@@ -384,7 +386,7 @@ def replays(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, A
         if row_policy(rows[0]) != draft_policy.FIXED or (arm, prompt) not in cells:
             continue
         probe, _ = predict.probe_for(rows[0], probes)
-        if probe is None:
+        if probe is None or not probe.trusted:
             continue
         rep = replay_cell(arm, prompt, rows, cells[(arm, prompt)], probe)
         if rep is not None:
@@ -474,7 +476,7 @@ def live_checks(results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[st
             continue
         _, source = max(sources)
         probe, _ = predict.probe_for(groups[(source, prompt)][0], probes)
-        if probe is None:
+        if probe is None or not probe.trusted:
             continue
         rep = replay_cell(source, prompt, groups[(source, prompt)], cells[(source, prompt)], probe, int(n_max))
         if rep is None or policy not in rep.adaptive:

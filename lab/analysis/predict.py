@@ -202,7 +202,10 @@ def saved_count(value: Any) -> int | None:
 def predict(
     acceptance: PositionAcceptance, probe: Probe, inputs: ArmInputs, n_values: Sequence[int] | None = None,
 ) -> list[Prediction]:
-    """Predictions for every n_max the probe covers (n + 1 <= widest width)."""
+    """Predictions for every n_max the probe covers (n + 1 <= widest width);
+    :class:`lab.base.probe.UntrustedProbe` for a curve that breaks a rule no
+    machine can (never priced with silently)."""
+    probe.require_trusted()
     ns = list(n_values) if n_values is not None else list(range(1, max(probe.widths)))
     whole = probe.prices_steps
     # a step-priced probe's T(w) holds the draft and the loop already
@@ -220,19 +223,32 @@ def predict(
         catching_up = catch_up_tokens * acceptance.kept_all(n)
         draft_cost = n * draft_per_token + catching_up
         switching = 0.0 if whole else switch_cost(probe, n + 1, inputs)
-        per_pass_landed = q + (1 - q) * landed
-        per_pass_cost = q + (1 - q) * (t + draft_cost + loop_cost + switching)
         starts = None if whole else cell_starts(probe, n + 1, inputs)
-        if starts is None:
-            speedup = per_pass_landed / per_pass_cost
-            starts = (0.0, 0.0)
-        else:
-            d = inputs.cell_tokens
-            speedup = (d + starts[1]) / (d * per_pass_cost / per_pass_landed + starts[0])
+        speedup = _speedup(landed, t + draft_cost + loop_cost + switching, q, starts, inputs.cell_tokens)
+        starts = starts or (0.0, 0.0)
         out.append(Prediction(n, landed, t, draft_cost, speedup, missing, loop_cost, whole, kept, switching,
                               cell_start=starts[0], baseline_cell_start=starts[1], catch_up_cost=catching_up,
                               depth=inputs.depth if kept is None and probe.depth_span else None))
     return out
+
+
+def _speedup(landed: float, step_cost: float, q: float, starts: tuple[float, float] | None, cell_tokens: float) -> float:
+    """Tokens landed over their cost per pass (a plain decode one of each), and
+    per cell where the cell's first passes are priced (``starts``)."""
+    per_pass_landed = q + (1 - q) * landed
+    per_pass_cost = q + (1 - q) * step_cost
+    if starts is None:
+        return per_pass_landed / per_pass_cost
+    d = cell_tokens
+    return (d + starts[1]) / (d * per_pass_cost / per_pass_landed + starts[0])
+
+
+def with_verify_cost(p: Prediction, inputs: ArmInputs, verify_cost: float) -> float:
+    """``p``'s speedup had its verify cost been ``verify_cost`` baseline
+    tokens (the run's own, :mod:`lab.analysis.verify_gap`), all else as priced."""
+    starts = (p.cell_start, p.baseline_cell_start) if p.cell_start or p.baseline_cell_start else None
+    cost = verify_cost + p.draft_cost + p.loop_cost + p.switch_cost
+    return _speedup(p.landed, cost, inputs.plain_share, starts, inputs.cell_tokens)
 
 
 def cell_starts(probe: Probe, width: int, inputs: ArmInputs) -> tuple[float, float] | None:
@@ -302,6 +318,25 @@ def t1_disagreement(baseline_rows: Sequence[Mapping[str, Any]], probe: Probe) ->
     return (f"the probe's one-row pass took {t1 * 1000:.2f} ms but this run's baseline token took "
             f"{mid * 1000:.2f} ms ({gap * 100:+.0f}% apart, rounds spread {spread * 100:.0f}%): measured "
             "under different conditions, so the prediction is off by about as much")
+
+
+# how wide a probe's T(w) interval may be, either side, before a row priced at w says so
+PROBE_NOISE = 0.10
+
+
+def probe_noise(probe: Probe, width: int) -> str | None:
+    """A note when the probe's own repeats leave T(width) uncertain by more
+    than :data:`PROBE_NOISE` either side (at any of its depths): the rules
+    could not refuse it, and the prediction moves by as much."""
+    if width not in probe.widths or len(probe.seconds) < 2:
+        return None
+    worst = max(((c.depth, c.t(width)) for c in probe.curves()), key=lambda dc: dc[1].half_width)
+    depth, f = worst
+    if f.half_width <= PROBE_NOISE:
+        return None
+    at = f" at KV depth {depth}" if depth is not None else ""
+    return (f"its probe's T({width}){at} lies anywhere in {f.lo:.2f}-{f.hi:.2f} (±{f.half_width * 100:.0f}%) over its "
+            f"{len(probe.seconds)} repeats: the machine moved under the probe, and the prediction moves with it")
 
 
 # How far the draft's seconds per drafted token may move between one arm's

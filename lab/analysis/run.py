@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-from lab.analysis import caveats, drift, equivalence, holdout, predict, stats
+from lab.analysis import caveats, drift, equivalence, holdout, predict, stats, verify_gap
 from lab.analysis import measured_acceptance as acc
 from lab.analysis.predict import probe_for
 from lab.analysis.roofline import Roofline
@@ -178,8 +178,9 @@ def predictions(
     results: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], probe: Any,
 ) -> list[dict[str, Any]]:
     """Per speculative arm x prompt: the predicted speedup at every n_max the
-    probe covers, at the arm's own n_max beside the measured, and the best."""
-    if probe is None:
+    probe covers, at the arm's own n_max beside the measured, and the best;
+    nothing from a probe that is not trustworthy (the report says why)."""
+    if probe is None or not probe.trusted:
         return []
     pos = acc.by_arm_prompt(steps)
     out = []
@@ -198,11 +199,24 @@ def predictions(
         measured = stats.paired_ratios(results, arm, prompt)
         held = holdout.held_out(results, steps, arm, prompt, probe, inputs.n_max)
         matches = probe.prices_arm(arm, rows[0].get("backend"), rows[0].get("model"))
+        gaps = verify_gap.for_row(results, steps, arm, prompt, probe)
+        own_gap = verify_gap.own_width(gaps, inputs.n_max)
+        redone = predict.with_verify_cost(own, inputs, own_gap.run.mid) if own and own_gap else None
+        notes = [[c.tag, c.why] for c in caveats.for_row(results, steps, arm, prompt, probe, matches)]
+        if own_gap is not None and own_gap.beyond and redone is not None:
+            notes.append([GAP_TAG, _gap_words(own_gap, redone, stats.paired_ratios(results, arm, prompt))])
+        noisy = predict.probe_noise(probe, int(inputs.n_max or 1) + 1)
+        if noisy:
+            notes.append([NOISE_TAG, noisy])
         out.append({
             "arm": arm, "prompt": prompt, "n_max": inputs.n_max,
             "probe_matches": matches,
             # why the prediction may miss (lab.analysis.caveats): [tag, sentence] each
-            "caveats": [[c.tag, c.why] for c in caveats.for_row(results, steps, arm, prompt, probe, matches)],
+            "caveats": notes,
+            # the probe against the row's own verifies, per width it ran (lab.analysis.verify_gap)
+            "verify_gaps": [g.to_json() for g in gaps],
+            # the prediction at the row's own n_max priced with its own verify cost instead of the probe's
+            "predicted_with_run_verify": redone,
             "priced_depth": own.depth if own else None,
             # what measured the step cost: the engine itself for a probe that prices whole steps
             "priced_by": probe.priced_by,
@@ -229,6 +243,21 @@ def predictions(
             ],
         })
     return out
+
+
+GAP_TAG = "probe gap"
+NOISE_TAG = "probe noise"
+
+
+def _gap_words(gap: verify_gap.WidthGap, redone: float, measured: Sequence[Any]) -> str:
+    """The probe's verify against the row's own at its width, and the
+    prediction priced with the row's: where that one holds, the gap is the miss's cause."""
+    mid = statistics.median(x for _, _, x in measured) if measured else None
+    error = f" ({(redone / mid - 1) * 100:+.0f}% of the measured)" if mid else ""
+    return (f"the probe priced a verify of {gap.width} rows at {gap.probe:.2f} baseline tokens, its own verifies cost "
+            f"{gap.run.mid:.2f} ({gap.gap * 100:+.0f}%, beyond the ±{gap.noise * 100:.0f}% noise of both); at its "
+            f"own verify cost the prediction would be {redone:.2f}x{error}: where the prediction misses, the probe "
+            "is the likely cause")
 
 
 def roofline(

@@ -76,5 +76,7 @@ def at_depth(entry: Entry, probe: Probe, cross: CrossPrediction) -> DepthPredict
 
 def predict_on_surface(entry: Entry, surface: Surface, draft_probe: Probe | None = None,
                        loop_s_per_step: float | None = None) -> SurfacePrediction:
+    # the depths together: a pass cheaper at a deeper depth breaks no single depth's rules
+    surface.require_trusted()
     cross = predict_on(entry, surface.shallowest, draft_probe, loop_s_per_step)
     return SurfacePrediction(cross, tuple(at_depth(entry, p, cross) for p in surface.probes))

@@ -20,10 +20,11 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from lab.base import rundir
+from lab.base import probe_rules, rundir
 
 # A pass's kind by the pass before it (a step's ``pass_kind``): a backend that
 # replays captured graphs runs a switching pass without one and captures on the next.
@@ -59,6 +60,34 @@ class ProbeWidthCap(ProbeError):
         super().__init__(f"widths above {max_width} cannot be measured: {why}")
         self.max_width = max_width
         self.why = why
+
+
+class ProbeWidthsFailed(ProbeError):
+    """Some widths could not be measured (a wider server out of memory): the
+    backend hands over the ones that ran (width 1 among them) and why each
+    other did not, so the probe keeps a curve over the widths that ran."""
+
+    def __init__(self, seconds: Mapping[int, float], failed: Mapping[int, str],
+                 notes: Mapping[str, Any] | None = None) -> None:
+        said = "; ".join(f"width {w}: {why}" for w, why in sorted(failed.items()))
+        super().__init__(f"widths {format_widths(sorted(failed))} could not be measured ({said})")
+        self.seconds = dict(seconds)
+        self.failed = dict(failed)
+        self.notes = dict(notes or {})
+
+
+# how a backend words a width that failed for memory, and the widths it did not try past one
+OUT_OF_MEMORY = "out of memory"
+NOT_TRIED = "not tried"
+
+
+class UntrustedProbe(ProbeError):
+    """A curve that breaks a rule no machine can (:mod:`lab.base.probe_rules`):
+    nothing may be priced with it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"no trustworthy probe: {reason}")
+        self.reason = reason
 
 
 class ProbeInterrupted(KeyboardInterrupt):
@@ -257,6 +286,62 @@ class Probe:
         bounds its decoding."""
         return offloaded(self.notes)
 
+    def curves(self) -> list[probe_rules.Curve]:
+        """Its passes as the rules read them: this depth, then the deeper one where timed."""
+        out = [probe_rules.Curve(self.kv_depth, self.widths, self.seconds)]
+        deeper = self._deeper()
+        if deeper is not None:
+            out.append(probe_rules.Curve(deeper[0], self.widths, deeper[1]))
+        return out
+
+    @cached_property
+    def trust(self) -> probe_rules.Trust:
+        """Whether a prediction may use this curve (:mod:`lab.base.probe_rules`)."""
+        return probe_rules.judge(self.curves(), self.notes.get(probe_rules.CHECKS), self.prices_steps)
+
+    @property
+    def trusted(self) -> bool:
+        return self.trust.trusted
+
+    def require_trusted(self) -> None:
+        """Raise :class:`UntrustedProbe` with the reason where the curve breaks a rule."""
+        if not self.trust.trusted:
+            raise UntrustedProbe(self.trust.reason)
+
+    @property
+    def widths_failed(self) -> dict[int, str]:
+        """Widths the probe could not measure and why (notes' ``widths_failed``)."""
+        got = self.notes.get("widths_failed")
+        out: dict[int, str] = {}
+        if isinstance(got, Mapping):
+            for k, v in got.items():
+                try:
+                    out[int(k)] = str(v)
+                except (TypeError, ValueError):
+                    continue
+        return out
+
+    def trust_words(self) -> str:
+        """The verdict in a clause: refused with the reason, or the checks it
+        passed and what was measured again, and the breaches kept as the engine's."""
+        trust = self.trust
+        if not trust.trusted:
+            return f"no trustworthy probe: {trust.reason}"
+        broke = {b.rule for b in trust.engine}
+        kept = "T(1) = 1" + ("" if probe_rules.RISING in broke else ", rising in w") \
+            + ("" if self.prices_steps or probe_rules.CEILING in broke else ", T(w) <= w") \
+            + (", rising with KV depth" if self.depth_span else "")
+        text = f"checked: {kept}, within its repeats' noise"
+        if trust.remeasured:
+            text += f", after measuring width{'s' if len(trust.remeasured) > 1 else ''} " \
+                    f"{', '.join(map(str, trust.remeasured))} again"
+        if not trust.checked:
+            text += " (a probe from before the lab re-measured what broke a rule)"
+        if trust.engine:
+            text += ("; kept as this engine's, since measuring them again repeated them: "
+                     + probe_rules.summary(trust.engine, most=4))
+        return text
+
     def __post_init__(self) -> None:
         if not self.widths or self.widths[0] != 1:
             raise ProbeError("a probe needs width 1 first: T(w) is relative to it")
@@ -433,6 +518,11 @@ class Probe:
         timed = saved_seconds(table.get("one_s")) if isinstance(table, Mapping) and self.notes.get("gpu_pick") is True else None
         return timed if timed is not None else self.pass_seconds(1)
 
+    def t_interval(self, w: int) -> probe_rules.Figure:
+        """T(w) at a measured width: the median over repeats with its interval
+        (:func:`lab.base.probe_rules.figure`), the noise the rules read."""
+        return probe_rules.figure(self._ratios(w))
+
     def t_range(self, w: int) -> tuple[float, float, float]:
         """min, median, max of T(w) over repeats."""
         rs = self._ratios(w)
@@ -465,6 +555,8 @@ class Probe:
             "pass_ms": {str(w): round(self.pass_seconds(w) * 1000, 4) for w in self.widths},
             f"batch{RATIO_WIDTH}_ratio": self.batch_ratio(),
             "repeats": len(self.seconds),
+            "trusted": self.trusted,
+            "trust": self.trust_words(),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -500,11 +592,25 @@ class Probe:
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise ProbeError(f"{where}: malformed probe ({_shown(exc)})") from None
 
-    def origin_line(self) -> str:
+    def origin_line(self, verdict: bool = True) -> str:
         """How the run came by this probe, for progress and the report:
         "measured in 4.1 s", "cached (measured 2026-12-01T10:50:00+0000)",
         with the KV depth where one was asked for (", at KV depth 2048")."""
-        return self._source_words() + (f", at KV depth {self.depth}" if self.depth is not None else "")
+        text = self._source_words() + (f", at KV depth {self.depth}" if self.depth is not None else "")
+        if self.widths_failed:
+            text += f"; {self.failed_words()}"
+        return text + ("" if self.trusted or not verdict else f"; {self.trust_words()}")
+
+    def failed_words(self) -> str:
+        """The widths that did not run and why, in a clause ("" where all ran)."""
+        failed = self.widths_failed
+        if not failed:
+            return ""
+        # the reasons once each: the widths past the first failure share theirs
+        why = "; ".join(dict.fromkeys(failed[w] for w in sorted(failed)))
+        fit = all(OUT_OF_MEMORY in r for r in failed.values() if not r.startswith(NOT_TRIED))
+        return (f"width{'s' if len(failed) > 1 else ''} {format_widths(sorted(failed))} "
+                f"{'did not fit' if fit else 'did not run'} ({why}): nothing is priced there, the widths that ran are")
 
     def _source_words(self) -> str:
         source = self.origin.get("source")
@@ -541,6 +647,12 @@ class Probe:
                 f"batch-{RATIO_WIDTH}/batch-1 throughput: {med:.2f}x (min {lo:.2f}, max {hi:.2f}); "
                 f"the write-ups measured 1.13x on Metal, 3.34x on CUDA; {RATIO_WIDTH}x is free verification"
             )
+        stopped = self.notes.get("stopped")
+        if isinstance(stopped, str) and stopped:
+            lines.append(f"repeats: {stopped}")
+        if self.widths_failed:
+            lines.append(self.failed_words())
+        lines.append(self.trust_words())
         return "\n".join(lines)
 
 
@@ -634,6 +746,18 @@ class Surface:
     @property
     def depths(self) -> tuple[int | None, ...]:
         return tuple(p.kv_depth for p in self.probes)
+
+    @cached_property
+    def trust(self) -> probe_rules.Trust:
+        """The rules over every depth (a pass rising with depth among them),
+        with what the driver re-measured (:mod:`lab.base.probe_rules`)."""
+        curves = [probe_rules.Curve(p.kv_depth, p.widths, p.seconds) for p in self.probes]
+        first = self.shallowest
+        return probe_rules.judge(curves, first.notes.get(probe_rules.CHECKS), first.prices_steps)
+
+    def require_trusted(self) -> None:
+        if not self.trust.trusted:
+            raise UntrustedProbe(self.trust.reason)
 
     @property
     def shallowest(self) -> Probe:

@@ -23,14 +23,13 @@ from lab.base.probe import (
     Probe,
     ProbeError,
     ProbeInterrupted,
-    ProbeWidthCap,
-    format_widths,
     load,
     needed_widths,
     offloaded,
     save,
 )
 from lab.kit.models import model_file_bytes
+from lab.probing.cycles import MAX_CYCLES, MAX_SECONDS, MIN_CYCLES, Cycles
 
 if TYPE_CHECKING:
     from lab.registry import Registry
@@ -59,11 +58,15 @@ def measure_depths(
     n_ctx: int | None = None,
     on_curve: Callable[[Probe], None] | None = None,
     requests: tuple[int, int] | None = None,
+    max_seconds: float | None = None,
 ) -> list[Probe]:
-    """T(w), ``repeats`` times, at each KV depth in ``depths``, the model
-    loaded once and the bandwidth measured once after it closed; each
-    curve goes to ``on_curve`` as it finishes. Ctrl-C raises
-    :class:`ProbeInterrupted` with the unfinished depth's repeats."""
+    """T(w) at each KV depth in ``depths``, the model loaded once: cycles of
+    every width at every depth (:class:`Cycles`), at least ``repeats`` of
+    them, until stable; a curve that breaks a rule of
+    :mod:`lab.base.probe_rules` has its offending widths measured again, and
+    keeps its verdict in its notes. The bandwidth is measured once after the
+    engine closed; each curve goes to ``on_curve`` at the end. Ctrl-C raises
+    :class:`ProbeInterrupted` with the cycles that finished."""
     from lab.api import BackendContext
     from lab.base.events import Event
     from lab.base.profile import Arm, RunSettings
@@ -104,70 +107,55 @@ def measure_depths(
     def emit(_event: Event) -> None:
         return None
 
-    def build(depth: int | None, ws: tuple[int, ...], seconds: list[tuple[float, ...]], bw: float | None,
-              size: int | None, notes: Mapping[str, Any]) -> Probe:
-        return Probe(
-            backend=backend, model=model, method=method, widths=ws, seconds=tuple(seconds),
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
-            threads=int(notes.get("threads") or threads) or None,
-            bandwidth_bytes_s=bw, model_bytes=size, notes=dict(notes), depth=depth,
-        )
+    def timed(ws: Sequence[int], at_depth: int | None) -> list[float]:
+        if at_depth is None:
+            return instance.measure_verify_cost(ws, method)
+        return instance.measure_verify_cost_at_depth(ws, at_depth, method)
 
-    curves: list[Probe] = []
-    # the depth being measured: its repeats so far, its notes
-    depth: int | None = None
-    seconds: list[tuple[float, ...]] = []
-    notes: dict[str, Any] = {}
-    capped: str | None = None
+    # a server per width times whole requests, each width's figure a median of several: no cycles past those asked
+    least, most = (repeats, repeats) if cls.probe_times_requests else (max(repeats, MIN_CYCLES), max(repeats, MAX_CYCLES))
+    cycles = Cycles(timed, instance.probe_notes, widths, tuple(depths), say, method, least, most,
+                    MAX_SECONDS if max_seconds is None else max_seconds)
     interrupted = False
+    curves: list[Probe] = []
     try:
         if instance.probe_needs_load(method):
             say(f"loading {model} on {backend}" + (f" (n_ctx {n_ctx})" if placed else ""))
             instance.load(emit)
-
-        def timed(ws: Sequence[int], at_depth: int | None) -> list[float]:
-            if at_depth is None:
-                return instance.measure_verify_cost(ws, method)
-            return instance.measure_verify_cost_at_depth(ws, at_depth, method)
-
-        for k, depth in enumerate(depths):
-            seconds, notes = [], {}
-            at = f" at KV depth {depth}" if depth is not None else ""
-            if len(depths) > 1:
-                say(f"KV depth {'of its prefix' if depth is None else depth} ({k + 1} of {len(depths)})")
-            for i in range(repeats):
-                say(f"repeat {i + 1}/{repeats}: widths {format_widths(widths)} by {method}{at}")
-                try:
-                    got = timed(widths, depth)
-                except ProbeWidthCap as cap:
-                    # measure what the stack can verify; the prediction stops where the probe did
-                    kept = tuple(w for w in widths if w <= cap.max_width)
-                    if i > 0 or len(kept) < 2:
-                        raise
-                    widths, capped = kept, f"widths to {cap.max_width}: {cap.why}"
-                    say(f"{capped}; measuring widths {format_widths(widths)}")
-                    got = timed(widths, depth)
-                if len(got) != len(widths):
-                    raise ProbeError(f"{backend} returned {len(got)} timings for {len(widths)} widths")
-                seconds.append(tuple(float(s) for s in got))
-                notes = instance.probe_notes() | ({"widths_capped": capped} if capped else {})
-            curve = build(depth, widths, seconds, None, None, notes)
-            curves.append(curve)
-            if on_curve is not None:
-                on_curve(curve)
+        cycles.run()
+        cycles.check_and_remeasure()
     except KeyboardInterrupt:
         # what finished is kept: the caller saves it and says how much it is
         interrupted = True
     finally:
         instance.close()
 
+    def build(k: int, extra: Mapping[str, Any], size: int | None) -> Probe:
+        ws, seconds, notes = cycles.curve_parts(k)
+        return Probe(
+            backend=backend, model=model, method=method, widths=ws, seconds=seconds,
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine=machine_info(),
+            threads=int(notes.get("threads") or threads) or None,
+            bandwidth_bytes_s=None, model_bytes=size, notes={**notes, **extra}, depth=depths[k],
+        )
+
     model_bytes = model_file_bytes(model)
     if interrupted:
-        partial = build(depth, widths, seconds, None, model_bytes,
-                        {**notes, "interrupted": f"after {len(seconds)} of {repeats} repeats"}) if seconds else None
-        raise ProbeInterrupted(partial) from None
+        done = cycles.done
+        if not done:
+            raise ProbeInterrupted(None) from None
+        partial = [build(k, {"interrupted": f"after {done} cycle{'s' if done > 1 else ''} of every width"},
+                         model_bytes) for k in range(len(depths))]
+        for curve in partial:
+            if on_curve is not None:
+                on_curve(curve)
+        raise ProbeInterrupted(partial[0]) from None
+    curves = [build(k, {}, None) for k in range(len(depths))]
+    for curve in curves:
+        if on_curve is not None:
+            on_curve(curve)
     bw = None
-    if bandwidth and offloaded(notes):
+    if bandwidth and offloaded(curves[-1].notes):
         say("memory read bandwidth not measured: the model ran on a GPU, whose bandwidth the host's would not bound")
     elif bandwidth:
         from lab.telemetry.bandwidth import measure_read_bandwidth
@@ -210,7 +198,8 @@ DEEPER_MIN_TOKENS = 256
 # 2: a llama.cpp probe on a GPU prices T(1) as the baseline decodes it.
 # 3: a llama-server probe times steps that kept none of their drafts too.
 # 4: a llama.cpp probe on a GPU times the passes that switch width too.
-CACHE_VERSION = 4
+# 5: cycles of every width until stable, checked against the rules (lab.base.probe_rules).
+CACHE_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -372,6 +361,8 @@ def cached(spec: ProbeSpec, root: Path | None = None) -> Probe | None:
         return None
     if p.depth != spec.depth or (p.depth_span or (None, None))[1] != spec.deeper:
         return None
+    if not p.trusted or p.widths_failed:
+        return None
     wanted = set(spec.widths)
     if p.notes.get("widths_capped"):
         # the stack stopped the probe at its widest step: the widths past it cannot be had
@@ -439,7 +430,8 @@ def obtain(
     if busy.contended:
         if not bw.cached:
             forget_bandwidth(threads=spec.threads or None, root=root)
-    else:
+    elif p.trusted and not p.widths_failed:
+        # a refused curve, or one short of widths that failed, is measured again next time
         save(p, cache_path(spec, root))
     return p
 

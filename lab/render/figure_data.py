@@ -138,6 +138,9 @@ def probe_label(pr: Any) -> str:
     words = f"{pr.backend} / {pr.model}"
     if pr.prices_steps:
         words += f", whole steps by {pr.priced_by}"
+    if not pr.trusted:
+        # drawn as measured, never priced with: the Prediction section says why
+        words += " (refused: no trustworthy probe)"
     return words
 
 

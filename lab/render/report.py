@@ -25,7 +25,7 @@ from lab.base.textsafe import printable
 from lab.base.units import mib_from_bytes, ms_from_s, percent
 from lab.base.verdict import ANY_LOAD, BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning, judge
 from lab.render import categories as category_section
-from lab.render import conditions, divergence, serving, set_acceptance
+from lab.render import conditions, divergence, probe_lines, serving, set_acceptance
 from lab.render import engines as engines_section
 from lab.render import figure_data as fd
 from lab.render import gpu as gpu_report
@@ -429,7 +429,7 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         ratio = None if pr.prices_steps else pr.batch_ratio()
         n = len(pr.seconds)
         lines.append(
-            f"- probe: {pr.origin_line()}; it ran before the arms, apart from their timing. "
+            f"- probe: {pr.origin_line(verdict=False)}; it ran before the arms, apart from their timing. "
             f"{pr.backend} / {pr.model} by {pr.method}, {n} repeat{'s' if n != 1 else ''}"
             + (f"; batch-8/batch-1 {ratio[1]:.2f}x" if ratio else "")
             + "; T(w) " + ", ".join(f"{w}: {pr.t_ratio(w):.2f}" for w in pr.widths if w in (1, 2, 4, 5, 8, 16))
@@ -439,11 +439,12 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
             + _kept_none_words(pr)
             + (f"; {pr.notes['streams']} streams at once, each step of every stream keeping all its drafts"
                if isinstance(pr.notes.get("streams"), int) and pr.notes["streams"] > 1 else "")
-            + (f"; prices {', '.join(map(str, pr.origin['arms']))}" if pr.origin.get("arms") else "") + "."
+            + (f"; prices {', '.join(map(str, pr.origin['arms']))}" if pr.origin.get("arms") else "")
+            + probe_lines.trust_clause(pr) + "."
         )
     lines.append("")
     if not preds:
-        return lines + ["No speculative arm with steps to predict."]
+        return lines + (probe_lines.untrusted_line(pool) or ["No speculative arm with steps to predict."])
     lines += [
         "| arm | prompt | n_max | measured | predicted (error) | held out (error) | best n_max | predicted there | curve (n_max: speedup) |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -463,7 +464,7 @@ def _prediction_lines(data: Mapping[str, Any], probe: Any) -> list[str]:
         )
     notes = (_caveat_notes(preds) + _t1_notes(data["results"], preds, pool) + _drift_notes(data.get("steps") or (), preds)
              + _switch_notes(preds) + _pass_kind_notes(data["results"], steps, pool) + _cell_notes(preds)
-             + _catch_up_notes(preds) + _replay_notes(preds))
+             + _catch_up_notes(preds) + _replay_notes(preds) + probe_lines.verify_gap_lines(preds))
     if notes:
         lines += [""] + notes
     lines += [

@@ -37,6 +37,9 @@ def surface_table(surface: Surface) -> str:
     lines.append("")
     lines.append("one-row pass: " + ", ".join(f"{p.pass_seconds(1) * 1000:.3f} ms at depth {_depth(p.kv_depth)}"
                                               for p in surface.probes))
+    trust = surface.trust
+    lines.append(f"every depth: no trustworthy probe: {trust.reason}" if not trust.trusted else
+                 "every depth: checked, a pass rising with KV depth within its repeats' noise")
     return "\n".join(lines)
 
 

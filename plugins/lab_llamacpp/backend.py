@@ -128,6 +128,8 @@ class LlamaCppBackend(
         self.gpu_pick_one_row = False
         # how the last verify-cost measurement was taken (probe_notes)
         self._probe_notes: dict[str, Any] = {}
+        # the switch and cell tables by (table, depth, widths): timed once, whatever the cycles
+        self._probe_tables: dict[tuple[Any, ...], Any] = {}
         # (prompt, output, baseline, batches) -> the divergence evidence found
         self._explained: dict[tuple[Any, ...], dict[str, Any] | None] = {}
 
@@ -362,7 +364,7 @@ class LlamaCppBackend(
             order = "interleaved" if method == "decode-interleaved" else "consecutive"
             depth = probe.PREFIX_TOKENS if depth is None else depth
             self._probe_notes = {
-                "prefix_tokens": depth, "inner_passes": probe.INNER_PASSES,
+                "prefix_tokens": depth, "inner_passes": probe.BLOCK_PASSES,
                 "threads": self.ctx.run.threads or available_cores(), "order": order,
                 "n_gpu_layers": int(self.arm.options.get("n_gpu_layers", 0)), "gpu_pick": self.gpu_pick_verifies,
                 "one_row_pick": "device" if self.gpu_pick_one_row else "host",
@@ -407,7 +409,11 @@ class LlamaCppBackend(
         if order != "consecutive" or not int(self.arm.options.get("n_gpu_layers", 0)) or max(widths) < 2:
             return
         assert self.context is not None
-        self._probe_notes["switch_s"] = probe.switch_pass_seconds(self.context, widths, depth=depth)
+        # timed once per depth and widths: the driver calls again each cycle
+        key = ("switch_s", depth, tuple(sorted(widths)))
+        if key not in self._probe_tables:
+            self._probe_tables[key] = probe.switch_pass_seconds(self.context, sorted(widths), depth=depth)
+        self._probe_notes["switch_s"] = self._probe_tables[key]
 
     def _cells(self, widths: Sequence[int], depth: int, order: str, one_row_on_host: bool = False) -> None:
         """On a GPU, each width's passes as a run's cell decodes them
@@ -417,6 +423,11 @@ class LlamaCppBackend(
         if order != "consecutive" or not int(self.arm.options.get("n_gpu_layers", 0)):
             return
         assert self.context is not None
+        key = ("cell_s", depth, tuple(sorted(widths)))
+        if key in self._probe_tables:
+            self._probe_notes["cell_s"] = self._probe_tables[key]
+            return
+        widths = sorted(widths)
         got: dict[str, list[float]] = {}
         if one_row_on_host and 1 in widths:
             from lab_llamacpp.gpu_pick import backend_greedy, host_greedy
@@ -425,7 +436,7 @@ class LlamaCppBackend(
             got.update(probe.cell_pass_seconds(self.context, [1], depth=depth))
             backend_greedy(self.context)
         got.update(probe.cell_pass_seconds(self.context, [w for w in widths if str(w) not in got], depth=depth))
-        self._probe_notes["cell_s"] = {"passes": probe.CELL_PASSES, "widths": got}
+        self._probe_notes["cell_s"] = self._probe_tables[key] = {"passes": probe.CELL_PASSES, "widths": got}
 
     def probe_notes(self) -> dict[str, Any]:
         return dict(self._probe_notes)

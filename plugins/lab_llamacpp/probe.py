@@ -2,7 +2,9 @@
 
 ``decode``: in this process, after a fixed prefix, one ``llama_decode`` of
 w rows of one sequence with logits for every row (a verify), rolled back
-after each pass, each width's passes back to back.
+after each pass, a short block of each width's passes back to back in the
+order asked (the probe driver turns that order each cycle, so blocks of
+different widths alternate).
 ``batched-bench``: llama-batched-bench decoding w parallel sequences; a pass
 of w rows takes w / S_TG(w) seconds.
 """
@@ -25,7 +27,10 @@ if TYPE_CHECKING:
 # Context the verified rows attend to: a mid-generation prefix, short enough
 # that the tiny model's passes stay weight-bound like the write-ups' 400-token runs.
 PREFIX_TOKENS = 128
-# Passes per width per call; their median is the call's figure.
+# Timed passes of a width's block in one call; their median is the call's figure
+# (the driver repeats calls, cycling the widths, until the figures are stable).
+BLOCK_PASSES = 3
+# Passes per width of the switch and cell tables (timed once per depth, on a GPU).
 INNER_PASSES = 7
 _PREFIX_TEXT = (
     "The lighthouse keeper climbed the spiral stairs every evening at dusk, trimmed the wick, "
@@ -83,7 +88,7 @@ def _timed_passes(ctx: Context, widths: Sequence[int], depth: int) -> Callable[[
 
 
 def decode_pass_seconds(
-    ctx: Context, widths: Sequence[int], inner: int = INNER_PASSES, order: str = "consecutive",
+    ctx: Context, widths: Sequence[int], inner: int = BLOCK_PASSES, order: str = "consecutive",
     depth: int = PREFIX_TOKENS,
 ) -> list[float]:
     """Median seconds of one verification pass of w rows, per width, with

@@ -11,9 +11,9 @@ import statistics
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from lab.api import BackendContext, EngineFailure, GenerationRequest
+from lab.api import BackendContext, EngineFailure, EngineOOM, GenerationRequest
 from lab.base.events import Cell, Event, StepEvent
-from lab.base.probe import PRICES_STEPS, ProbeError, ProbeWidthCap
+from lab.base.probe import NOT_TRIED, OUT_OF_MEMORY, PRICES_STEPS, ProbeError, ProbeWidthCap, ProbeWidthsFailed
 from lab.base.set_acceptance import SetAcceptance
 from lab_llamacpp_server.command import DRAFT_N_MAX_FLAG
 
@@ -95,12 +95,17 @@ def measure(
     cap = _widest(arm, spec_type)
     if cap is not None and max(widths) > cap[0]:
         raise ProbeWidthCap(cap[0], cap[1])
-    seconds: list[float] = []
+    seconds: dict[int, float] = {}
+    failed: dict[int, str] = {}
     per_width: dict[str, Any] = {}
     build: Any = None
     with tempfile.TemporaryDirectory(prefix="lab-server-probe-") as logs:
         inner_ctx = BackendContext(run=ctx.run, run_dir=logs, log=ctx.log, probe_requests=ctx.probe_requests)
-        for w in widths:
+        # narrowest first: a width that does not fit stops the wider ones, and the curve keeps those that ran
+        for w in sorted(widths):
+            if failed:
+                failed[w] = f"{NOT_TRIED}: wider than width {min(failed)}"
+                continue
             if w == 1:
                 options = baseline_options(arm.options)
                 if backend_cls.fixed_spec_type is not None:  # type: ignore[attr-defined]
@@ -122,8 +127,15 @@ def measure(
             say(f"width {w}: llama-server " + ("as the baseline" if w == 1 else
                                                f"n_max {w - 1}, each step keeping all its drafts or none" if streams == 1
                                                else f"n_max {w - 1} at full acceptance") + at)
-            figure, note = _one_width(cls, probe_arm, inner_ctx, w)
-            seconds.append(figure)
+            try:
+                figure, note = _one_width(cls, probe_arm, inner_ctx, w)
+            except (ProbeError, EngineFailure) as exc:
+                if w == 1:
+                    raise
+                failed[w] = _failure(exc)
+                say(f"width {w}: {failed[w]}")
+                continue
+            seconds[w] = figure
             per_width[str(w)] = note
             build = build or note.get("server_build")
     notes = {
@@ -133,7 +145,19 @@ def measure(
         "server_build": build, "threads": ctx.run.threads or None,
         "n_gpu_layers": arm.options.get("n_gpu_layers"), "widths": per_width, "streams": streams,
     }
-    return seconds, notes
+    if failed:
+        raise ProbeWidthsFailed(seconds, failed, notes)
+    return [seconds[w] for w in widths], notes
+
+
+def _failure(exc: BaseException) -> str:
+    """A width's failure in a few words: out of memory where the server said so."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, EngineFailure) else exc
+    text = str(exc)[:300]
+    if isinstance(exc, EngineFailure):
+        # a request that killed the server: its last words say why
+        text += _reason(exc.log_excerpt)
+    return f"{OUT_OF_MEMORY}: {text}" if isinstance(cause, EngineOOM) else text
 
 
 def _widest(arm: Arm, spec_type: str) -> tuple[int, str] | None:
