@@ -25,6 +25,8 @@ name = "cli-smoke"
 [run]
 max_tokens = {max_tokens}
 rounds = {rounds}
+# the tests count rows: no rounds added for noise
+max_rounds = {rounds}
 warmup = 0
 n_ctx = 1024
 probe = false

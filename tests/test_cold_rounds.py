@@ -19,6 +19,8 @@ PROFILE = """
 [run]
 max_tokens = 48
 rounds = 3
+# the test reads each round: no rounds added for noise
+max_rounds = 3
 warmup = 0
 n_ctx = 512
 threads = 1

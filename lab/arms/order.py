@@ -110,7 +110,8 @@ def max_rounds(run: RunSettings) -> int:
     """Rounds a prompt may reach with those added for noise."""
     if run.max_rounds is not None:
         return max(run.max_rounds, run.rounds)
-    if run.order != "paired" or run.rounds < 2:
+    # warm rounds are a trend, not repeats: that they differ is what they measure
+    if run.order != "paired" or run.rounds < 2 or run.warm_rounds:
         return run.rounds
     return run.rounds + EXTRA_ROUNDS
 

@@ -33,14 +33,6 @@ MAX_DIMENSION = 1 << 22
 MAX_CONTEXT = 1 << 24
 MAX_EXPERTS = 1 << 16
 
-# ggml type id -> (elements per block, bytes per block), as ggml defines them
-_GGML_TYPES: dict[int, tuple[int, int]] = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 40),
-    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
-    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110),
-    22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8),
-    29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17), 40: (64, 36), 41: (128, 18),
-}
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 _SAFETENSORS_DTYPES = {
@@ -302,6 +294,14 @@ def _read(r: _Reader) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], 
     return md, tensors
 
 
+def _ggml_types() -> dict[int, tuple[int, int]]:
+    """ggml type id -> (elements per block, bytes per block), as the gguf
+    package (llama.cpp's own) defines them; the bounds checks here are ours."""
+    from gguf.constants import GGML_QUANT_SIZES
+
+    return {int(k): (int(v[0]), int(v[1])) for k, v in GGML_QUANT_SIZES.items()}
+
+
 def check_gguf(path: Path | str, size: int | None = None) -> dict[str, Any]:
     """Refuse a GGUF whose header an engine cannot safely take; returns its
     metadata (as :func:`read_gguf_header` keeps it)."""
@@ -325,7 +325,7 @@ def check_gguf(path: Path | str, size: int | None = None) -> dict[str, Any]:
                 raise ModelFileError(f"{p}: tensor {name} has dimensions {dims} past 2^62 elements")
         if offset % align:
             raise ModelFileError(f"{p}: tensor {name}'s offset {offset:,} is not aligned to {align}")
-        block = _GGML_TYPES.get(ttype)
+        block = _ggml_types().get(ttype)
         if block is None:
             raise ModelFileError(f"{p}: tensor {name} has unknown ggml type {ttype}")
         elems, width = block

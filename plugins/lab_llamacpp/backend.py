@@ -113,9 +113,9 @@ class LlamaCppBackend(
                                    n_ubatch=512, n_outputs=512, swa_full=True, repack=True,
                                    gpu_layers=None if d_layers < 0 else d_layers,
                                    device_sampling=picks(d_layers, True)))
-        # this arm's own process (forked from the lab's, numpy and the lab
-        # imported) before any model: its RSS measured on Linux x86-64
-        return MemoryNeeds(LLAMA_CPP, tuple(loads), accelerated=layers != 0, process_bytes=301 << 20)
+        # this arm's own process (a fresh interpreter: llama.cpp, numpy and the
+        # lab imported) before any model: its RSS measured on Linux x86-64
+        return MemoryNeeds(LLAMA_CPP, tuple(loads), accelerated=layers != 0, process_bytes=125 << 20)
 
     def __init__(self, arm: Arm, ctx: api.BackendContext) -> None:
         super().__init__(arm, ctx)

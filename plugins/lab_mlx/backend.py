@@ -252,9 +252,9 @@ class MlxBackend(MlxSession, Drafting, DraftModelHost):
             loads.append(ModelLoad("draft", draft, int(arm.drafter_options.get("n_ctx") or 0) or run.n_ctx,
                                    n_ubatch=min(512, run.n_ctx), n_outputs=512))
         # MLX computes on the GPU on Apple silicon, on the CPU elsewhere (mlx[cpu]);
-        # the process: this arm's own, MLX and mlx-lm imported, its RSS on Linux x86-64
+        # the process: this arm's own, MLX and mlx-lm (with transformers) imported, its RSS on Linux x86-64
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-        return MemoryNeeds(MLX, tuple(loads), accelerated=apple, process_bytes=290 << 20)
+        return MemoryNeeds(MLX, tuple(loads), accelerated=apple, process_bytes=430 << 20)
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)

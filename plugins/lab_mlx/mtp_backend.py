@@ -70,7 +70,7 @@ class MlxMtpBackend(MlxSession):
                       shares_weights=str(mtp) == arm.model),
         )
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=290 << 20)
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20)
 
     def pauses_between_steps(self) -> bool:
         return True

@@ -90,7 +90,7 @@ class ZlabDFlashBackend(EngineBackend):
                       weight_bits=int(arm.options.get("draft_bits") or 0)),
         )
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=290 << 20)
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20)
 
     def load(self, emit: Emit) -> None:
         import mlx.core as mx
