@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lab.base.footprint import ModelShape
-from lab.kit.model_files import MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER, ModelFileError, read_gguf_header, regular_file
+from lab.kit.model_files import (
+    MAX_CONFIG_BYTES,
+    MAX_SAFETENSORS_HEADER,
+    ModelFileError,
+    check_config,
+    check_gguf,
+    read_gguf_header,
+    regular_file,
+)
 
 # GGUF architectures with no attention at all: every layer keeps recurrent state
 RECURRENT_ONLY = frozenset({"mamba", "mamba2", "rwkv6", "rwkv7", "arwkv7", "rwkv6qwen2"})
@@ -41,6 +49,7 @@ def read_shape(path: Path | str) -> ModelShape:
     p = Path(path)
     if p.is_dir():
         return directory_shape(p)
+    regular_file(p)  # a FIFO would block the open below for good
     with open(p, "rb") as f:
         magic = f.read(4)
     if magic == b"GGUF":
@@ -86,6 +95,9 @@ def _per_layer(value: Any, n: int, default: int) -> list[int]:
 
 def gguf_shape(path: Path) -> ModelShape:
     files = [f for f in gguf_files(path) if f.exists()]
+    # the header held to the loader's own bounds first: a hostile block count
+    # would otherwise make per-layer lists of a billion entries here
+    check_gguf(files[0])
     md, tensors = gguf_tensor_bytes(files[0])
     for extra in files[1:]:
         tensors.update(gguf_tensor_bytes(extra)[1])
@@ -227,6 +239,8 @@ def _config(path: Path) -> dict[str, Any]:
         raise ShapeUnknown(f"{path}: no config.json")
     if regular_file(config).st_size > MAX_CONFIG_BYTES:
         raise ModelFileError(f"{config}: too large for a config")
+    # architecture sizes within the loader's bounds (a layer count of a billion is no model)
+    check_config(config)
     data = json.loads(config.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ShapeUnknown(f"{config}: not a JSON object")
