@@ -86,7 +86,8 @@ def peak_checks(data: Mapping[str, Any], registry: Registry) -> list[PeakCheck]:
             continue
         if arm.backend not in registry.backends:
             continue  # a backend not installed here says nothing of its arms
-        got = estimate_for_cell(arm, run, registry, *_lengths(rows, run), where=place)
+        got = estimate_for_cell(arm, run, registry, *_lengths(rows, run), where=place,
+                                process_before_load=_peak(rows, "process_bytes"))
         if isinstance(got, str):
             out.append(PeakCheck(arm.name, "cpu", None, _peak(rows, "peak_mem_bytes"), "peak RSS", got))
             continue
@@ -124,8 +125,8 @@ def _why(check: PeakCheck, rows: Sequence[Mapping[str, Any]]) -> str:
         return f"cells ended {', '.join(failed)}: the arm may not have reached its peak"
     process = sum(p.bytes for p in e.parts if p.name == "process")
     if process and check.expected and process / check.expected > PROCESS_SHARE and not check.within:
-        return (f"mostly the process ({size_text(process)}, measured on Linux x86-64): a tiny model's figure is "
-                "that constant, which differs by machine and Python build")
+        return (f"mostly the process ({size_text(process)}): a tiny model's figure is that, and what the "
+                "engine adds to it while loading differs by machine and build")
     if check.within is False:
         return "off by more than 15%: not explained by the lab"
     return ""

@@ -12,6 +12,7 @@ process (:class:`lab.arms.handles.LocalArm`) or in the arm's own
 from __future__ import annotations
 
 import dataclasses
+import os
 import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
@@ -37,7 +38,7 @@ from lab.rows.build import add_origin
 from lab.telemetry.contention import Contention, ContentionWatcher
 from lab.telemetry.latency import ArrivalClock, LatencyShape
 from lab.telemetry.leftovers import Leftovers
-from lab.telemetry.memory import MemorySampler
+from lab.telemetry.memory import MemorySampler, rss_bytes
 
 if TYPE_CHECKING:
     from lab.registry import Registry
@@ -68,6 +69,9 @@ class Opened:
 
     status: Status
     detail: str = ""
+    # the arm's own process (RSS) just before its model loaded: what the
+    # memory estimate's process share is held to in this run
+    process_bytes: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -231,10 +235,11 @@ class ArmLife:
         if built.value is None:
             return self._failed(built, lambda exc: Opened(Status.ERROR, f"load failed: {named(exc)}"))
         backend = self.backend = built.value
+        before = rss_bytes([os.getpid()]) or None
         loaded = Called.of(lambda: self._load(backend))
         self._idle()
         if loaded.failure is None:
-            return Opened(Status.OK)
+            return Opened(Status.OK, process_bytes=before)
         return self._failed(loaded, lambda exc: Opened(exc.status, failure_detail(exc)) if isinstance(exc, EngineFailure)
                             else Opened(Status.ERROR, f"load failed: {named(exc)}"))
 

@@ -149,6 +149,11 @@ class MemoryNeeds:
     # host memory of the process(es) the arm's figures count before any model
     # (interpreter, libraries, the lab's own): measured per backend
     process_bytes: int = 0
+    # of that, what the arm's own process held just before its model loaded
+    # when process_bytes was measured; a run measures this part again for
+    # itself (the row's process_bytes), which then takes its place
+    process_before_load: int = 0
+    process_what: str = "the interpreter, the engine's libraries and the lab, before any model (measured)"
     # a share of the device the engine takes whatever the model (vLLM's gpu_memory_utilization)
     budget_share: float | None = None
     kv_pool_bytes: int | None = None  # a KV pool of a size set apart from the model (vLLM on a CPU)
@@ -406,6 +411,21 @@ def at_lengths(needs: MemoryNeeds, prompt_tokens: int, generated: int) -> Memory
     return replace(needs, models=tuple(loads))
 
 
+def with_process_measured(needs: MemoryNeeds, before_load: int | None) -> MemoryNeeds:
+    """The needs with the arm's process as a run measured it just before its
+    model loaded (the row's ``process_bytes``), plus what the engine adds to
+    it while loading; unchanged where the backend does not split its
+    process figure or the run measured nothing. The interpreter's imports
+    differ by machine and build (a CUDA build of torch that an MLX arm's
+    tokenizer imports holds some 300 MiB more than its CPU build)."""
+    if not before_load or not needs.process_before_load:
+        return needs
+    adds = max(0, needs.process_bytes - needs.process_before_load)
+    return replace(needs, process_bytes=before_load + adds,
+                   process_what=(f"the arm's process before its model, {before_load / MIB:.0f} MiB measured in this "
+                                 f"run, and {adds / MIB:.0f} MiB the engine adds while loading (measured)"))
+
+
 # -- vLLM -------------------------------------------------------------------------
 
 
@@ -461,8 +481,7 @@ def estimate(arm: str, needs: MemoryNeeds, shapes: Mapping[str, ModelShape], whe
         parts.append(Part("KV pool", needs.kv_pool_bytes, "the KV cache space the engine sets apart",
                           resident=0))
     if needs.process_bytes:
-        parts.append(Part("process", needs.process_bytes,
-                          "the interpreter, the engine's libraries and the lab, before any model (measured)"))
+        parts.append(Part("process", needs.process_bytes, needs.process_what))
     if on_device and runtime_bytes:
         parts.append(Part(f"{where} runtime", runtime_bytes, "the accelerator's context and libraries on the device",
                           device=True))

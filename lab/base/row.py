@@ -68,6 +68,8 @@ class ResultRow(Mapping[str, Any]):
     prompt_s: float | None = None
     gen_s: float | None = None
     engine_bytes: int | None = None
+    # the arm's own process (RSS) before its model loaded, measured in the run
+    process_bytes: int | None = None
     detail: str = ""
     measured: str | None = None
     text: str | None = None

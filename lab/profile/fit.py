@@ -30,6 +30,7 @@ from lab.base.footprint import (
     at_lengths,
     estimate,
     size_text,
+    with_process_measured,
 )
 from lab.base.profile import Arm, Profile, RunSettings
 from lab.kit import models
@@ -108,13 +109,16 @@ def explain_arm(arm: Arm, run: RunSettings, registry: Registry, where: Where | N
 
 
 def estimate_for_cell(arm: Arm, run: RunSettings, registry: Registry, prompt_tokens: int, generated: int,
-                      where: Where | None = None) -> ArmEstimate | str:
+                      where: Where | None = None, process_before_load: int | None = None) -> ArmEstimate | str:
     """The arm's estimate at one cell's lengths (what its measured peak is
-    held to): :func:`lab.base.footprint.at_lengths`."""
+    held to): :func:`lab.base.footprint.at_lengths`; its process as the run
+    measured it before loading where it did
+    (:func:`lab.base.footprint.with_process_measured`)."""
     needs = registry.backend(arm.backend).memory_needs(arm, run)
     if needs is None:
         return f"backend {arm.backend} does not say what this arm holds"
-    return explain_arm(arm, run, registry, where, needs=at_lengths(needs, prompt_tokens, generated))
+    needs = with_process_measured(at_lengths(needs, prompt_tokens, generated), process_before_load)
+    return explain_arm(arm, run, registry, where, needs=needs)
 
 
 def estimate_arm(arm: Arm, run_settings: RunSettings, registry: Registry, where: Where | None = None) -> ArmEstimate | None:

@@ -121,7 +121,8 @@ class DFlashMlxBackend(EngineBackend):
                       group_size=int(quant.group(2)) if quant and quant.group(2) else 64),
         )
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20)
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20,
+                          process_before_load=413 << 20)
 
     def load(self, emit: Emit) -> None:
         import dataclasses

@@ -115,7 +115,8 @@ class LlamaCppBackend(
                                    device_sampling=picks(d_layers, True)))
         # this arm's own process (a fresh interpreter: llama.cpp, numpy and the
         # lab imported) before any model: its RSS measured on Linux x86-64
-        return MemoryNeeds(LLAMA_CPP, tuple(loads), accelerated=layers != 0, process_bytes=125 << 20)
+        return MemoryNeeds(LLAMA_CPP, tuple(loads), accelerated=layers != 0, process_bytes=125 << 20,
+                           process_before_load=50 << 20)
 
     def __init__(self, arm: Arm, ctx: api.BackendContext) -> None:
         super().__init__(arm, ctx)

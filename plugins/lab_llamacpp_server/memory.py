@@ -93,7 +93,7 @@ def server_memory_needs(options: Mapping[str, Any], spec_type: str, n_max: int |
         loads.append(ModelLoad("MTP head", model, ctx, kv_type=draft_type, n_outputs=parallel, n_verify=parallel,
                                shares_weights=True, nextn_only=True, gpu_layers=draft_gpu, **common))
     return MemoryNeeds(LLAMA_CPP, tuple(loads), accelerated=layers is None or int(layers) != 0,
-                       process_bytes=PROCESS_BYTES,
+                       process_bytes=PROCESS_BYTES, process_before_load=41 << 20,
                        notes=("llama-server may also keep up to --cache-ram (8 GiB by default) of earlier prompts' "
                               "state in host memory, and context checkpoints of a recurrent model's state: "
                               "not counted",))

@@ -254,7 +254,8 @@ class MlxBackend(MlxSession, Drafting, DraftModelHost):
         # MLX computes on the GPU on Apple silicon, on the CPU elsewhere (mlx[cpu]);
         # the process: this arm's own, MLX and mlx-lm (with transformers) imported, its RSS on Linux x86-64
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-        return MemoryNeeds(MLX, tuple(loads), accelerated=apple, process_bytes=430 << 20)
+        return MemoryNeeds(MLX, tuple(loads), accelerated=apple, process_bytes=430 << 20,
+                          process_before_load=413 << 20)
 
     def __init__(self, arm: Arm, ctx: BackendContext) -> None:
         super().__init__(arm, ctx)

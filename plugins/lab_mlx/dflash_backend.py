@@ -82,7 +82,8 @@ class MlxDFlashBackend(MlxSession):
                       group_size=int(arm.options.get("draft_group_size") or 64)),
         )
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20)
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20,
+                          process_before_load=413 << 20)
 
     def pauses_between_steps(self) -> bool:
         return True  # each step's tokens are read back before the next check

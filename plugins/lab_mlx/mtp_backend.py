@@ -70,7 +70,8 @@ class MlxMtpBackend(MlxSession):
                       shares_weights=str(mtp) == arm.model),
         )
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20)
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20,
+                          process_before_load=413 << 20)
 
     def pauses_between_steps(self) -> bool:
         return True

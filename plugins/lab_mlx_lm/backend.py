@@ -85,7 +85,8 @@ class MlxLmBackend(EngineBackend):
             loads.append(ModelLoad("draft", str(draft), run.n_ctx, n_ubatch=rows, n_outputs=1, kv_bits=kv_bits))
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
         # the process: the mlx backend's figure (MLX and mlx-lm imported)
-        return MemoryNeeds(MLX, tuple(loads), accelerated=apple, process_bytes=430 << 20)
+        return MemoryNeeds(MLX, tuple(loads), accelerated=apple, process_bytes=430 << 20,
+                          process_before_load=413 << 20)
 
     def load(self, emit: Emit) -> None:
         from mlx_lm import load

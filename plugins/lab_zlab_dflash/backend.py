@@ -90,7 +90,8 @@ class ZlabDFlashBackend(EngineBackend):
                       weight_bits=int(arm.options.get("draft_bits") or 0)),
         )
         apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20)
+        return MemoryNeeds(MLX, loads, accelerated=apple, process_bytes=430 << 20,
+                          process_before_load=413 << 20)
 
     def load(self, emit: Emit) -> None:
         import mlx.core as mx
