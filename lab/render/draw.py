@@ -160,7 +160,10 @@ def run_child(argv: Sequence[str], log: Path, limit_s: float) -> int | None:
     lifeline, so it also ends when the lab is killed outright."""
     from lab.kit.children import Child
 
-    child = Child(list(argv), name="the figures' drawing process", log_path=log, lifeline=True)
+    # no parent-death signal: it would kill the drawing process alone, before
+    # its lifeline's watcher could end the group (what a figure's code started)
+    child = Child(list(argv), name="the figures' drawing process", log_path=log, lifeline=True,
+                  die_with_parent=False)
     timed_out = False
     try:
         child.wait(limit_s)
