@@ -138,7 +138,7 @@ def test_probe_stopped_by_ctrl_c_saves_the_repeats_it_finished(tmp_path: Path) -
         assert proc.stderr is not None
         line = proc.stderr.readline()
         seen.append(line)
-        return "repeat 3/200" in line
+        return "cycle 3:" in line  # two cycles of every width finished
 
     try:
         _wait(proc, second_repeat, "two finished repeats")
