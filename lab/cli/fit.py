@@ -35,10 +35,11 @@ def memory_lines(fits: list[ArmFit]) -> list[str]:
     return lines + [f"note: {n}" for n in notes]
 
 
-def report_fit(profile: Profile, registry: Registry, out: TextIO = sys.stdout,
-               err: TextIO = sys.stderr, show: bool = True) -> list[ArmFit]:
+def report_fit(profile: Profile, registry: Registry, out: TextIO | None = None,
+               err: TextIO | None = None, show: bool = True) -> list[ArmFit]:
     """Print every arm's memory to ``out`` (unless not ``show``) and each
     refusal to ``err``; returns the arms that will not fit."""
+    out, err = out or sys.stdout, err or sys.stderr  # the streams of the moment, not of import time
     fits = check_fit(profile, registry)
     if show:
         print("memory (expected, where each arm runs):", file=out)

@@ -393,7 +393,7 @@ def _record_listing(p: Plan) -> None:
         pass
 
 
-def local_path(ref: HubRef, fetch_missing: bool = True, out: TextIO | None = sys.stderr) -> Path:
+def local_path(ref: HubRef, fetch_missing: bool = True, out: TextIO | None = None) -> Path:
     """The path an engine opens for ``ref``: from the cache, else fetched
     (the disk checked first) when ``fetch_missing``."""
     cached = in_cache(ref)
@@ -403,9 +403,9 @@ def local_path(ref: HubRef, fetch_missing: bool = True, out: TextIO | None = sys
         raise HubError(ref.text, f"not in the hub cache at {cache_dir()}", f"fetch it: lab fetch {ref.text}")
     p = plan(ref)
     check_room([p])
-    if out is not None:
-        print(f"lab: fetching {ref.text}: {len(p.missing)} file(s), {size_words(p.missing_bytes)} into "
-              f"{cache_dir()}", file=out, flush=True)
+    out = sys.stderr if out is None else out  # the stream of the moment, not of import time
+    print(f"lab: fetching {ref.text}: {len(p.missing)} file(s), {size_words(p.missing_bytes)} into "
+          f"{cache_dir()}", file=out, flush=True)
     return fetch(p, out=out).path
 
 
