@@ -127,3 +127,18 @@ def test_the_page_has_sections_by_id_the_lead_figures_after_the_answer_and_folde
     conditions = text.split('<section id="conditions">', 1)[1].split("</section>", 1)[0]
     summary, folded = conditions.split("<details>", 1)
     assert "In short:" in summary and "Machine:" not in summary and "Machine:" in folded
+
+
+def test_a_step_that_is_all_verify_blames_the_backend_not_the_draft(demo: dict[str, Any]) -> None:
+    """The oracle drafts for free: when its step still costs more than it can
+    land, the verify is the cost, and the next step says so (the Q4_0 draft's
+    own structural loss stays the draft's)."""
+    slow = copy.deepcopy(demo)
+    for r in slow["results"]:
+        if r["arm"] == "oracle" and r["status"] == "ok":
+            r["step_cost_tokens"], r["speedup"] = 5.4, 0.93
+    (line,) = _sentences(slow)
+    assert "oracle is a structural loss on both prompts" in line
+    nxt = line.split(" Next: ", 1)[1]
+    assert "for oracle the verify alone costs more than a step can land" in nxt
+    assert "draft-q4_0 can pay only with a cheaper step (a faster draft" in nxt

@@ -192,10 +192,27 @@ def next_step(rows: Sequence[Mapping[str, Any]]) -> str:
                         f"{have}: try a lower n_max or a drafter closer to the target")
         else:
             said.append(f"{s['arm']} on {s['prompt']} cannot break even at n_max {s.get('n_max')}: try a lower n_max")
-    if structural:
-        said.append(f"{', '.join(structural)} can pay only with a cheaper step (a faster draft, or a backend whose "
-                    "verify of n_max + 1 tokens costs less), not with better acceptance")
+    # a step that is nearly all verify is the backend's to make cheaper, the rest the draft's
+    by_verify = [a for a in structural if _verify_bound([s for s in rows if s["arm"] == a])]
+    by_draft = [a for a in structural if a not in by_verify]
+    if by_draft:
+        said.append(f"{', '.join(by_draft)} can pay only with a cheaper step (a faster draft or a lower n_max), "
+                    "not with better acceptance")
+    if by_verify:
+        said.append(f"for {', '.join(by_verify)} the verify alone costs more than a step can land: this backend "
+                    "does not amortize a batch here (T(w) at or above w), so no drafter pays until it does (more "
+                    "free cores, another backend)")
     return "; ".join(said)
+
+
+# A step whose draft takes less than this share of it is priced by its verify.
+VERIFY_BOUND = 0.1
+
+
+def _verify_bound(rows: Sequence[Mapping[str, Any]]) -> bool:
+    shares = [float(s["draft_s"]) / float(s["step_s"]) for s in rows
+              if s.get("draft_s") is not None and s.get("step_s")]
+    return bool(shares) and max(shares) < VERIFY_BOUND
 
 
 def _loops(rows: Sequence[Mapping[str, Any]]) -> str:
