@@ -43,7 +43,7 @@ def test_one_sentence_per_stack_says_pays_loses_and_structural_with_the_arithmet
     q4 = [summaries[("draft-q4_0", p)]["step_cost_tokens"] for p in ("prose", "code")]
     assert ("draft-q4_0 is a structural loss on both prompts" in line
             and f"a step costs {min(q4):.1f}–{max(q4):.1f} baseline tokens and can land at most 5" in line)
-    assert "oracle pays on both prompts" in line
+    assert "oracle pays on both prompts" in line and "lands 4.99 on both" in line
     # what to run next: the arm to keep, what the loser needs, and that the structural loss needs a cheaper step
     nxt = line.split(" Next: ", 1)[1]
     assert nxt.startswith("keep oracle") and "ngram on prose needs" in nxt and "draft-q4_0 can pay only with a cheaper step" in nxt

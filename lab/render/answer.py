@@ -96,6 +96,8 @@ def _cost_and_landed(rows: Sequence[Mapping[str, Any]], named: bool, say_prompt:
     if one:
         cost = sum(costs) / len(costs)
         landed = ", ".join(f"{x:.2f} on {s['prompt']}" for s, x in zip(priced, lands))
+        if len({f"{x:.2f}" for x in lands}) == 1:
+            landed = f"{lands[0]:.2f} on {'both' if len(lands) == 2 else 'each'}"
         return f"a step costs {cost:.2f} baseline tokens and lands {landed}"
     each = [f"costs {c:.2f} and lands {x:.2f} on {s['prompt']}" for s, c, x in zip(priced, costs, lands)]
     each[0] = each[0].replace(" and", " baseline tokens and", 1)
