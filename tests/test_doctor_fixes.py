@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lab.api import Check
-from lab.kit import llama_tools
+from lab.kit import llama_tools, mlx_platform
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,8 +49,55 @@ def test_a_broken_mlx_is_missing_in_doctor_as_in_check(monkeypatch: pytest.Monke
 
     check = next(c for c in _plugin_checks(lab_mlx.plugin) if c.name == "mlx")
     assert not check.ok and "ImportError" in check.detail
-    assert check.fix == "bash scripts/setup.sh mlx"
+    assert check.fix == mlx_platform.install_line() and check.fix
     assert (ROOT / "scripts" / "setup.sh").exists()
+
+
+@pytest.mark.parametrize(("system", "machine", "fix"), [
+    ("Linux", "x86_64", 'pip install "mlx[cpu]" mlx-lm'),
+    ("Linux", "aarch64", 'pip install "mlx[cpu]" mlx-lm'),
+    ("Darwin", "arm64", "bash scripts/setup.sh mlx"),
+])
+def test_mlx_is_fixed_with_the_set_up_of_the_platform_it_runs_on(monkeypatch: pytest.MonkeyPatch, system: str,
+                                                                   machine: str, fix: str) -> None:
+    """Linux gets MLX's CPU build, a Mac the set-up that installs MLX with Metal."""
+    import platform
+
+    from lab.kit import checks
+
+    monkeypatch.setattr(platform, "system", lambda: system)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(checks, "_import_results", {("mlx.core", "|"): "importing mlx.core failed: ImportError: x"})
+    import lab_mlx
+
+    check = next(c for c in _plugin_checks(lab_mlx.plugin) if c.name == "mlx")
+    assert not check.ok and check.fix == fix
+    assert (system == "Linux") == ("mlx[cpu]" in check.fix)
+
+
+@pytest.mark.parametrize(("system", "machine"), [("Windows", "AMD64"), ("Darwin", "x86_64"), ("Linux", "riscv64")])
+def test_where_mlx_cannot_run_its_backends_are_unavailable_here_with_nothing_to_install(
+        monkeypatch: pytest.MonkeyPatch, system: str, machine: str) -> None:
+    import platform
+
+    import lab_dflash_mlx
+    import lab_mlx
+    import lab_zlab_dflash
+    from lab_mlx.backend import MlxBackend
+    from lab_mlx_lm.backend import MlxLmBackend
+
+    monkeypatch.setattr(platform, "system", lambda: system)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    got = [c for plugin in (lab_mlx.plugin, lab_dflash_mlx.plugin, lab_zlab_dflash.plugin) for c in _plugin_checks(plugin)]
+    assert [c.name for c in got] == ["mlx", "dflash-mlx", "dflash"]
+    for check in got:
+        assert not check.ok and not check.required and check.fix == "", check
+        assert check.detail.startswith("unavailable here: MLX runs on Apple silicon macOS and on Linux"), check
+    assert "backends mlx, mlx-dflash, mlx-mtp, mlx-lm" in got[0].detail
+    # lab check and lab run say the same, with no install line
+    for backend in (MlxBackend, MlxLmBackend):
+        missing = backend.missing_engine({})
+        assert missing is not None and missing.install == "" and missing.why.startswith("unavailable here")
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import pytest
 
 from lab.api import Backend, MissingEngine
+from lab.kit import mlx_platform
 from lab.profile.engines import missing_engines
 from lab.profile.load import parse_profile
 from lab.registry import Registry
@@ -76,7 +77,7 @@ def test_check_names_the_engine_and_the_install_command(broken_mlx: tuple[Path, 
     assert proc.returncode != 0, out + err
     assert "engine mlx cannot load" in err
     assert "No module named 'mlx'" in err
-    assert "bash scripts/setup.sh mlx" in err
+    assert mlx_platform.install_line() in err
     # the two arms share one engine: one problem naming both, at the first one's backend line
     line = next(i for i, text in enumerate(PROFILE.splitlines(), start=1) if text == 'backend = "mlx"')
     assert f"p.toml:{line}: [arms[0].backend] arms baseline, ngram (backend mlx)" in err
@@ -89,7 +90,7 @@ def test_run_is_refused_at_once_and_measures_nothing(broken_mlx: tuple[Path, dic
     out, err = proc.communicate(timeout=120)
     took = time.monotonic() - t0
     assert proc.returncode == 2, out + err
-    assert "engine mlx cannot load" in err and "bash scripts/setup.sh mlx" in err
+    assert "engine mlx cannot load" in err and mlx_platform.install_line() in err
     assert "nothing was run" in err
     assert "measuring verify cost" not in err
     assert not (cwd / "runs").exists() or not any((cwd / "runs").iterdir())

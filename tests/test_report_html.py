@@ -53,9 +53,10 @@ def test_the_demo_page_holds_its_figures_tables_and_arithmetic(capsys: pytest.Ca
     for src in re.findall(r'src="data:image/svg\+xml;base64,([^"]*)"', text):
         assert base64.b64decode(src).lstrip().startswith(b"<?xml")
     assert "<table>" in text and "Why: the step arithmetic" in text and "Conditions" in text
-    # figures follow the section they belong to
+    # figures follow the section they belong to; the answer's two lead the page
     assert text.index('id="fig-acceptance"') > text.index("<h2>Acceptance per draft position</h2>")
-    assert text.index('id="fig-speedup"') > text.index("<h2>Prediction</h2>")
+    assert text.index("<h2>The answer</h2>") < text.index('id="fig-speedup"') < text.index('id="fig-verify-cost"')
+    assert text.index('id="fig-verify-cost"') < text.index("<h2>Results</h2>")
     # sized for mail
     assert len(text.encode()) < 1_500_000
 
@@ -140,6 +141,44 @@ def test_the_page_renders_in_headless_chromium_offline(tmp_path: Path, capsys: p
     pixels: set[tuple[int, int, int]] = {c for _, c in colors}  # type: ignore[misc]
     for want in ((31, 119, 180), (255, 127, 14), (44, 160, 44), (148, 103, 189)):
         assert any(all(abs(x - y) < 12 for x, y in zip(px, want)) for px in pixels), want
+
+
+@pytest.mark.slow
+def test_the_first_screen_holds_the_answer_and_the_speedup_figure(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """1200x900, as a laptop's browser opens the page: the speedup figure's
+    plotted lines are on the first screen, and the answer is above it."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium: `bash scripts/setup.sh test` installs it on Debian (apt-get install chromium)")
+    from PIL import Image
+
+    text = _html([str(DEMO)], capsys)
+    assert text.index("<h2>The answer</h2>") < text.index('id="fig-speedup"') < text.index("<h2>Results</h2>")
+    target = tmp_path / "report.html"
+    target.write_text(text, encoding="utf-8")
+    shots = {}
+    for name, page_text in (("page", text), ("no-figures", re.sub(r'<figure id="fig-[\w-]+">.*?</figure>', "",
+                                                                   text, flags=re.S))):
+        (tmp_path / f"{name}.html").write_text(page_text, encoding="utf-8")
+        shot = tmp_path / f"{name}.png"
+        proc = subprocess.run(
+            [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,900",
+             f"--screenshot={shot}", (tmp_path / f"{name}.html").as_uri()],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)},
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        img = Image.open(shot).convert("RGB")
+        assert img.size == (1200, 900)
+        shots[name] = {c for _, c in img.getcolors(maxcolors=1 << 20) or []}
+
+    def plotted(pixels: set[tuple[int, int, int]], want: tuple[int, int, int]) -> bool:
+        return any(all(abs(x - y) < 12 for x, y in zip(px, want)) for px in pixels)
+
+    # the speedup figure's arms (tab10 blue, orange, green) are drawn on the first screen, and only by it
+    for color in ((31, 119, 180), (255, 127, 14), (44, 160, 44)):
+        assert plotted(shots["page"], color), color
+        assert not plotted(shots["no-figures"], color), color
 
 
 @pytest.mark.slow

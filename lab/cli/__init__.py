@@ -38,6 +38,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# what `lab -h` says of the TUI, which has no command name
+TUI_EPILOG = """Without a command, the TUI:
+  lab [PROFILE.toml]          on a profile (default: profiles/demo.toml); s starts it
+  lab RUN_DIR                 on a saved run directory, read-only
+  lab --compare RUN_A RUN_B   two saved runs side by side
+  --refresh-hz HZ             how often the lanes repaint while a run streams
+
+What changed between two saved runs, headless: lab report RUN_A --compare RUN_B"""
+
+
 def command_module(name: str) -> ModuleType:
     return importlib.import_module(f"lab.cli.{COMMANDS[name][0]}")
 
@@ -47,8 +57,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     module is imported and only its arguments are added."""
     parser = argparse.ArgumentParser(
         prog="lab", description="speclab: a terminal lab for speculative decoding",
-        epilog="Without a command, `lab [--refresh-hz HZ] [PROFILE.toml]` opens the TUI "
-        "(default profile: profiles/demo.toml).")
+        epilog=TUI_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     for name, (_, help_line) in COMMANDS.items():
         if name != command:

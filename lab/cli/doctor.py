@@ -34,8 +34,10 @@ def run_checks(registry: Registry | None = None) -> list[Check]:
     except models.ModelNotFound as exc:
         # the fix goes on its own line, once
         checks.append(Check("embedded:smollm2", False, str(exc).split(" (fix: ")[0], exc.fix))
+    # the built-in models a profile may name, embedded:smollm2 among them: the count `lab check` and
+    # `lab plugins` give (lab.kit.models.known_models)
     checks.append(Check("plugins", not reg.errors, f"{len(reg.backends)} backends, {len(reg.drafters)} drafters, "
-                        f"{len(reg.models)} models"
+                        f"{len(models.known_models())} built-in models"
                         + (f"; load errors: {', '.join(e.entry_point for e in reg.errors)}" if reg.errors else ""),
                         "see `lab plugins`"))
     checks.extend(memory_checks())

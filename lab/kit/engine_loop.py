@@ -152,8 +152,12 @@ class EngineBackend(Backend):
 
     @classmethod
     def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        from lab.kit import mlx_platform
         from lab.kit.checks import import_failure
 
+        gone = mlx_platform.unavailable()
+        if gone:
+            return MissingEngine("mlx", gone, "")
         for engine, found, install in cls.engine_checks:
             why = import_failure("mlx.core", found=found)
             if why:

@@ -117,26 +117,44 @@ def validate_meta(src: Source, raw: Any, default_name: str) -> tuple[str, str]:
     return name, description
 
 
+def _unknown_keys(src: Source, t: Mapping[str, Any], allowed: Any, key: KeyPath, probs: Problems) -> None:
+    """Every key of ``t`` that is not allowed, each its own problem."""
+    for k in t:
+        probs.attempt(no_unknown, src, {k: None}, allowed, key)
+
+
+def _run_value(src: Source, k: str, v: Any) -> Any:
+    value = typed(src, v, RUN_TYPES[k], ["run", k])
+    if k in _FLOAT_KEYS:
+        value = float(v)
+    if k in RUN_RANGES:
+        why = out_of_range(value, RUN_RANGES[k])
+        if why:
+            raise src.error(["run", k], why)
+    return value
+
+
 def validate_run(src: Source, raw: Any) -> RunSettings:
+    """[run], every key checked on its own: all its problems refused at once."""
     t = table(src, raw, ["run"])
-    no_unknown(src, t, RUN_TYPES, ["run"])
+    probs = Problems()
+    _unknown_keys(src, t, RUN_TYPES, ["run"], probs)
     values: dict[str, Any] = {}
     for k, v in t.items():
-        values[k] = typed(src, v, RUN_TYPES[k], ["run", k])
-        if k in _FLOAT_KEYS:
-            values[k] = float(v)
-        if k in RUN_RANGES:
-            why = out_of_range(values[k], RUN_RANGES[k])
-            if why:
-                raise src.error(["run", k], why)
+        if k in RUN_TYPES:
+            checked = probs.attempt(lambda k=k, v=v: (_run_value(src, k, v),))
+            if checked is not None:
+                values[k] = checked[0]
     if "order" in values and values["order"] not in ORDERS:
         close = closest(values["order"], ORDERS)
         hint = f"; did you mean {close!r}?" if close else ""
-        raise src.error(["run", "order"], f"unknown order {shown(values['order'])}: use \"paired\" (each arm's "
-                                          f"cells beside its baseline's) or \"arms\" (one arm after another){hint}")
+        probs.errors.append(src.error(["run", "order"], f"unknown order {shown(values['order'])}: use \"paired\" "
+                                      f"(each arm's cells beside its baseline's) or \"arms\" (one arm after another)"
+                                      f"{hint}"))
     if "max_rounds" in values and values["max_rounds"] < values.get("rounds", RunSettings.rounds):
-        raise src.error(["run", "max_rounds"], f"max_rounds ({values['max_rounds']}) is below rounds "
-                                               f"({values.get('rounds', RunSettings.rounds)}): the rounds always run")
+        probs.errors.append(src.error(["run", "max_rounds"], f"max_rounds ({values['max_rounds']}) is below rounds "
+                                      f"({values.get('rounds', RunSettings.rounds)}): the rounds always run"))
+    probs.raise_any()
     settings = RunSettings(**values)
     if isinstance(settings.probe, str):
         allow = files.outside_allowed(settings.allow_outside_paths)
@@ -274,72 +292,144 @@ def _misplaced_options(src: Source, t: Mapping[str, Any], key: KeyPath, registry
 
 
 def validate_arm(src: Source, i: int, item: Any, registry: Registry | None, allow_outside: bool = False) -> ArmEntry:
+    """One ``[[arms]]`` entry: each of its keys checked on its own, so that
+    every problem it has is refused at once (a key whose check needs another,
+    an option of an unknown backend, waits for that one)."""
     key: list[str | int] = ["arms", i]
     t = table(src, item, key)
-    _misplaced_options(src, t, key, registry)
-    no_unknown(src, t, ARM_KEYS, key)
+    probs = Problems()
+    for k in t:
+        if k not in ARM_KEYS:
+            # an option of a plugin is said to be one (where it goes), any other key unknown
+            probs.attempt(_misplaced_options, src, {k: t[k], **{x: t[x] for x in ("backend", "drafter") if x in t}},
+                          key, registry)
+            if not _said(probs, key, k):
+                probs.attempt(no_unknown, src, {k: None}, ARM_KEYS, key)
     for required in ("name", "backend"):
         if required not in t:
-            raise src.error([*key, required], f"missing key {required!r}")
+            probs.errors.append(src.error([*key, required], f"missing key {required!r}"))
+    name = probs.attempt(_arm_name, src, t, key) if "name" in t else None
+    backend = probs.attempt(typed, src, t["backend"], (str,), [*key, "backend"]) if "backend" in t else None
+    model = probs.attempt(_model, src, t, key, allow_outside)
+    before = len(probs.errors)
+    drafter = probs.attempt(_drafter, src, t, key)
+    drafter_ok = len(probs.errors) == before
+    baseline = probs.attempt(_text, src, t, "baseline", key)
+    options = probs.attempt(_arm_options, src, t, key)
+    drafter_options = probs.attempt(table, src, t.get("drafter_options", {}), [*key, "drafter_options"])
+    n_max = probs.attempt(_n_max, src, t.get("n_max"), [*key, "n_max"])
+    acceptance = probs.attempt(acceptance_key.parse, src, t.get("acceptance"), [*key, "acceptance"])
+    policy = (probs.attempt(_draft_policy, src, t.get("draft_policy"), drafter, [*key, "draft_policy"]) if drafter_ok
+              else draft_policy.FIXED)
+    deadlines = probs.attempt(_deadlines, src, t.get("deadlines"), [*key, "deadlines"])
+
+    stack = backend
+    opt_axes: dict[str, list[Any]] = {k: [v] for k, v in (options or {}).items()}
+    dopt_axes: dict[str, list[Any]] = {k: [v] for k, v in (drafter_options or {}).items()}
+    if registry is not None and backend is not None:
+        got = probs.attempt(_plugins, src, t, key, registry, backend, model, drafter if drafter_ok else "",
+                            options, drafter_options, allow_outside)
+        if got is not None:
+            stack, opt_axes, dopt_axes = got
+    probs.raise_any()
+    assert name is not None and backend is not None and stack is not None and n_max is not None
+    assert policy is not None and deadlines is not None and acceptance is not None
+    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack, acceptance, policy,
+                    deadlines)
+
+
+def _said(probs: Problems, key: KeyPath, k: str) -> bool:
+    """Whether a problem of key ``k`` of this table was kept already."""
+    from lab.profile.errors import key_path
+
+    where = key_path([*key, k])
+    return any(e.key == where for e in probs.errors)
+
+
+def _arm_name(src: Source, t: Mapping[str, Any], key: KeyPath) -> str:
     name = typed(src, t["name"], (str,), [*key, "name"])
     problem = name_problem(name)
     if problem:
         raise src.error([*key, "name"], f"arm name {shown(name)}: {problem}")
-    backend = typed(src, t["backend"], (str,), [*key, "backend"])
+    return str(name)
+
+
+def _model(src: Source, t: dict[str, Any], key: KeyPath, allow_outside: bool) -> str | None:
     model = _text(src, t, "model", key)
-    base = files.base_dir(src.path)
-    if model is not None:
-        model = files.model_path(src, base, model, [*key, "model"], allow_outside)
+    if model is None:
+        return None
+    return str(files.model_path(src, files.base_dir(src.path), model, [*key, "model"], allow_outside))
+
+
+def _drafter(src: Source, t: Mapping[str, Any], key: KeyPath) -> str | None:
     drafter = t.get("drafter")
-    if drafter is not None:
-        typed(src, drafter, (str,), [*key, "drafter"])
-        # "" and "none" spell out a baseline arm
-        if drafter.strip() in ("", "none"):
-            drafter = None
-    baseline = _text(src, t, "baseline", key)
+    if drafter is None:
+        return None
+    typed(src, drafter, (str,), [*key, "drafter"])
+    # "" and "none" spell out a baseline arm
+    return None if drafter.strip() in ("", "none") else str(drafter)
+
+
+def _arm_options(src: Source, t: Mapping[str, Any], key: KeyPath) -> dict[str, Any]:
     options = table(src, t.get("options", {}), [*key, "options"])
     for k in ARM_OPTION_KEYS:
         if k in t:
             if k in options:
                 raise src.error([*key, k], f"{k} is given twice: at the arm's level and in its options")
             options = {**options, k: t[k]}
-    drafter_options = table(src, t.get("drafter_options", {}), [*key, "drafter_options"])
-    n_max = _n_max(src, t.get("n_max"), [*key, "n_max"])
-    acceptance = acceptance_key.parse(src, t.get("acceptance"), [*key, "acceptance"])
-    policy = _draft_policy(src, t.get("draft_policy"), drafter, [*key, "draft_policy"])
-    deadlines = _deadlines(src, t.get("deadlines"), [*key, "deadlines"])
+    return dict(options)
 
-    stack = backend
-    opt_axes: dict[str, list[Any]] = {k: [v] for k, v in options.items()}
-    dopt_axes: dict[str, list[Any]] = {k: [v] for k, v in drafter_options.items()}
-    if registry is not None:
-        try:
-            bcls = registry.backend(backend)
-        except KeyError as exc:
-            raise src.error([*key, "backend"], str(exc.args[0])) from None
-        stack = bcls.stack
-        # an arm attached to a running server by URL brings its own model
-        if model is None and bcls.needs_model(options):
-            raise src.error([*key, "model"], f"backend {backend!r} runs a target model: add model = \"...\"")
-        opt_axes = check_options(src, options, bcls.options, [*key, "options"], f"backend {backend!r}")
-        _model_paths(src, base, opt_axes, bcls.options, [*key, "options"], allow_outside)
-        if drafter is not None:
-            try:
-                dcls = registry.drafter(drafter)
-            except KeyError as exc:
-                raise src.error([*key, "drafter"], str(exc.args[0])) from None
-            if not bcls.accepts_drafters:
-                raise src.error([*key, "drafter"], f"backend {backend!r} does not run drafter plugins; use its own options")
-            if dcls.stacks is not None and stack not in dcls.stacks:
-                raise src.error([*key, "drafter"], f"drafter {drafter!r} drafts for {sorted(dcls.stacks)}, not {stack!r}")
-            dopt_axes = check_options(src, drafter_options, dcls.options, [*key, "drafter_options"], f"drafter {drafter!r}")
-            _model_paths(src, base, dopt_axes, dcls.options, [*key, "drafter_options"], allow_outside)
-        elif drafter_options:
-            raise src.error([*key, "drafter_options"], "drafter_options given but no drafter")
-        if drafter is not None and t.get("n_max") is None:
-            raise src.error([*key, "n_max"], "a drafter arm needs n_max (tokens drafted per step)")
-    return ArmEntry(i, name, backend, model, drafter, n_max, opt_axes, dopt_axes, baseline, stack, acceptance, policy,
-                    deadlines)
+
+def _plugins(src: Source, t: Mapping[str, Any], key: KeyPath, registry: Registry, backend: str, model: str | None,
+             drafter: str | None, options: dict[str, Any] | None, drafter_options: dict[str, Any] | None,
+             allow_outside: bool) -> tuple[str, dict[str, list[Any]], dict[str, list[Any]]]:
+    """What the arm's backend and drafter plugins declare: its stack and its
+    options swept into axes; the backend's problems and the drafter's said
+    together. ``drafter`` "": the arm names one that was refused already."""
+    probs = Problems()
+    base = files.base_dir(src.path)
+    try:
+        bcls = registry.backend(backend)
+    except KeyError as exc:
+        raise src.error([*key, "backend"], str(exc.args[0])) from None
+    stack = bcls.stack
+    opt_axes: dict[str, list[Any]] = {}
+    dopt_axes: dict[str, list[Any]] = {}
+    # an arm attached to a running server by URL brings its own model
+    if model is None and "model" not in t and options is not None and bcls.needs_model(options):
+        probs.errors.append(src.error([*key, "model"], f"backend {backend!r} runs a target model: add model = \"...\""))
+    if options is not None:
+        axes = probs.attempt(check_options, src, options, bcls.options, [*key, "options"], f"backend {backend!r}")
+        if axes is not None:
+            probs.attempt(_model_paths, src, base, axes, bcls.options, [*key, "options"], allow_outside)
+            opt_axes = axes
+    if drafter:
+        dcls = probs.attempt(_drafter_class, src, key, registry, drafter, backend, bcls, stack)
+        if dcls is not None and drafter_options is not None:
+            axes = probs.attempt(check_options, src, drafter_options, dcls.options, [*key, "drafter_options"],
+                                 f"drafter {drafter!r}")
+            if axes is not None:
+                probs.attempt(_model_paths, src, base, axes, dcls.options, [*key, "drafter_options"], allow_outside)
+                dopt_axes = axes
+    elif drafter is None and drafter_options:
+        probs.errors.append(src.error([*key, "drafter_options"], "drafter_options given but no drafter"))
+    if drafter and t.get("n_max") is None:
+        probs.errors.append(src.error([*key, "n_max"], "a drafter arm needs n_max (tokens drafted per step)"))
+    probs.raise_any()
+    return stack, opt_axes, dopt_axes
+
+
+def _drafter_class(src: Source, key: KeyPath, registry: Registry, drafter: str, backend: str, bcls: Any,
+                   stack: str) -> Any:
+    try:
+        dcls = registry.drafter(drafter)
+    except KeyError as exc:
+        raise src.error([*key, "drafter"], str(exc.args[0])) from None
+    if not bcls.accepts_drafters:
+        raise src.error([*key, "drafter"], f"backend {backend!r} does not run drafter plugins; use its own options")
+    if dcls.stacks is not None and stack not in dcls.stacks:
+        raise src.error([*key, "drafter"], f"drafter {drafter!r} drafts for {sorted(dcls.stacks)}, not {stack!r}")
+    return dcls
 
 
 def _deadlines(src: Source, raw: Any, key: KeyPath) -> Deadlines:

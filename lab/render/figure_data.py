@@ -303,21 +303,22 @@ def memory(data: Mapping[str, Any]) -> list[MemoryBar]:
 
 # -- which figures a run gets ------------------------------------------------------
 
-# (file stem, question, report section it sits beside, data function, what it needs when empty)
+# (file stem, question, id of the report section it sits beside (lab.render.sections), data function,
+# what it needs when empty)
 FIGURES: tuple[tuple[str, str, str, Callable[[Mapping[str, Any]], Any], str], ...] = (
-    ("speedup", "Speedup by n_max: predicted, measured and held out", "Prediction", speedup,
+    ("speedup", "Speedup by n_max: predicted, measured and held out", "prediction", speedup,
      "no speculative arm finished with a speedup against its baseline"),
-    ("verify-cost", "Verify cost T(w) against w", "Prediction", verify_cost,
+    ("verify-cost", "Verify cost T(w) against w", "prediction", verify_cost,
      "the run has no verify-cost probe"),
-    ("acceptance", "Acceptance per draft position", "Acceptance per draft position", acceptance,
+    ("acceptance", "Acceptance per draft position", "acceptance", acceptance,
      "no speculative steps were saved"),
-    ("steps", "Step cost and tokens landed, step by step", "Why: the step arithmetic",
+    ("steps", "Step cost and tokens landed, step by step", "why",
      lambda d: steps_by_arm(d["results"], d.get("steps") or ()), "no speculative steps were saved"),
-    ("latency", "Time to first token and inter-token gaps", "Latency", latency,
+    ("latency", "Time to first token and inter-token gaps", "latency", latency,
      "no token arrival times were recorded"),
-    ("policy", "Draft policies replayed against the best fixed n", "Draft policy", policy,
+    ("policy", "Draft policies replayed against the best fixed n", "draft-policy", policy,
      "no speculative arm has steps and a probe to replay them with"),
-    ("memory", "Peak memory per arm", "Detail", memory, "no memory was sampled"),
+    ("memory", "Peak memory per arm", "detail", memory, "no memory was sampled"),
 )
 
 

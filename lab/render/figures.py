@@ -37,7 +37,7 @@ _RC: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Drawn:
-    """A drawn figure: its stem, title, the report section it belongs to,
+    """A drawn figure: its stem, title, the id of the report section it belongs to,
     and its bytes per format."""
 
     name: str

@@ -14,6 +14,9 @@ from typing import Any, Mapping, Sequence
 
 from lab.render import draw
 from lab.render import figures as figs
+from lab.render.sections import FOLDED, LEAD_FIGURES, section_id
+
+ANSWER = "answer"
 
 # Nothing is fetched: no scripts, no fonts, no remote images; images only as data URIs.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -29,6 +32,10 @@ code{background:#f3f3f3;padding:0 .2rem;border-radius:3px;font-size:.92em}
 figure{margin:1rem 0}figure img{width:100%;max-width:900px;height:auto;border:1px solid #eee}
 figcaption{font-size:13px;color:#555}.missing{color:#8a5300}
 blockquote{border-left:3px solid #c90;margin:.5rem 0;padding:.2rem .8rem;background:#fff8e6}
+#answer h2{margin-top:.5rem}#answer ul{padding-left:1.2rem}
+.lead{display:flex;gap:.75rem;flex-wrap:wrap}.lead figure{flex:1 1 420px;margin:.25rem 0}
+.lead figure img{max-height:420px;object-fit:contain}
+details{margin:.5rem 0}summary{cursor:pointer;color:#444}
 """
 
 
@@ -41,15 +48,32 @@ def _markdown(text: str) -> str:
 
 
 def _sections(markdown: str) -> list[tuple[str, str]]:
-    """(heading, Markdown) per ``## `` section; the part before the first
-    heading has heading ``""``."""
+    """(section id, Markdown) per ``## `` section (:mod:`lab.render.sections`);
+    the part before the first heading has id ``""``."""
     out: list[tuple[str, list[str]]] = [("", [])]
     for line in markdown.splitlines():
         if line.startswith("## "):
-            out.append((line[3:].strip(), [line]))
+            out.append((section_id(line[3:]), [line]))
         else:
             out[-1][1].append(line)
-    return [(h, "\n".join(body)) for h, body in out]
+    return [(sid, "\n".join(body)) for sid, body in out]
+
+
+def _folded(text: str) -> str:
+    """A section whose first paragraph sums it up: that paragraph shown,
+    the rest folded under it."""
+    lines = text.splitlines()
+    head = 1 if lines and lines[0].startswith("## ") else 0
+    while head < len(lines) and not lines[head].strip():
+        head += 1
+    end = head
+    while end < len(lines) and lines[end].strip():
+        end += 1
+    rest = "\n".join(lines[end:]).strip()
+    if not rest:
+        return _markdown(text)
+    return (_markdown("\n".join(lines[:end])) + "<details><summary>Detail</summary>\n"
+            + _markdown(rest) + "</details>\n")
 
 
 def figure_html(d: figs.Drawn) -> str:
@@ -69,25 +93,36 @@ def _left_out_html(left_out: Sequence[str]) -> str:
 
 
 def page(title: str, markdown: str, outcome: figs.Outcome, lead: Sequence[figs.Drawn] = ()) -> str:
-    """The page: each figure after the report section it belongs to, those
-    of no section (and ``lead``) before the first section, and what could
-    not be drawn said where the figures start."""
+    """The page: each section in a ``<section>`` of its id, the answer's
+    figures (speedup, T(w)) side by side right after it, every other figure
+    after the section it belongs to, those of no section (and ``lead``)
+    before the first section, and what could not be drawn said where the
+    figures start."""
     parts = _sections(markdown)
-    headings = {h for h, _ in parts}
+    ids = {sid for sid, _ in parts}
     placed: dict[str, list[figs.Drawn]] = {}
     top = list(lead)
+    answered = ANSWER in ids
     for d in outcome.drawn:
-        if d.section in headings and d.section:
-            placed.setdefault(d.section, []).append(d)
+        where = ANSWER if answered and d.name in LEAD_FIGURES else d.section
+        if where in ids and where:
+            placed.setdefault(where, []).append(d)
         else:
             top.append(d)
     body = []
-    for i, (heading, text) in enumerate(parts):
-        body.append(_markdown(text))
+    for i, (sid, text) in enumerate(parts):
+        shown = _folded(text) if sid in FOLDED else _markdown(text)
         if i == 0:
+            body.append(shown)
             body.append(_left_out_html(outcome.left_out))
             body += [figure_html(d) for d in top]
-        body += [figure_html(d) for d in placed.get(heading, ())]
+            continue
+        here = placed.get(sid, ())
+        if sid == ANSWER and here:
+            shown += '<div class="lead">' + "".join(figure_html(d) for d in here) + "</div>"
+        else:
+            shown += "".join(figure_html(d) for d in here)
+        body.append(f'<section id="{html.escape(sid)}">{shown}</section>\n')
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -24,8 +25,8 @@ from lab.base.row import COLD_FIRST_ROUND, CSV_KEYS
 from lab.base.textsafe import printable
 from lab.base.units import mib_from_bytes, ms_from_s, percent
 from lab.base.verdict import ANY_LOAD, BUSY_WARNING, COUNTS_WARNING, busy_warning, counts_warning, judge
+from lab.render import answer, conditions, divergence, probe_lines, serving, set_acceptance
 from lab.render import categories as category_section
-from lab.render import conditions, divergence, probe_lines, serving, set_acceptance
 from lab.render import engines as engines_section
 from lab.render import figure_data as fd
 from lab.render import gpu as gpu_report
@@ -33,6 +34,7 @@ from lab.render import latency as latency_section
 from lab.render import lossless as lossless_lines
 from lab.render import memory as memory_section
 from lab.render import rounds as rounds_section
+from lab.render.sections import LEAD_FIGURES, heading
 from lab.rows.shape import unreadable_lines
 
 
@@ -248,6 +250,32 @@ def _probe(data: Mapping[str, Any]) -> Any:
 
 
 # -- Markdown -------------------------------------------------------------------
+
+# a figure's link as lab.render.figures.markdown_lines writes it
+_FIGURE_LINK = re.compile(r"^- \[(?P<title>[^\]]*)\]\((?P<path>[^)\s]*/(?P<name>[\w-]+)\.(?:svg|png))\)")
+
+
+def _lead_figures(figure_lines: Sequence[str]) -> list[str]:
+    """The figures the answer is read with, shown inline where they were drawn."""
+    drawn = {}
+    for line in figure_lines:
+        m = _FIGURE_LINK.match(line)
+        if m:
+            drawn[m.group("name")] = f"![{m.group('title')}]({m.group('path')})"
+    return [drawn[name] for name in LEAD_FIGURES if name in drawn]
+
+
+def _answer_lines(data: Mapping[str, Any], results: Sequence[Mapping[str, Any]],
+                  summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's opening: one sentence per stack (lab.render.answer), how
+    the cells ran, then the speedup and T(w) figures."""
+    lines = [heading("answer"), ""]
+    lines += [f"- {s}" for s in answer.sentences(results, summaries)]
+    order = answer.order_line(data.get("order"))
+    lines += ["", order] if order else []
+    figures = _lead_figures(data.get("figure_lines") or ())
+    lines += ["", *figures] if figures else []
+    return lines + [""]
 
 def _writeup_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[Mapping[str, Any]],
                    not_comparable: bool = False) -> list[str]:
@@ -779,6 +807,8 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     summaries = analysis.summarize(results, analysis.ran_paired(data))
     probe = _probe(data)
     lines = [f"# {profile['name']}", ""] + unreadable_lines(data)
+    lines += _answer_lines(data, results, summaries)
+    lines += [heading("results"), ""]
     if profile.get("description"):
         lines += [profile["description"], ""]
     lines += [
@@ -795,8 +825,11 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     drifted = rounds_section.drift_lines(results)
     lines += ["", *drifted] if drifted else []
     if data.get("figure_lines"):
-        lines += ["", "## Figures", "", *data["figure_lines"]]
-    lines += ["", "## Conditions", "", "Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
+        lines += ["", heading("figures"), "", *data["figure_lines"]]
+    lines += ["", heading("conditions"), ""]
+    summary = answer.conditions_summary(results)
+    lines += [summary, ""] if summary else []
+    lines += ["Machine:", ""] + conditions.machine_lines(results, data.get("machine"))
     lines += ["", "Prompts:", ""] + conditions.prompt_lines(results)
     outputs = conditions.output_lines(results)
     if outputs:
@@ -810,30 +843,30 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     counts = conditions.count_check_lines(results)
     if counts:
         lines += ["", "Counts against the server's own:", ""] + counts
-    lines += ["", "## Detail", ""] + _detail_table(summaries)
+    lines += ["", heading("detail"), ""] + _detail_table(summaries)
     econ = _economics_lines(summaries)
     if econ:
-        lines += ["", "## Why: the step arithmetic", ""] + econ
-    lines += ["", "## Acceptance per draft position", ""] + _position_lines(data)
-    lines += ["", "## Prediction", ""] + _prediction_or_why(data, probe)
+        lines += ["", heading("why"), ""] + econ
+    lines += ["", heading("acceptance"), ""] + _position_lines(data)
+    lines += ["", heading("prediction"), ""] + _prediction_or_why(data, probe)
     from lab.render import policy as policy_section
 
     lines += policy_section.markdown_lines(data, _probes(data, probe))
-    lines += ["", "## Statistics", ""] + _stats_lines(summaries)
+    lines += ["", heading("statistics"), ""] + _stats_lines(summaries)
     if categories.has_categories(results):
-        lines += ["", "## Per category", ""] + category_section.markdown_lines(results, profile.get("prompts") or ())
-    lines += ["", "## Latency", ""] + latency_section.markdown_lines(results)
-    lines += ["", "## Greedy equivalence", ""] + _divergence_lines(results)
+        lines += ["", heading("per-category"), ""] + category_section.markdown_lines(results, profile.get("prompts") or ())
+    lines += ["", heading("latency"), ""] + latency_section.markdown_lines(results)
+    lines += ["", heading("greedy-equivalence"), ""] + _divergence_lines(results)
     beside = engines_section.markdown_lines(data)
-    lines += ["", "## Engines beside the lab's loop", "", *beside] if beside else []
+    lines += ["", heading("engines"), "", *beside] if beside else []
     lines += lossless_lines.markdown_lines(data.get("lossless"))
-    for title, section in (("Concurrency", serving.concurrency_lines(results)),
-                           ("Servers the lab attached to", serving.attached_lines(results)),
-                           ("GPU: memory and energy", gpu_report.markdown_lines(results))):
-        lines += ["", f"## {title}", "", *section] if section else []
+    for sid, section in (("concurrency", serving.concurrency_lines(results)),
+                         ("servers", serving.attached_lines(results)),
+                         ("gpu", gpu_report.markdown_lines(results))):
+        lines += ["", heading(sid), "", *section] if section else []
     lines += memory_section.section_lines(data)
     roofs = analysis.roofline(results, probe, data.get("bandwidth_bytes_s"))
-    lines += ["", "## Roofline", ""]
+    lines += ["", heading("roofline"), ""]
     if roofs:
         lines += [f"- {arm}: {r.line()}" for arm, r in roofs]
     elif probe is not None and probe.on_gpu:
@@ -847,14 +880,14 @@ def render_markdown(data: Mapping[str, Any]) -> str:
             "or give one with `lab report RUN_DIR --bandwidth GBPS`."
         )
     # cells someone stopped are no failures: they get a section of their own
-    for title, rows in (
-        ("Failures", [r for r in results if r["status"] != "ok" and r["status"] not in STOPPED_STATUSES
+    for sid, rows in (
+        ("failures", [r for r in results if r["status"] != "ok" and r["status"] not in STOPPED_STATUSES
                       and r.get("detail")]),
-        ("Not measured", [r for r in results if r["status"] in STOPPED_STATUSES]),
+        ("not-measured", [r for r in results if r["status"] in STOPPED_STATUSES]),
     ):
         if not rows:
             continue
-        lines += ["", f"## {title}", ""]
+        lines += ["", heading(sid), ""]
         seen: set[tuple[str, str]] = set()
         for r in rows:
             key = (r["arm"], r["status"])
@@ -866,7 +899,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
             cells = f" ({count} cells)" if count > 1 else ""
             lines.append(f"- **{r['arm']}** {r['status']}{cells}: {first_line}".rstrip(": "))
     left = _left_behind_lines(data.get("arm_reports"))
-    lines += ["", "## Left running by plugins", "", *left] if left else []
+    lines += ["", heading("left-running"), "", *left] if left else []
     lines += [
         "",
         "Speedup is against each arm's own stack baseline, same prompt and round. Step cost is a step's "

@@ -27,7 +27,7 @@ from lab.render.report import load_for_report, render
 from lab.store import load_run, load_steps
 from lab.tui.messages import EnginesMissing, RunFailed
 from lab.tui.screens.error import ErrorScreen
-from lab.tui.screens.export import ExportScreen
+from lab.tui.screens.export import ExportScreen, export_text
 from lab.tui.screens.help import HelpScreen
 from lab.tui.screens.picker import Choice, PickerScreen
 from lab.tui.screens.plugins import PluginsScreen
@@ -278,52 +278,50 @@ class LabApp(App[int]):
     def _export_requested(self, message: RunScreen.ExportRequested) -> None:
         self.export_comparison(message.screen)
 
-    def _comparison_data(self, screen: RunScreen) -> dict | None:
-        if screen.saved is not None:
-            return dict(screen.saved)
+    def save_comparison(self, screen: RunScreen) -> Path | None:
+        """Write report.md and comparison.csv into the directory of the run
+        this session ran (the one `lab run` writes; results.json and
+        steps.jsonl are written as the run goes). A saved run opened here is
+        saved already: nothing is written into it."""
         run_dir = screen.run_dir()
+        if screen.read_only:
+            self.notify(f"already saved: {run_dir}")
+            return run_dir
         if run_dir is None:
             self.notify("nothing to save yet: start the run (s) first", severity="warning")
             return None
         # Steps and probe attached, as the report `lab run` saves.
-        return load_for_report(run_dir)
-
-    def save_comparison(self, screen: RunScreen) -> Path | None:
-        """Write report.md and comparison.csv into the run directory (the
-        one `lab run` writes; results.json and steps.jsonl are written as
-        the run goes)."""
-        data = self._comparison_data(screen)
-        run_dir = screen.run_dir()
-        if data is None or run_dir is None:
-            return None
-        if screen.read_only:
-            self.notify(f"already saved: {run_dir}")
-            return run_dir
+        data = load_for_report(run_dir)
         (run_dir / "report.md").write_text(render(data, "md"), encoding="utf-8")
         (run_dir / "comparison.csv").write_text(render(data, "csv"), encoding="utf-8")
         self.notify(f"saved: {run_dir}")
         return run_dir
 
     def export_comparison(self, screen: RunScreen) -> None:
-        data = self._comparison_data(screen)
+        """The export dialog, then the chosen format written where it says:
+        what `lab report RUN_DIR --format F` prints, rendered off the UI
+        thread; the run's own files are never replaced (ExportScreen)."""
         run_dir = screen.run_dir()
-        if data is None or run_dir is None:
+        if run_dir is None:
+            self.notify("nothing to export yet: start the run (s) first", severity="warning")
             return
 
         def done(choice: tuple[str, str] | None) -> None:
-            if choice is None:
-                return
-            fmt, path = choice
-            try:
-                out = Path(path).expanduser()
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(render(data, fmt), encoding="utf-8")
-            except (OSError, ValueError) as exc:
-                self.show_error("export failed", str(exc))
-                return
-            self.notify(f"exported {fmt}: {out}")
+            if choice is not None:
+                self._export(run_dir, choice[0], Path(choice[1]).expanduser())
 
         self.push_screen(ExportScreen(run_dir), done)
+
+    @work(thread=True, exit_on_error=False, group="export")
+    def _export(self, run_dir: Path, fmt: str, out: Path) -> None:
+        try:
+            text = export_text(run_dir, fmt)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+        except Exception as exc:  # noqa: BLE001 - a saved run is user data: a message, not a traceback
+            self.call_from_thread(self.show_error, "export failed", f"{type(exc).__name__}: {exc}")
+            return
+        self.call_from_thread(self.notify, f"exported {fmt}: {out}")
 
     # -- command palette -----------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

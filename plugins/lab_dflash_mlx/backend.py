@@ -25,6 +25,11 @@ FIXED_BLOCK = ("dflash", "off")
 
 
 def doctor_checks() -> list[Check]:
+    from lab.kit import mlx_platform
+
+    gone = mlx_platform.unavailable()
+    if gone:
+        return [Check("dflash-mlx", False, f"{gone} (backend dflash-mlx)")]
     return [package_check("dflash-mlx", "dflash_mlx", INSTALL)]
 
 

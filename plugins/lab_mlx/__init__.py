@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 from lab.api import Check
+from lab.kit import mlx_platform
 from lab.kit.checks import import_failure, package_check
 from lab.kit.plugin import Plugin
 
 
 def doctor_checks() -> list[Check]:
-    """As ``lab check`` asks (MlxSession.missing_engine): an mlx that is there but does not import is missing."""
-    fix = "bash scripts/setup.sh mlx"
+    """As ``lab check`` asks (MlxSession.missing_engine): an mlx that is there but does not import is missing,
+    with the install line of this platform; where MLX cannot run, its backends are unavailable, with no fix."""
+    gone = mlx_platform.unavailable()
+    if gone:
+        return [Check("mlx", False, f"{gone} (backends mlx, mlx-dflash, mlx-mtp, mlx-lm)")]
+    fix = mlx_platform.install_line()
     why = import_failure("mlx.core")
     return [Check("mlx", False, why, fix) if why else package_check("mlx", "mlx", fix),
             package_check("mlx-lm", "mlx_lm", fix)]

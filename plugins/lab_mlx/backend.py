@@ -53,11 +53,15 @@ class MlxSession(Backend, Probing):
 
     @classmethod
     def missing_engine(cls, arm_options: Mapping[str, Any]) -> MissingEngine | None:
+        from lab.kit import mlx_platform
         from lab.kit.checks import import_failure
 
+        gone = mlx_platform.unavailable()
+        if gone:
+            return MissingEngine("mlx", gone, "")
         # mlx_lm is only looked up: importing it brings transformers in (seconds)
         why = import_failure("mlx.core", found=("mlx_lm",))
-        return MissingEngine("mlx", why, "bash scripts/setup.sh mlx") if why else None
+        return MissingEngine("mlx", why, mlx_platform.install_line()) if why else None
 
     @classmethod
     def busy_cores(cls, arm_options: Mapping[str, Any], threads: int) -> int:

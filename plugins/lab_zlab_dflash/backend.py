@@ -29,6 +29,11 @@ INSTALL = "pip install --no-deps dflash==0.1.0"
 
 
 def doctor_checks() -> list[Check]:
+    from lab.kit import mlx_platform
+
+    gone = mlx_platform.unavailable()
+    if gone:
+        return [Check("dflash", False, f"{gone} (backend zlab-dflash)")]
     return [package_check("dflash", "dflash", INSTALL)]
 
 

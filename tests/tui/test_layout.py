@@ -228,15 +228,15 @@ async def test_export_defaults_to_markdown_and_refuses_a_blank_name(tmp_path: Pa
         await run_finished(pilot)
         await _dismiss_errors(pilot)
         run_dir = screen.run_dir()
-        report = run_dir / "report.md"
-        report.unlink(missing_ok=True)
+        export = run_dir / "export.md"
 
-        # e, space, enter: the obvious default, Markdown into the run directory
+        # e, space, enter: the obvious default, Markdown beside the run's files under a new name
         await pilot.press("e")
         await wait_until(pilot, lambda: isinstance(app.screen, ExportScreen))
         await pilot.press("space", "enter")
         await wait_until(pilot, lambda: app.screen is screen, what="the dialog to close")
-        assert report.read_text(encoding="utf-8").startswith("#")
+        await wait_until(pilot, export.exists, what="the export")
+        assert export.read_text(encoding="utf-8").startswith("#")
         assert not (Path.cwd() / " ").exists()
 
         # e, down, enter: the next format, CSV
@@ -244,7 +244,15 @@ async def test_export_defaults_to_markdown_and_refuses_a_blank_name(tmp_path: Pa
         await wait_until(pilot, lambda: isinstance(app.screen, ExportScreen))
         await pilot.press("down", "enter")
         await wait_until(pilot, lambda: app.screen is screen, what="the dialog to close")
-        assert (run_dir / "comparison.csv").read_text(encoding="utf-8").startswith("arm,")
+        await wait_until(pilot, (run_dir / "export.csv").exists, what="the CSV export")
+        assert (run_dir / "export.csv").read_text(encoding="utf-8").startswith("arm,")
+
+        # the next Markdown export takes the next free name
+        await pilot.press("e")
+        await wait_until(pilot, lambda: isinstance(app.screen, ExportScreen))
+        assert app.screen.query_one("#export-path").value == str(run_dir / "export-2.md")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen)
 
         # a blank name is refused in the dialog, with a message
         for blank in ("", "   ", str(run_dir) + "/ ", str(run_dir) + "/"):

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from lab.analysis.compare import compare, run_name, warnings
 from lab.base.units import DASH
 from lab.store import load_run
+from lab.tui.widgets.columns import fitting
 
 # (label, key in a compare row without its _a/_b, format)
 FIGURES = (
@@ -26,6 +27,12 @@ FIGURES = (
     ("cost", "step_cost_tokens", lambda v: f"{v:.2f}"),
     ("peak", "peak_mem_bytes", lambda v: f"{v / 2**20:.0f} MiB"),
 )
+# Where the table is wider than the screen, these pairs of columns give way
+# in this order (the foot says which); the rest always show.
+GIVE_WAY = (("peak_mem_bytes_a", "peak_mem_bytes_b"), ("step_cost_tokens_a", "step_cost_tokens_b"),
+            ("acceptance_rate_a", "acceptance_rate_b"),
+            # B's figures whose change counts stay marked without it
+            ("changed",))
 # a figure whose change counts, by the name compare() gives it
 CHANGE_OF = {"tok_per_s": "tok/s", "speedup": "speedup", "acceptance_rate": "acceptance",
              "peak_mem_bytes": "memory"}
@@ -68,6 +75,7 @@ class CompareScreen(Screen[None]):
         self.dir_a, self.dir_b = dir_a, dir_b
         self.rows = compare(data_a, data_b)
         self.warned = warnings(data_a, data_b, self.rows)
+        self.shown_columns: list[str] = []
 
     @classmethod
     def open(cls, run_a: str, run_b: str) -> CompareScreen | str:
@@ -100,20 +108,20 @@ class CompareScreen(Screen[None]):
             yield CompareFoot(self.foot(), id="compare-foot", markup=False)
         yield Footer()
 
-    def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_column("arm", key="arm")
-        table.add_column("prompt", key="prompt")
-        # what a reader came for first (tok/s, speedup, verdict, what
-        # changed), so it shows at 100 columns; the rest scrolls sideways
+    def columns(self) -> list[tuple[str, str]]:
+        """(key, label) of every column, in order: what a reader came for
+        first (tok/s, speedup, verdict, what changed), then the rest."""
+        cols = [("arm", "arm"), ("prompt", "prompt")]
         for label, key, _ in FIGURES[:2]:
-            table.add_column(f"{label} A", key=f"{key}_a")
-            table.add_column(f"{label} B", key=f"{key}_b")
-        table.add_column("verdict A → B", key="verdict")
-        table.add_column("changed", key="changed")
+            cols += [(f"{key}_a", f"{label} A"), (f"{key}_b", f"{label} B")]
+        cols += [("verdict", "verdict A → B"), ("changed", "changed")]
         for label, key, _ in FIGURES[2:]:
-            table.add_column(f"{label} A", key=f"{key}_a")
-            table.add_column(f"{label} B", key=f"{key}_b")
+            cols += [(f"{key}_a", f"{label} A"), (f"{key}_b", f"{label} B")]
+        return cols
+
+    def cells(self) -> list[list[str | Text]]:
+        """Every row's cells, one per column of :meth:`columns`."""
+        out = []
         for r in self.rows:
             cells: list[str | Text] = [r["arm"], r["prompt"]]
             for _, key, fmt in FIGURES[:2]:
@@ -122,5 +130,36 @@ class CompareScreen(Screen[None]):
             cells += [verdict_cell(r), Text(changed or DASH, style="bold yellow" if changed else "dim")]
             for _, key, fmt in FIGURES[2:]:
                 cells.extend(figure_pair(r, key, fmt))
-            table.add_row(*cells, key=f"{r['arm']}\x1f{r['prompt']}")
-        table.focus()
+            out.append(cells)
+        return out
+
+    def on_mount(self) -> None:
+        self._fill()
+        self.query_one(DataTable).focus()
+
+    def on_resize(self) -> None:
+        self._fill()
+
+    def _fill(self) -> None:
+        """The columns that fit the screen (GIVE_WAY), the rows, and the foot
+        naming what gave way."""
+        table = self.query_one(DataTable)
+        columns, cells = self.columns(), self.cells()
+        shown = fitting(columns, cells, self.size.width or self.app.size.width, GIVE_WAY)
+        if shown == self.shown_columns:
+            return
+        self.shown_columns = shown
+        table.clear(columns=True)
+        labels = dict(columns)
+        for key in shown:
+            table.add_column(labels[key], key=key)
+        index = [key for key, _ in columns]
+        for r, row in zip(self.rows, cells):
+            table.add_row(*(row[index.index(key)] for key in shown), key=f"{r['arm']}\x1f{r['prompt']}")
+        hidden = [label for label, key, _ in FIGURES if f"{key}_a" not in shown]
+        hidden += [] if "changed" in shown else ["changed (B's figures that changed stay marked)"]
+        foot = self.foot()
+        if hidden:
+            foot += (f" Not shown at this width: {', '.join(hidden)} (a wider terminal, or `lab report A --compare "
+                     "B`, shows them).")
+        self.query_one(CompareFoot).update(foot)

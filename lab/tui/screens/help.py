@@ -39,8 +39,8 @@ median is often 0 ms and its p95 shows a step's cost.
 | `←` `→` | select a lane, whatever has focus; the plots follow the selection (`a` too). Below 120 columns one lane shows at a time and these switch it (the line above it names every arm and its status) |
 | `1` `2` `3` | show the comparison table, the plots, the per-category table |
 | `tab` | move the focus between the tables (the comparison table has it from the start and whenever its view shows; `↑` `↓` move its cursor) |
-| `w` | save the comparison into the run directory (report.md, comparison.csv) |
-| `e` | export Markdown, CSV or JSON |
+| `w` | save the comparison into the directory of the run you ran (report.md, comparison.csv); a saved run is saved already |
+| `e` | export Markdown, CSV or JSON, what `lab report` prints, under a new name |
 | `↑` `↓` in the table | once no run streams (a saved run, a finished one): the highlighted row's cell shows in its arm's lane, its text against the baseline's for the same prompt and round |
 | `r` | that cell's next round |
 | `m` | compare this run with another saved run, side by side (what `lab report A --compare B` says; `lab --compare A B` opens it directly) |
@@ -64,7 +64,9 @@ probe measures in a process of its own, which `q` and `x` end at once (what
 it had measured is not kept).
 
 Export (`e`): `↑` `↓` choose the format, `enter` exports to the path shown
-(the run directory); `tab` reaches the path.
+(`export.md` beside the run's files, or the next free name); `tab` reaches
+the path. The run's own files are never replaced; a file elsewhere that
+exists is replaced on a second `enter`.
 Cancelled and skipped cells were stopped, not measured: they are never
 counted as failures.
 

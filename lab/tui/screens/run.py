@@ -444,7 +444,7 @@ class RunScreen(Screen[None]):
         if not width or not self.arms:
             return
         swept = [g for g in self._groups().values() if len(g) > 1]
-        room = width - 2 * len(swept) - 1
+        room = width - 2 * len(swept)
         self.tabbed = width < TABBED_BELOW or room // len(self.arms) < LANE_MIN
         self.set_class(self.tabbed, "-tabbed")
         self.query_one(LaneSwitcher).display = self.tabbed

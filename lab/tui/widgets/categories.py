@@ -16,11 +16,15 @@ from lab.analysis.categories import ALL, CategoryRow, category_table
 from lab.analysis.stats import FASTER, SLOWER
 from lab.base.units import DASH, number, percent, speedup
 from lab.base.verdict import BUSY_WARNING
+from lab.tui.widgets.columns import fitting
 
 COLUMNS = (
     ("arm", "arm"), ("category", "category"), ("prompts", "prompts"), ("accept", "accept"),
     ("mean_len", "mean len"), ("speedup", "speedup"), ("interval", "95% interval"), ("call", "call"),
 )
+# Where the table is wider than its room these columns give way, in this
+# order; arm, category, speedup, interval and the call always show.
+GIVE_WAY = (("prompts",), ("mean_len",), ("accept",))
 
 
 def row_key(arm: str, category: str) -> str:
@@ -52,24 +56,42 @@ def category_cells(r: CategoryRow, busy: bool = False) -> list[str | Text]:
 
 class CategoryTable(DataTable[Any]):
     """Per arm x category over the rows given: acceptance, mean accepted
-    length, speedup over the stack's baseline and its paired interval."""
+    length, speedup over the stack's baseline and its paired interval; the
+    least telling columns give way where the table would be cut (GIVE_WAY)."""
 
     def __init__(self, rows: Sequence[Mapping[str, Any]] = (), *, id: str | None = None) -> None:
         super().__init__(id=id, zebra_stripes=True, cursor_type="row")
         self._rows: list[Mapping[str, Any]] = list(rows)
+        self._mounted = False
+        self.shown_columns: list[str] = []
 
     def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            self.add_column(label, key=key)
+        self._mounted = True
         self.show_rows(self._rows)
+
+    def on_resize(self) -> None:
+        if self._mounted:
+            self.show_rows(self._rows)
 
     def show_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Replace the table with the figures of ``rows`` (every row of the
         run so far, not just the newest)."""
         self._rows = list(rows)
-        if not self.columns:  # not mounted yet: on_mount shows them
+        if not self._mounted:  # not mounted yet: on_mount shows them
             return
-        self.clear()
         busy = busy_arms(self._rows)
-        for r in category_table(self._rows):
-            self.add_row(*category_cells(r, r.arm in busy), key=row_key(r.arm, r.category))
+        table = category_table(self._rows)
+        cells = [category_cells(r, r.arm in busy) for r in table]
+        width = self.size.width or self.app.size.width
+        shown = fitting(COLUMNS, cells, width, GIVE_WAY)
+        if shown != self.shown_columns:
+            self.clear(columns=True)
+            labels = dict(COLUMNS)
+            for key in shown:
+                self.add_column(labels[key], key=key)
+            self.shown_columns = shown
+        else:
+            self.clear()
+        index = [key for key, _ in COLUMNS]
+        for r, row in zip(table, cells):
+            self.add_row(*(row[index.index(key)] for key in shown), key=row_key(r.arm, r.category))
