@@ -154,6 +154,13 @@ async def test_two_runs_side_by_side_say_what_report_compare_says(tmp_path: Path
         # the profiles differ (the spec arm's options): the warning is up front
         caption = str(screen.query_one("#compare-caption").render())
         assert "alpha" in caption and "beta" in caption and "profiles differ" in caption
+        # the foot leads with the report's conclusion and says what counts as a change, as the report does
+        foot = str(screen.query_one("#compare-foot").render())
+        from lab.analysis.compare import conclusion, count_line
+
+        data_a, data_b = load_run(a), load_run(b)
+        assert conclusion(data_a, data_b, want)[:60] in foot and count_line(want)[:60] in foot
+        assert "95%" not in foot
         await pilot.press("escape")
         assert isinstance(app.screen, PickerScreen)
 

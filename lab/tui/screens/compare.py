@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from lab.analysis.compare import compare, run_name, warnings
+from lab.analysis.compare import compare, conclusion, count_line, run_name, warnings
 from lab.base.units import DASH
 from lab.store import load_run
 from lab.tui.widgets.columns import fitting
@@ -96,9 +96,8 @@ class CompareScreen(Screen[None]):
         return text
 
     def foot(self) -> str:
-        changed = sum(1 for r in self.rows if r["changed"])
-        return (f"{changed} of {len(self.rows)} cells changed. A speedup change counts when it leaves A's 95% "
-                "interval (or moves more than 2% without one).")
+        """What `lab report --compare` leads with: the conclusion, then what counts as a change."""
+        return f"{conclusion(self.data_a, self.data_b, self.rows)}\n{count_line(self.rows)}"
 
     def compose(self) -> ComposeResult:
         yield Header()
