@@ -74,7 +74,21 @@ def _measured(s: Mapping[str, Any]) -> str:
 
 
 def _busy(s: Mapping[str, Any]) -> bool:
+    """Uncertain, for either reason: the machine was busy, or the cell's
+    paired rounds disagree."""
     return _kind(s) == econ_kinds.UNCERTAIN
+
+
+def _unsure_why(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Why cells are uncertain, in the words a change or a name carries."""
+    busy = [bool(s.get("contended")) for s in rows]
+    if all(busy):
+        return "the machine was busy"
+    return "its rounds disagree" if not any(busy) else "a busy machine, rounds that disagree"
+
+
+def _tag(s: Mapping[str, Any]) -> str:
+    return "busy" if s.get("contended") else "rounds disagree"
 
 
 def _cost_and_landed(rows: Sequence[Mapping[str, Any]], named: bool, say_prompt: bool = False) -> str:
@@ -121,7 +135,7 @@ def _by_prompt(rows: Sequence[Mapping[str, Any]], busy_said: bool = False) -> st
         return ""
 
     def one(s: Mapping[str, Any]) -> str:
-        return _change(s["speedup"]) + (", busy" if _busy(s) and not busy_said else "")
+        return _change(s["speedup"]) + (f", {_tag(s)}" if _busy(s) and not busy_said else "")
 
     if len(rows) == 1:
         return one(with_speedup[0])
@@ -140,7 +154,7 @@ def arm_clause(rows: Sequence[Mapping[str, Any]]) -> str:
     kinds = [_measured(s) for s in rows]
     named = len(rows) <= NAMED_PROMPTS
     all_busy = all(_busy(s) for s in rows)
-    name = f"{arm} (uncertain: the machine was busy)" if all_busy else arm
+    name = f"{arm} (uncertain: {_unsure_why(rows)})" if all_busy else arm
     if len(set(kinds)) == 1:
         kind = kinds[0]
         where = "" if len(rows) == 1 else (" on both prompts" if len(rows) == 2 else
@@ -179,9 +193,13 @@ def next_step(rows: Sequence[Mapping[str, Any]]) -> str:
     structural = list(dict.fromkeys(s["arm"] for s in rows if _measured(s) == econ_kinds.STRUCTURAL))
     paying = [s for s in rows if _measured(s) == econ_kinds.PAYS and s.get("speedup") is not None]
     said = []
-    unsure = list(dict.fromkeys(s["arm"] for s in rows if _busy(s)))
+    unsure = list(dict.fromkeys(s["arm"] for s in rows if _busy(s) and s.get("contended")))
     if unsure:
         said.append(f"run {', '.join(unsure)} again on a quiet machine to settle {'it' if len(unsure) == 1 else 'them'}")
+    split = list(dict.fromkeys(s["arm"] for s in rows if _busy(s) and not s.get("contended")))
+    if split:
+        said.append(f"run {', '.join(split)} with more rounds (`[run] rounds`, `max_rounds`) to settle "
+                    f"{'it' if len(split) == 1 else 'them'}: its paired rounds disagree")
     if paying:
         best = max(paying, key=lambda s: float(s["speedup"]))
         said.append(f"keep {best['arm']} ({float(best['speedup']):.2f}x on {best['prompt']})")

@@ -27,6 +27,7 @@ SECTIONS: dict[str, str] = {
     "servers": "Servers the lab attached to",
     "gpu": "GPU: memory and energy",
     "memory": "Memory: expected and measured",
+    "what-to-run": "What to run",
     "roofline": "Roofline",
     "failures": "Failures",
     "not-measured": "Not measured",
