@@ -162,3 +162,15 @@ def gguf_problem(ref: str, role: str) -> str | None:
     if model_arg(ref).lower().endswith(".gguf") or (hub is not None and (hub.quant or hub.file)):
         return f"the {role} is a GGUF file ({ref}): the lab's MLX reader loads it, the engine's own loader does not"
     return None
+
+
+def draft_pair_problem(model: str | None, draft: Any) -> str | None:
+    """Why a DFlash tool's command line cannot be written for this target
+    and draft (one missing, or a GGUF its loader cannot open), or None."""
+    if model is None or not draft:
+        return "the arm names no model or no draft"
+    for ref, role in ((model, "target"), (str(draft), "draft")):
+        problem = gguf_problem(ref, role)
+        if problem:
+            return problem
+    return None

@@ -71,16 +71,13 @@ class DFlashMlxBackend(EngineBackend):
         z-lab's package installs a ``dflash`` command too). It has no block
         size of its own: a block below the draft's trained one is written as
         ``--verify-len-cap``, the tokens verified a pass."""
-        from lab.kit.command_line import PROMPT, gguf_problem, model_arg
+        from lab.kit.command_line import PROMPT, draft_pair_problem, model_arg
 
         opts = with_defaults(cls.options, arm.options)
-        if arm.model is None or not opts["draft"]:
-            return EngineCommand((), ("the arm names no model or no draft",))
+        problem = draft_pair_problem(arm.model, opts["draft"])
+        if problem or arm.model is None:
+            return EngineCommand((), (problem or "the arm names no model or no draft",))
         draft = str(opts["draft"])
-        for ref, role in ((arm.model, "target"), (draft, "draft")):
-            problem = gguf_problem(ref, role)
-            if problem:
-                return EngineCommand((), (problem,))
         argv = ["python", "-m", "dflash_mlx.cli", "generate", "--model", model_arg(arm.model), "--draft",
                 model_arg(draft), "--verify-mode", str(opts["verify_mode"])]
         if opts["draft_quant"]:

@@ -9,7 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from lab.api import EngineCommand
-from lab.kit.command_line import ZLAB_RAW_NOTE, gguf_problem, mlx_lm_generate, zlab_dflash_generate, zlab_draft_notes
+from lab.kit.command_line import (
+    ZLAB_RAW_NOTE,
+    draft_pair_problem,
+    gguf_problem,
+    mlx_lm_generate,
+    zlab_dflash_generate,
+    zlab_draft_notes,
+)
 
 if TYPE_CHECKING:
     from lab.base.profile import Arm, RunSettings
@@ -49,13 +56,10 @@ def mlx_command(arm: Arm, run: RunSettings, opts: Mapping[str, Any]) -> EngineCo
 def dflash_command(arm: Arm, run: RunSettings, opts: Mapping[str, Any]) -> EngineCommand:
     """The ``mlx-dflash`` backend: z-lab's ``dflash generate mlx`` on the
     same target and draft, block n_max + 1, draft bits as the arm's."""
-    if arm.model is None or not opts.get("draft"):
-        return EngineCommand((), ("the arm names no model or no draft",))
+    problem = draft_pair_problem(arm.model, opts.get("draft"))
+    if problem or arm.model is None:
+        return EngineCommand((), (problem or "the arm names no model or no draft",))
     draft = str(opts["draft"])
-    for ref, role in ((arm.model, "target"), (draft, "draft")):
-        problem = gguf_problem(ref, role)
-        if problem:
-            return EngineCommand((), (problem,))
     notes = ["measured on the lab's DFlash loop; z-lab's loop differs (a zlab-dflash arm measures it)"]
     bits = int(opts.get("draft_bits") or 0)
     if bits not in (0, 4, 8):

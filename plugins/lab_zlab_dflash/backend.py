@@ -57,16 +57,13 @@ class ZlabDFlashBackend(EngineBackend):
     @classmethod
     def engine_command(cls, arm: Arm, run: RunSettings) -> EngineCommand | None:
         """z-lab's ``dflash generate mlx`` with the arm's block and draft bits."""
-        from lab.kit.command_line import ZLAB_RAW_NOTE, gguf_problem, zlab_dflash_generate, zlab_draft_notes
+        from lab.kit.command_line import ZLAB_RAW_NOTE, draft_pair_problem, zlab_dflash_generate, zlab_draft_notes
 
         opts = with_defaults(cls.options, arm.options)
-        if arm.model is None or not opts["draft"]:
-            return EngineCommand((), ("the arm names no model or no draft",))
+        problem = draft_pair_problem(arm.model, opts["draft"])
+        if problem or arm.model is None:
+            return EngineCommand((), (problem or "the arm names no model or no draft",))
         draft = str(opts["draft"])
-        for ref, role in ((arm.model, "target"), (draft, "draft")):
-            problem = gguf_problem(ref, role)
-            if problem:
-                return EngineCommand((), (problem,))
         notes = zlab_draft_notes(draft) + ([] if run.chat_template else [ZLAB_RAW_NOTE])
         if int(opts["prefill_step_size"]) != 2048:
             notes.append(f"prefill_step_size {opts['prefill_step_size']}: z-lab's command has no flag for it "
