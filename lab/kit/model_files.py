@@ -145,10 +145,10 @@ def _short(value: Any) -> str:
 # -- safetensors ------------------------------------------------------------------
 
 
-def check_safetensors(path: Path, size: int | None = None) -> None:
-    """The 8-byte header length within the file and safetensors' own bound,
-    the header JSON, and every tensor's offsets inside the data and of the
-    size its dtype and shape say."""
+def safetensors_header(path: Path, size: int | None = None) -> tuple[dict[str, Any], int]:
+    """A safetensors file's header (its 8-byte length held within the file
+    and safetensors' own bound, then its JSON object) and the bytes of data
+    after it."""
     if size is None:
         size = regular_file(path).st_size
     with open(path, "rb") as f:
@@ -165,7 +165,13 @@ def check_safetensors(path: Path, size: int | None = None) -> None:
         raise ModelFileError(f"{path}: the safetensors header is not valid JSON") from None
     if not isinstance(header, dict):
         raise ModelFileError(f"{path}: the safetensors header is not a JSON object")
-    data = size - 8 - n
+    return header, size - 8 - n
+
+
+def check_safetensors(path: Path, size: int | None = None) -> None:
+    """The header (:func:`safetensors_header`), and every tensor's offsets
+    inside the data and of the size its dtype and shape say."""
+    header, data = safetensors_header(path, size)
     for name, info in header.items():
         if name == "__metadata__":
             continue

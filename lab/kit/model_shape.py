@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lab.base.footprint import ModelShape
 from lab.kit.model_files import (
     MAX_CONFIG_BYTES,
-    MAX_SAFETENSORS_HEADER,
     ModelFileError,
     check_config,
     check_gguf,
     read_gguf_header,
     regular_file,
+    safetensors_header,
 )
 
 # GGUF architectures with no attention at all: every layer keeps recurrent state
@@ -215,15 +214,7 @@ class _Tensor:
 
 def safetensors_tensors(path: Path) -> list[_Tensor]:
     """Every tensor a safetensors header lists, with its byte span."""
-    size = regular_file(path).st_size
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise ModelFileError(f"{path}: too short for a safetensors header")
-        (n,) = struct.unpack("<Q", raw)
-        if n > min(size - 8, MAX_SAFETENSORS_HEADER):
-            raise ModelFileError(f"{path}: the header claims {n:,} bytes; the file has {size:,}")
-        header = json.loads(f.read(n))
+    header, _ = safetensors_header(path)
     out = []
     for name, info in header.items():
         if name == "__metadata__" or not isinstance(info, dict):
