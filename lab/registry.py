@@ -245,7 +245,7 @@ def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], c
                     for impl in hook.get_hookimpls():
                         if impl.plugin_name == name:
                             impl.function(register=register)
-        except BaseException as exc:  # noqa: BLE001 - a plugin's failure is data, SystemExit included
+        except BaseException as exc:  # a plugin's failure is data, SystemExit included
             registry.backends, registry.drafters, registry.models, registry.origins = before
             pm.unregister(plugin)
             if not ctrl_c.plugins_own(exc):
@@ -263,7 +263,7 @@ def _load_all(pm: pluggy.PluginManager, registry: Registry, blocked: set[str], c
         try:
             with _exit_refused():
                 plugin = ep.load()
-        except BaseException as exc:  # noqa: BLE001 - SystemExit at import included (see _CtrlC)
+        except BaseException as exc:  # SystemExit at import included (see _CtrlC)
             if not ctrl_c.plugins_own(exc):
                 raise
             fail(ep.name, group, exc)

@@ -41,7 +41,7 @@ def test_the_accelerator_here_matches_the_readers() -> None:
         assert place == ("cuda" if budget.cuda_budget() is not None else "cpu")
 
 
-def _sysctl(values: dict[str, int | None]):  # noqa: ANN202
+def _sysctl(values: dict[str, int | None]):
     return lambda name: values.get(name)
 
 
@@ -61,7 +61,7 @@ def test_metal_without_a_set_limit_takes_macos_default() -> None:
 
 
 def test_sysctl_reads_integers_and_nothing_else() -> None:
-    def run(out: str, rc: int = 0):  # noqa: ANN202
+    def run(out: str, rc: int = 0):
         return lambda *a, **k: subprocess.CompletedProcess(a, rc, out, "")
 
     assert budget.sysctl_int("x", run("24576\n")) == 24576

@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="figures need matplotlib (a base dependency: pip install -e .)")
 
-from lab.render import draw, figures  # noqa: E402
-from lab.render import figure_data as fd  # noqa: E402
-from lab.render.report import load_for_report, render_markdown, write_report  # noqa: E402
+from lab.render import draw, figures
+from lab.render import figure_data as fd
+from lab.render.report import load_for_report, render_markdown, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

@@ -24,9 +24,9 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="figures need matplotlib (a base dependency: pip install -e .)")
 
-from lab.render import draw, figures  # noqa: E402
-from lab.render.report import load_for_report, write_report  # noqa: E402
-from tests.fakes import BASE_AND_SPEC, profile_toml  # noqa: E402
+from lab.render import draw, figures
+from lab.render.report import load_for_report, write_report
+from tests.fakes import BASE_AND_SPEC, profile_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "results" / "first-command-cpu"

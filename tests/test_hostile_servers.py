@@ -39,7 +39,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         if self.path in self.server.gets:
             self.server.gets[self.path](self)
         elif self.path == "/health":
@@ -49,7 +49,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json({"error": {"message": "not here"}}, 404)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         if self.path == "/tokenize":

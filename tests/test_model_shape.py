@@ -16,7 +16,7 @@ from lab.kit.model_shape import ShapeUnknown, read_shape
 
 
 @pytest.fixture(scope="module")
-def built(registry):  # noqa: ANN001, ANN201 - the conftest's registry installs the built-in models
+def built(registry):  # the conftest's registry installs the built-in models
     return models.resolve
 
 
@@ -30,7 +30,7 @@ def test_the_embedded_gguf_reads_as_llama_cpp_loads_it() -> None:
     assert shape.weight_elems > 134_000_000 and shape.file_format == "gguf"
 
 
-def test_a_hybrid_reads_its_recurrent_layers_and_mtp_block(built) -> None:  # noqa: ANN001
+def test_a_hybrid_reads_its_recurrent_layers_and_mtp_block(built) -> None:
     shape = read_shape(built("synthetic:qwen35-tiny"))
     # 4 layers, every 4th attention: 3 delta-net layers of (4-1) x (128 + 2*2*32) + 32*128 f32 each
     assert shape.n_layers == 4 and shape.nextn_layers == 1
@@ -41,7 +41,7 @@ def test_a_hybrid_reads_its_recurrent_layers_and_mtp_block(built) -> None:  # no
     assert llama_kv_bytes(shape, ModelLoad("target", "m", 4096))[0] == 2 << 20
 
 
-def test_mlx_directories_read_their_config_and_safetensors(built) -> None:  # noqa: ANN001
+def test_mlx_directories_read_their_config_and_safetensors(built) -> None:
     qwen3 = read_shape(built("tiny:qwen3"))
     assert qwen3.file_format == "safetensors" and qwen3.n_layers == 4
     assert qwen3.kv_elems == 4 * 2 * 16 * 2 and qwen3.n_vocab == 260 and qwen3.dtype_bytes == 4

@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="figures need matplotlib (a base dependency: pip install -e .)")
 
-from lab.cli import main  # noqa: E402
-from lab.render import html as page  # noqa: E402
-from lab.render.report import load_for_report  # noqa: E402
+from lab.cli import main
+from lab.render import html as page
+from lab.render.report import load_for_report
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "results" / "first-command-cpu"

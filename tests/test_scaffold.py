@@ -179,7 +179,7 @@ def test_the_plugin_page_is_the_scaffold(tmp_path: Path) -> None:
         if ln.strip() and not ln.strip().startswith(("#", '"""')):
             assert ln.split("#")[0].rstrip() in code_lines, f"README line not in the scaffold: {ln!r}"
     namespace: dict[str, object] = {}
-    exec(compile(python, "readme", "exec"), namespace)  # noqa: S102 - the README's own example
+    exec(compile(python, "readme", "exec"), namespace)  # the README's own example
     assert made.name == "lookback"
 
 
@@ -278,5 +278,5 @@ def test_the_plugin_page_documents_the_helpers_as_the_code_declares_them() -> No
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     module, example = blocks[0], blocks[1]
     space: dict[str, object] = {}
-    exec(compile(module, "docs/plugins.md", "exec"), space)  # noqa: S102 - the page's own example
-    exec(compile(example, "docs/plugins.md", "exec"), space)  # noqa: S102 - the documented call
+    exec(compile(module, "docs/plugins.md", "exec"), space)  # the page's own example
+    exec(compile(example, "docs/plugins.md", "exec"), space)  # the documented call

@@ -26,7 +26,7 @@ PROMPT_IDS = [1, 2, 3]  # what the fake's /tokenize answers
 
 
 class VllmHandler(Handler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:  # http.server's name
         if self.path == "/v1/completions":
             self.path = "/completion"  # the fake's streamed route
         if "POST " + self.path in self.server.gets:

@@ -46,7 +46,7 @@ class SomeSteps(Drafter):
 def _widths(log: Sequence[str]) -> list[int]:
     """Rows of every decode after the prompt's, from the target's own log."""
     decodes = [line for line in log if line.startswith("decode ")]
-    return [len(eval(line[len("decode "):])) for line in decodes[1:]]  # noqa: S307 - the test's own log
+    return [len(eval(line[len("decode "):])) for line in decodes[1:]]  # the test's own log
 
 
 def test_the_loop_counts_the_passes_that_switch_width() -> None:

@@ -55,6 +55,11 @@ class _Outbox:
             self._flush()
             self._send(message)
 
+    def flush(self) -> None:
+        """Send what is pending now (the last events, before the process ends)."""
+        with self._send_lock:
+            self._flush()
+
     def _flush_often(self) -> None:
         while not self.broken:
             time.sleep(FLUSH_S)
@@ -159,8 +164,7 @@ def serve(fd: int) -> int:
             life.close()
         return 130
     finally:
-        with outbox._send_lock:
-            outbox._flush()
+        outbox.flush()
         sys.stdout.flush()
         sys.stderr.flush()
     if life is not None:

@@ -115,7 +115,7 @@ class Child:
             log_path = Path(self._tmp.name) / "output.log"
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log: IO[bytes] = open(self.log_path, "ab")  # closed in stop()
         self._log.write(("$ " + " ".join(self.argv) + "\n").encode("utf-8", "replace"))
         self._log.flush()
         self._reader: threading.Thread | None = None
@@ -127,7 +127,7 @@ class Child:
                 self.argv, stdin=subprocess.PIPE if lifeline else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if on_line is not None else self._log, stderr=subprocess.STDOUT,
                 env=env, cwd=cwd, pass_fds=tuple(pass_fds), start_new_session=True,
-                preexec_fn=_child_setup(address_space_limit, die_with_parent),  # noqa: PLW1509 - prctl/setrlimit only
+                preexec_fn=_child_setup(address_space_limit, die_with_parent),  # prctl/setrlimit only
             )
         except BaseException:
             self._log.close()

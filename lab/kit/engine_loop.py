@@ -200,7 +200,7 @@ class EngineBackend(Backend):
         mx.reset_peak_memory()
         model, self.tokenizer = loader(self.model_path)[:2]
         self.model = MaskedEnds(model)
-        self.end_bias = end_bias(model, end_ids(self.tokenizer._tokenizer))
+        self.end_bias = end_bias(model, end_ids(self.tokenizer._tokenizer))  # noqa: SLF001 - mlx-lm's TokenizerWrapper keeps the Hugging Face tokenizer there only
         return model
 
     def _ignore_eos(self, request: GenerationRequest) -> set[int]:

@@ -28,7 +28,7 @@ def _bind_row_address() -> Any:
     (the binding's float pointer costs a ctypes object per call)."""
     global _row_address
     if _row_address is None:
-        fn = ll.llama_cpp._lib["llama_get_logits_ith"]
+        fn = ll.llama_cpp._lib["llama_get_logits_ith"]  # noqa: SLF001 - llama-cpp-python's ctypes library, for a signature it binds otherwise
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         fn.restype = ctypes.c_void_p
         _row_address = fn

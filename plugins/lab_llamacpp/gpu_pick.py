@@ -30,7 +30,7 @@ def _bind_set_sampler() -> Any:
     0.3.36 declares the read side of backend sampling but not this call)."""
     global _set_sampler
     if _set_sampler is None:
-        fn = ll.llama_cpp._lib.llama_set_sampler
+        fn = ll.llama_cpp._lib.llama_set_sampler  # noqa: SLF001 - a C function llama-cpp-python's ctypes library has and its wrapper does not bind
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
         fn.restype = ctypes.c_bool
         _set_sampler = fn

@@ -141,7 +141,7 @@ _K_STD_PER_D = 15.0 * float(np.sqrt(255 / 12))
 
 
 class _PoolK:
-    """synthetic._Pool's method for Q4_K: random blocks of one scale class,
+    """synthetic.Pool's method for Q4_K: random blocks of one scale class,
     tensors are views into the pool at different offsets."""
 
     SLACK_BLOCKS = 1 << 13
@@ -357,8 +357,8 @@ def write(s: Shape, out: Path | str) -> None:
             k = _k_rows(shape, s.quant)
             per = Q4_K_BLOCK if k else syn.Q4_0_BLOCK
             need[(k, fill[1])] = max(need.get((k, fill[1]), 0), int(np.prod(shape)) // per)
-    pools: dict[tuple[bool, float], syn._Pool | _PoolK] = {
-        (k, std): (_PoolK(rng, n, std) if k else syn._Pool(rng, n, std)) for (k, std), n in sorted(need.items())}
+    pools: dict[tuple[bool, float], syn.Pool | _PoolK] = {
+        (k, std): (_PoolK(rng, n, std) if k else syn.Pool(rng, n, std)) for (k, std), n in sorted(need.items())}
     embd = output = np.zeros((0, syn.Q4_0_BYTES), dtype=np.uint8)
     embd_k = isinstance(s, HybridShape) and _k_rows((s.n_vocab, s.n_embd), s.quant)
     if isinstance(s, HybridShape):
@@ -367,7 +367,7 @@ def write(s: Shape, out: Path | str) -> None:
             embd = _PoolK(rng, s.n_vocab * s.n_embd // Q4_K_BLOCK, 1.0).raw[: s.n_vocab * s.n_embd // Q4_K_BLOCK]
             embd = embd.reshape(s.n_vocab, s.n_embd // Q4_K_BLOCK * Q4_K_BYTES)
         else:
-            embd = syn._q4_0_rows(rng, s.n_vocab, s.n_embd, 1.0)
+            embd = syn.q4_0_rows(rng, s.n_vocab, s.n_embd, 1.0)
         table = syn.family_table(s.n_vocab, s.family)
         normal = np.arange(syn.FIRST_NORMAL, s.n_vocab)
         output = np.zeros_like(embd)

@@ -217,7 +217,7 @@ def _nibble_fix_table() -> np.ndarray:
 _NIBBLE_FIX = _nibble_fix_table()
 
 
-class _Pool:
+class Pool:
     """Random Q4_0 blocks with one scale class; tensors are views into it at
     different block offsets, so an 8B model's 4.7 GB need ~100 MB of RAM."""
 
@@ -249,8 +249,8 @@ class _Pool:
         return flat.reshape(*lead, cols // Q4_0_BLOCK * Q4_0_BYTES)
 
 
-def _q4_0_rows(rng: np.random.Generator, rows: int, cols: int, value_std: float) -> np.ndarray:
-    pool = _Pool(rng, rows * cols // Q4_0_BLOCK, value_std)
+def q4_0_rows(rng: np.random.Generator, rows: int, cols: int, value_std: float) -> np.ndarray:
+    pool = Pool(rng, rows * cols // Q4_0_BLOCK, value_std)
     return pool.raw[: rows * cols // Q4_0_BLOCK].reshape(rows, cols // Q4_0_BLOCK * Q4_0_BYTES)
 
 
@@ -304,7 +304,7 @@ def write(shape: Shape, out: Path | str) -> None:
     # Embeddings: unit RMS. The output matrix holds row E[t] at row
     # next[t], so the logit of next[t] after t is |E[t]|^2; rows of control
     # and byte tokens stay zero (scale 0) and never win.
-    embd = _q4_0_rows(rng, nv, d, 1.0)
+    embd = q4_0_rows(rng, nv, d, 1.0)
     table = next_token_table(shape)
     normal = np.arange(FIRST_NORMAL, nv)
     output = np.zeros_like(embd)
@@ -317,9 +317,9 @@ def write(shape: Shape, out: Path | str) -> None:
     ff_rows = ff_in * max(shape.n_expert, 1)
     # Input projections see normalized activations: unit-variance outputs.
     # Output projections write into the residual: UPDATE_RMS.
-    wide = _Pool(rng, max(ff_rows, shape.n_head * hd) * d // Q4_0_BLOCK, 1.0 / np.sqrt(d))
-    attn_out = _Pool(rng, shape.n_head * hd * d // Q4_0_BLOCK, UPDATE_RMS / np.sqrt(shape.n_head * hd))
-    ffn_out = _Pool(rng, ff_rows * d // Q4_0_BLOCK, UPDATE_RMS / np.sqrt(ff_in))
+    wide = Pool(rng, max(ff_rows, shape.n_head * hd) * d // Q4_0_BLOCK, 1.0 / np.sqrt(d))
+    attn_out = Pool(rng, shape.n_head * hd * d // Q4_0_BLOCK, UPDATE_RMS / np.sqrt(shape.n_head * hd))
+    ffn_out = Pool(rng, ff_rows * d // Q4_0_BLOCK, UPDATE_RMS / np.sqrt(ff_in))
     ones_d = np.ones(d, dtype=np.float32)
     ones_hd = np.ones(hd, dtype=np.float32)
     for i in range(shape.n_layer):

@@ -47,7 +47,7 @@ class _NoEos:
         from mlx_lm.tokenizer_utils import TokenizerWrapper
 
         self.wrapper = TokenizerWrapper(hf)
-        self.wrapper._eos_token_ids = set()
+        self.wrapper._eos_token_ids = set()  # noqa: SLF001 - mlx-lm's TokenizerWrapper has no setter for its end tokens
 
 
 def run_reference(model: Any, draft: Any, hf_tokenizer: Any, prompt_ids: Sequence[int], block_size: int, max_tokens: int) -> ReferenceRun:

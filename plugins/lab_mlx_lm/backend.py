@@ -97,7 +97,7 @@ class MlxLmBackend(EngineBackend):
             draft = load(str(models.resolve(str(self.opts["draft_model"]))))[0]
             # masked like the target, as a logits processor given to mlx-lm would be on both
             self.draft = MaskedEnds(draft)
-            self.draft_bias = end_bias(draft, end_ids(self.tokenizer._tokenizer))
+            self.draft_bias = end_bias(draft, end_ids(self.tokenizer._tokenizer))  # noqa: SLF001 - mlx-lm's TokenizerWrapper keeps the Hugging Face tokenizer there only
             n_max = self.arm.n_max
             asked = int(self.opts["num_draft_tokens"] or 0)
             if asked and n_max and asked != n_max:
@@ -110,7 +110,7 @@ class MlxLmBackend(EngineBackend):
         from mlx_lm.sample_utils import make_sampler
 
         tok = self.tokenizer
-        rendered, prompt = self._prompt(request, tok._tokenizer)
+        rendered, prompt = self._prompt(request, tok._tokenizer)  # noqa: SLF001 - mlx-lm's wrapper keeps the Hugging Face tokenizer there only
         eos = self._ignore_eos(request)
         if self.draft is not None:
             self.draft.bias = self.draft_bias if request.ignore_eos else None

@@ -114,7 +114,7 @@ class ZlabDFlashBackend(EngineBackend):
         from dflash.model_mlx import stream_generate
 
         tok = self.tokenizer
-        rendered, prompt = self._prompt(request, tok._tokenizer)
+        rendered, prompt = self._prompt(request, tok._tokenizer)  # noqa: SLF001 - mlx-lm's wrapper keeps the Hugging Face tokenizer there only
         eos = self._ignore_eos(request)
         mx.random.seed(request.seed)
         cell = EngineCell(request, emit)

@@ -81,7 +81,7 @@ class ServerClient:
         def fetch() -> None:
             try:
                 with http.stream(method, path, json=json, timeout=timeout, headers=_IDENTITY) as r:
-                    r._content = read_capped(r, max_bytes, f"{method} {path}")  # what .text and .json() read
+                    r._content = read_capped(r, max_bytes, f"{method} {path}")  # noqa: SLF001 - what httpx's .text and .json() read; a capped body has no public setter
                     box["r"] = r
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread as it is
                 box["exc"] = exc
@@ -183,7 +183,7 @@ def _read_error(r: httpx.Response) -> None:
         data += piece
         if len(data) >= MAX_ERROR_BYTES:
             break
-    r._content = data[:MAX_ERROR_BYTES]  # what .text and .json() read
+    r._content = data[:MAX_ERROR_BYTES]  # noqa: SLF001 - what httpx's .text and .json() read; a capped body has no public setter
 
 
 def raise_for_status(r: httpx.Response) -> None:

@@ -78,7 +78,7 @@ class FormatButton(RadioButton):
     ● for the chosen one, ○ for the others."""
 
     @property
-    def BUTTON_INNER(self) -> str:  # type: ignore[override]  # noqa: N802 - Textual's name
+    def BUTTON_INNER(self) -> str:  # type: ignore[override]  # Textual's name
         return "●" if self.value else "○"
 
 
@@ -133,7 +133,7 @@ class ExportScreen(ModalScreen[tuple[str, str] | None]):
         formats = self.query_one("#export-format", RadioSet)
         if not formats.has_focus:
             return
-        index = formats._selected  # the highlighted button (Textual keeps no public name for it)
+        index = formats._selected  # noqa: SLF001 - the highlighted button: Textual keeps no public name for it
         buttons = list(formats.query(RadioButton))
         if index is not None and 0 <= index < len(buttons) and not buttons[index].value:
             buttons[index].value = True  # RadioSet.Changed follows; set the format now too
