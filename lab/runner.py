@@ -84,7 +84,6 @@ class Runner:
         self._handles: dict[str, Handle] = {}
         # arms that run no more cells: the status and detail their cells get
         self._dead: dict[str, tuple[Status, str]] = {}
-        self._process: dict[str, int] = {}  # arm -> its process before its model loaded
         self._steps: dict[Cell, list[StepEvent]] = {}
         # arms whose engine began to load at least once
         self._started: set[str] = set()
@@ -300,8 +299,6 @@ class Runner:
             self._log(traceback.format_exc())
             opened = None
             why = f"the arm could not start: {type(exc).__name__}: {exc}"
-        if opened is not None and opened.process_bytes:
-            self._process[arm.name] = opened.process_bytes
         if opened is None or not opened.ok:
             status, detail = (opened.status, opened.detail) if opened is not None else (Status.ERROR, why)
             self._drop(arm, status, detail)
@@ -406,8 +403,7 @@ class Runner:
             n_tokens=len(gen.ids) if gen else None, gen_s=gen.gen_s if gen else None,
             prompt_tokens=gen.prompt_tokens if gen else None, prompt_s=gen.prompt_s if gen else None,
             text=gen.text if gen else None, baseline=baseline, peak_mem_bytes=got.peak,
-            engine_bytes=gen.engine_bytes if gen else None, process_bytes=self._process.get(arm.name),
-            detail=got.detail,
+            engine_bytes=gen.engine_bytes if gen else None, process_bytes=got.process, detail=got.detail,
             engine_report=gen.engine_report if gen else None, text_origin=got.origin,
             gpu_keys=self._gpu_keys(arm, cell, gen.gen_s if gen else None, len(gen.ids) if gen else None, steps,
                                     got.gen_end),

@@ -69,9 +69,6 @@ class Opened:
 
     status: Status
     detail: str = ""
-    # the arm's own process (RSS) just before its model loaded: what the
-    # memory estimate's process share is held to in this run
-    process_bytes: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -87,6 +84,9 @@ class CellOutcome:
     gen: Generation | None = None
     detail: str = ""
     peak: int | None = None
+    # the arm's own process (RSS) just before its model loaded: what the
+    # memory estimate's process share is held to in this run
+    process: int | None = None
     origin: tuple[tuple[int, ...], ...] | None = None
     latency: LatencyShape | None = None
     contention: Contention | None = None
@@ -214,6 +214,7 @@ class ArmLife:
         self.references: dict[tuple[str, str, int], list[int]] = {}
         self._engine_bytes: int | None = None
         self._sampler: MemorySampler | None = None
+        self.process_bytes: int | None = None  # this process before the model loaded (RSS)
         self._watcher: ContentionWatcher | None = None
         self._leftovers: Leftovers | None = None
         # whether the engine generated since it loaded (or was last reset)
@@ -235,11 +236,11 @@ class ArmLife:
         if built.value is None:
             return self._failed(built, lambda exc: Opened(Status.ERROR, f"load failed: {named(exc)}"))
         backend = self.backend = built.value
-        before = rss_bytes([os.getpid()]) or None
+        self.process_bytes = rss_bytes([os.getpid()]) or None
         loaded = Called.of(lambda: self._load(backend))
         self._idle()
         if loaded.failure is None:
-            return Opened(Status.OK, process_bytes=before)
+            return Opened(Status.OK)
         return self._failed(loaded, lambda exc: Opened(exc.status, failure_detail(exc)) if isinstance(exc, EngineFailure)
                             else Opened(Status.ERROR, f"load failed: {named(exc)}"))
 
@@ -369,17 +370,18 @@ class ArmLife:
             # cell's generation clock ran on.
             gen = dataclasses.replace(gen, gen_s=gen.gen_s - held[0],
                                       engine_report={**gen.engine_report, "paused_s": held[0]})
-        return CellOutcome(cell, Status.OK, gen, peak=self.peak, origin=tuple(tuple(o) for o in origin),
+        return CellOutcome(cell, Status.OK, gen, peak=self.peak, process=self.process_bytes,
+                           origin=tuple(tuple(o) for o in origin),
                            latency=clock.shape(), contention=busy, gen_end=gen_end)
 
     def _failed_cell(self, cell: Cell, exc: BaseException) -> CellOutcome:
         if isinstance(exc, Cancelled):
-            return CellOutcome(cell, Status.CANCELLED, detail="cancelled", peak=self.peak)
+            return CellOutcome(cell, Status.CANCELLED, detail="cancelled", peak=self.peak, process=self.process_bytes)
         if isinstance(exc, EngineFailure):
-            return CellOutcome(cell, exc.status, detail=failure_detail(exc), peak=self.peak,
+            return CellOutcome(cell, exc.status, detail=failure_detail(exc), peak=self.peak, process=self.process_bytes,
                                crashed=exc.status == Status.CRASHED)
         # SystemExit from a plugin is its arm's error too
-        return CellOutcome(cell, Status.ERROR, detail=named(exc), peak=self.peak)
+        return CellOutcome(cell, Status.ERROR, detail=named(exc), peak=self.peak, process=self.process_bytes)
 
     def _reset_round(self, cell: Cell, backend: Backend) -> float:
         """Bring the engine (and a drafter that keeps state) back to the state
