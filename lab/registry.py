@@ -124,10 +124,11 @@ def _exit_refused() -> Iterator[None]:
 
 
 class _CtrlC:
-    """Whether a SIGINT really arrived while plugins loaded: anything a
-    plugin raises is a load error, but a user's Ctrl-C must still stop the
-    lab, so a KeyboardInterrupt goes on up only with a SIGINT behind it (or
-    off the main thread, where none can be watched)."""
+    """Whether a SIGINT or SIGTERM really arrived while plugins loaded:
+    anything a plugin raises is a load error, but a user's Ctrl-C (or the
+    lab's SIGTERM, which the program raises as a KeyboardInterrupt) must
+    still stop the lab, so a KeyboardInterrupt goes on up only with a signal
+    behind it (or off the main thread, where none can be watched)."""
 
     def __init__(self) -> None:
         self.seen = False
@@ -139,25 +140,31 @@ class _CtrlC:
             yield
             return
         try:
-            before = signal.getsignal(signal.SIGINT)
+            before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         except (ValueError, OSError):  # pragma: no cover - no signals here
             yield
             return
 
         def heard(signum: int, frame: Any) -> None:
             self.seen = True
-            if callable(before):
-                before(signum, frame)
-            elif before != signal.SIG_IGN:
+            was = before[signal.Signals(signum)]
+            if callable(was):
+                was(signum, frame)
+            elif signum == signal.SIGTERM and was == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as if never watched: end now
+                os.kill(os.getpid(), signal.SIGTERM)
+            elif was != signal.SIG_IGN:
                 raise KeyboardInterrupt
 
-        signal.signal(signal.SIGINT, heard)
+        for s in before:
+            signal.signal(s, heard)
         self.watching = True
         try:
             yield
         finally:
             self.watching = False
-            signal.signal(signal.SIGINT, before)
+            for s, was in before.items():
+                signal.signal(s, was)
 
     def plugins_own(self, exc: BaseException) -> bool:
         """Whether ``exc``, raised by a plugin's code, is the plugin's failure

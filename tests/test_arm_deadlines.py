@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -231,6 +232,45 @@ def test_what_plugins_start_at_import_ends_with_the_lab_and_an_exit_at_import_is
     said = subprocess.run([sys.executable, "-m", "lab", "plugins"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert "exiting_plugin" in said.stdout + said.stderr and "os._exit(4)" in said.stdout + said.stderr
+
+
+SLOW_SRC = '''
+import os, time
+open(os.environ["SLOW_MARK"], "w").write(str(os.getpid()))
+time.sleep(300)
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_a_plugin_imports_ends_the_lab_not_the_plugin(tmp_path: Path, sig: int) -> None:
+    """A plugin's failure at import is a load error, but a SIGTERM or Ctrl-C
+    that arrives while it imports is the user's: the lab ends (143 / 130),
+    the signal never swallowed as that plugin's error."""
+    site = tmp_path / "site"
+    info = site / "slow_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "slow_plugin.py").write_text(SLOW_SRC)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: slow_plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lab.drafters]\nslow_plugin = slow_plugin\n")
+    mark = tmp_path / "importing"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), str(ROOT / "plugins")]),
+           "SLOW_MARK": str(mark)}
+    (tmp_path / "p.toml").write_text(RUN + arm("base"))
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "run", "--quiet", "--out", "runs", "p.toml"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 120
+        while not mark.exists():
+            assert proc.poll() is None and time.monotonic() < end, "the plugin's import never began"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), err[-3000:]
+    assert "plugins not loaded: slow_plugin" not in err, err[-3000:]
 
 
 WATCH = '''

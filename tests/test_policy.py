@@ -257,7 +257,12 @@ def test_a_real_smollm2_run_with_a_grow_shrink_arm(tmp_path: Any) -> None:
     assert steps and all(1 <= s["drafted"] <= 4 for s in steps)
 
     data = load_for_report(store.path)
-    section = render_markdown(data).split("## Draft policy", 1)[1].split("\n## ", 1)[0]
+    md = render_markdown(data)
+    if "no trustworthy probe" in md:
+        # a probe the machine's load left unsettled is refused, and with it the replay: the report says so
+        assert "no draft-policy replay" in md and "## Draft policy" not in md, md
+        return
+    section = md.split("## Draft policy", 1)[1].split("\n## ", 1)[0]
     assert re.search(r"^\| ngram \| code \| 4 \| \d+ \(\d+\) \| 1: \d\.\d\d", section, re.M), section
     assert "| ngram-gs | code | grow-shrink | 4 | ngram |" in section, section
     exported = json.loads(render_json(data))["analysis"]["draft_policy"]

@@ -98,9 +98,12 @@ def test_real_report_explains_every_arm(runs: tuple[Path, Path]) -> None:
         assert line in md
     assert "No verify-cost probe" not in md
     prediction = md.split("## Prediction", 1)[1].split("\n## ", 1)[0]
-    oracle_pred = next((line for line in md.splitlines() if line.startswith("| oracle | prose | 3 |")), prediction)
-    assert oracle_pred.startswith("| oracle"), prediction
-    assert oracle_pred.count("x") >= 2  # measured and predicted speedups side by side
+    if "no trustworthy probe" in prediction:
+        # a probe the machine's load left unsettled (the suite's workers share the cores) is refused, never priced with
+        assert "No prediction: no trustworthy probe" in prediction, prediction
+    else:
+        oracle_pred = next(line for line in md.splitlines() if line.startswith("| oracle | prose | 3 |"))
+        assert oracle_pred.count("x") >= 2  # measured and predicted speedups side by side
     saved = json.loads(render(data, "json"))
     kinds = {s["arm"]: s["verdict_kind"] for s in saved["analysis"]["summaries"]}
     assert kinds["baseline"] == breakeven.BASELINE
