@@ -260,6 +260,16 @@ def llama_kv_bytes(shape: ModelShape, load: ModelLoad) -> tuple[int, str]:
     return int(full), how
 
 
+def state_parts(label: str, kv: tuple[int, str], shape: ModelShape, load: ModelLoad, on_device: bool) -> list[Part]:
+    """What a model keeps between passes: its KV cache (``kv``: bytes and
+    how, by the engine's rule) and, for a hybrid, its recurrent state."""
+    parts = [Part(f"{label}KV cache", kv[0], kv[1], device=on_device)] if kv[0] else []
+    if shape.recurrent_elems and not load.nextn_only:
+        rs, rs_how = recurrent_bytes(shape, load)
+        parts.append(Part(f"{label}recurrent state", rs, rs_how, device=on_device))
+    return parts
+
+
 def recurrent_bytes(shape: ModelShape, load: ModelLoad) -> tuple[int, str]:
     """Recurrent state (f32): per sequence, and per rollback snapshot."""
     copies = load.n_seq * (1 + load.rs_snapshots)
@@ -330,12 +340,7 @@ def llama_parts(load: ModelLoad, shape: ModelShape, on_device: bool, offload: fl
         if repacked and host_share > 0:
             parts.append(Part(f"{label}repacked weights", int(repacked * host_share),
                               "a second, interleaved copy of the matrices the CPU kernels repack (extra_bufts)"))
-    kv, kv_how = llama_kv_bytes(shape, load)
-    if kv:
-        parts.append(Part(f"{label}KV cache", kv, kv_how, device=on_device))
-    if shape.recurrent_elems and not load.nextn_only:
-        rs, rs_how = recurrent_bytes(shape, load)
-        parts.append(Part(f"{label}recurrent state", rs, rs_how, device=on_device))
+    parts += state_parts(label, llama_kv_bytes(shape, load), shape, load, on_device)
     reserved, touched, how = llama_compute_bytes(shape, load)
     parts.append(Part(f"{label}compute (batch {load.n_ubatch}, {load.n_outputs} output rows)", reserved, how,
                       device=on_device, resident=None if on_device else touched))
@@ -380,12 +385,7 @@ def mlx_parts(load: ModelLoad, shape: ModelShape, on_device: bool) -> list[Part]
             # mx.load reads a GGUF whole; its tensors become MLX arrays beside it
             parts.append(Part(f"{label}load copy", shape.weight_bytes,
                               "the GGUF read whole while its tensors are converted (at load only)", device=on_device))
-    kv, kv_how = mlx_kv_bytes(shape, load)
-    if kv:
-        parts.append(Part(f"{label}KV cache", kv, kv_how, device=on_device))
-    if shape.recurrent_elems and not load.nextn_only:
-        rs, rs_how = recurrent_bytes(shape, load)
-        parts.append(Part(f"{label}recurrent state", rs, rs_how, device=on_device))
+    parts += state_parts(label, mlx_kv_bytes(shape, load), shape, load, on_device)
     # one pass over a prompt chunk: its activations, and the logits of the rows it returns
     rows = max(1, load.n_ubatch)
     outputs = max(1, min(load.n_outputs, rows))
