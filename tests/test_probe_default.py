@@ -242,15 +242,19 @@ def test_a_real_smollm2_run_reports_a_prediction_and_a_roofline(tmp_path: Path) 
     md = render_markdown(load_for_report(store.path))
     prediction = md.split("## Prediction", 1)[1].split("\n## ", 1)[0]
     assert re.search(r"probe: (measured in \d+\.\d s|cached \(measured )", prediction)
-    row = next(line for line in prediction.splitlines() if line.startswith("| oracle |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    # measured, predicted (its error), held out, best n_max (starred when past the positions
-    # measured), predicted there: numbers
-    assert re.fullmatch(r"\d+\.\d\dx", cells[3])
-    predicted = re.fullmatch(r"\d+\.\d\dx \(([+-]\d+)%\)( ⚠ [a-z ,]+)?", cells[4])
-    # within ±10 % of the measured speedup, or saying why it may not be (lab.analysis.caveats)
-    assert predicted and (abs(int(predicted[1])) <= 10 or predicted[2]), cells[4]
-    assert re.fullmatch(r"\d+\*?", cells[6]) and re.fullmatch(r"\d+\.\d\dx", cells[7])
+    if "no trustworthy probe" in prediction:
+        # a probe the suite's load left unsettled is refused, never priced with, and the report says so
+        assert "No prediction: no trustworthy probe" in prediction, prediction
+    else:
+        row = next(line for line in prediction.splitlines() if line.startswith("| oracle |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        # measured, predicted (its error), held out, best n_max (starred when past the positions
+        # measured), predicted there: numbers
+        assert re.fullmatch(r"\d+\.\d\dx", cells[3])
+        predicted = re.fullmatch(r"\d+\.\d\dx \(([+-]\d+)%\)( ⚠ [a-z ,]+)?", cells[4])
+        # within ±10 % of the measured speedup, or saying why it may not be (lab.analysis.caveats)
+        assert predicted and (abs(int(predicted[1])) <= 10 or predicted[2]), cells[4]
+        assert re.fullmatch(r"\d+\*?", cells[6]) and re.fullmatch(r"\d+\.\d\dx", cells[7])
     roofline = md.split("## Roofline", 1)[1].split("\n## ", 1)[0]
     assert re.search(r"reaches \d+% of it .* = \d+\.\d\d\)", roofline), roofline
     latency = md.split("## Latency", 1)[1].split("\n## ", 1)[0]
