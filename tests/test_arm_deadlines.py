@@ -106,15 +106,22 @@ def arm(name: str, drafter: str = "", extra: str = "", backend: str = "llamacpp"
     return text + extra
 
 
+def installed(site: Path, name: str, src: str, entry_points: str) -> Path:
+    """A module ``name`` written into ``site`` with a dist-info naming its
+    entry points, as pip would leave it; ``site`` returned."""
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / f"{name}.py").write_text(src)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return site
+
+
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The hung plugins installed by entry point, for this process and its children."""
-    site = tmp_path / "site"
-    info = site / "hung_plugins-0.1.dist-info"
-    info.mkdir(parents=True)
-    (site / "hung_plugins.py").write_text(HUNG_SRC)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hung-plugins\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[lab.drafters]\nhung = hung_plugins\n[lab.backends]\nhung = hung_plugins\n")
+    site = installed(tmp_path / "site", "hung_plugins", HUNG_SRC,
+                     "[lab.drafters]\nhung = hung_plugins\n[lab.backends]\nhung = hung_plugins\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT), str(ROOT / "plugins")]))
     monkeypatch.setenv("HUNG_MARK", str(tmp_path / "hung"))
     monkeypatch.setenv("HUNG_HELPER", str(tmp_path / "helper.pid"))
@@ -208,11 +215,7 @@ def test_what_plugins_start_at_import_ends_with_the_lab_and_an_exit_at_import_is
                                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path / "site"
     for name, src, group in (("loose_plugin", LOOSE_SRC, "lab.drafters"), ("exiting_plugin", EXITING_SRC, "lab.drafters")):
-        info = site / f"{name}-0.1.dist-info"
-        info.mkdir(parents=True)
-        (site / f"{name}.py").write_text(src)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-        (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {name}\n")
+        installed(site, name, src, f"[{group}]\n{name} = {name}\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(ROOT), str(ROOT / "plugins")]))
     pids = tmp_path / "loose.pids"
     monkeypatch.setenv("LOOSE_PIDS", str(pids))
@@ -246,12 +249,7 @@ def test_a_signal_while_a_plugin_imports_ends_the_lab_not_the_plugin(tmp_path: P
     """A plugin's failure at import is a load error, but a SIGTERM or Ctrl-C
     that arrives while it imports is the user's: the lab ends (143 / 130),
     the signal never swallowed as that plugin's error."""
-    site = tmp_path / "site"
-    info = site / "slow_plugin-0.1.dist-info"
-    info.mkdir(parents=True)
-    (site / "slow_plugin.py").write_text(SLOW_SRC)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: slow_plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[lab.drafters]\nslow_plugin = slow_plugin\n")
+    site = installed(tmp_path / "site", "slow_plugin", SLOW_SRC, "[lab.drafters]\nslow_plugin = slow_plugin\n")
     mark = tmp_path / "importing"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), str(ROOT / "plugins")]),
            "SLOW_MARK": str(mark)}
