@@ -1,5 +1,6 @@
 """Where MLX runs, and the line that installs it there: Apple silicon macOS
-(MLX on Metal) and Linux on x86-64 or arm64 (MLX's CPU build, ``mlx[cpu]``).
+(MLX on Metal) and Linux on x86-64 or arm64 (MLX's CPU build: pyproject's
+mlx extra asks ``mlx[cpu]`` on Linux, so one set-up line serves both).
 Elsewhere a backend on MLX is unavailable: nothing to install, and ``lab
 doctor`` says so instead of giving a fix."""
 
@@ -7,10 +8,8 @@ from __future__ import annotations
 
 import platform
 
-# the Mac's set-up installs MLX with Metal, mlx-lm and dflash-mlx (pyproject's mlx extra)
-MAC_INSTALL = "bash scripts/setup.sh mlx"
-# Linux has MLX's CPU build only
-LINUX_INSTALL = 'pip install "mlx[cpu]" mlx-lm'
+# MLX (Metal on a Mac, its CPU build on Linux), mlx-lm and dflash-mlx, from the project's lock
+INSTALL = "bash scripts/setup.sh mlx"
 _LINUX_MACHINES = ("x86_64", "amd64", "aarch64", "arm64")
 
 
@@ -31,6 +30,4 @@ def unavailable() -> str | None:
 
 def install_line() -> str:
     """The one command that installs MLX and mlx-lm here ("" where MLX cannot run)."""
-    if unavailable():
-        return ""
-    return LINUX_INSTALL if _here()[0] == "Linux" else MAC_INSTALL
+    return "" if unavailable() else INSTALL
