@@ -56,16 +56,20 @@ def test_six_mistakes_are_six_problems_each_with_its_line(tmp_path: Path, regist
     assert "unknown key 'spec_type'" not in err
 
 
-def test_one_arm_with_three_mistakes_gives_three_problems(tmp_path: Path, registry) -> None:
-    path = tmp_path / "arm.toml"
-    path.write_text("""[[prompts]]
+# one prompt and the baseline every profile here starts from
+BASE = """[[prompts]]
 name = "p"
 text = "hi"
 [[arms]]
 name = "base"
 backend = "llamacpp"
 model = "embedded:smollm2"
-[[arms]]
+"""
+
+
+def test_one_arm_with_three_mistakes_gives_three_problems(tmp_path: Path, registry) -> None:
+    path = tmp_path / "arm.toml"
+    path.write_text(BASE + """[[arms]]
 name = "bad name!"
 backend = "llamacpp"
 model = "embedded:smollm2"
@@ -90,14 +94,7 @@ def test_a_profile_that_reads_is_held_to_every_later_stage(tmp_path: Path, regis
     from lab.cli import fit as fit_lines
 
     path = tmp_path / "ok.toml"
-    path.write_text("""[[prompts]]
-name = "p"
-text = "hi"
-[[arms]]
-name = "base"
-backend = "llamacpp"
-model = "embedded:smollm2"
-""", encoding="utf-8")
+    path.write_text(BASE, encoding="utf-8")
     monkeypatch.setattr(LlamaCppBackend, "missing_engine",
                         classmethod(lambda cls, options: MissingEngine("llama_cpp", "not here", "pip install x")))
     monkeypatch.setattr(fit_lines, "report_fit", lambda profile, registry: print("memory: base will not fit") or ["base"])

@@ -92,21 +92,26 @@ async def test_compare_is_never_cut_on_the_right_and_says_what_gave_way(tmp_path
         assert "acceptance_rate_a" in shown  # the acceptance stays at 120 columns
 
 
+async def _run_then_categories(pilot: Any, app: LabApp) -> CategoryTable:
+    """Start the profile, let it finish (errors dismissed), open the per-category view."""
+    await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
+    await pilot.press("s")
+    await run_finished(pilot)
+    while type(app.screen).__name__ == "ErrorScreen":
+        await pilot.press("escape")
+        await pilot.pause()
+    await pilot.press("3")
+    await pilot.pause(0.3)
+    return app.screen.query_one(CategoryTable)
+
+
 async def test_at_80x24_the_per_category_view_shows_its_last_column_whole(tmp_path: Path) -> None:
     path = tmp_path / "suite.toml"
     path.write_text('[profile]\nname = "demo"\n[run]\nmax_tokens = 24\nrounds = 1\nwarmup = 0\n'
                     '[[prompts]]\nsuite = "speclab"\nper_category = 1\n' + QUICK, encoding="utf-8")
     app = LabApp(str(path), registry=fake_registry(), runs_dir=tmp_path / "runs")
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
-        await pilot.press("s")
-        await run_finished(pilot)
-        while type(app.screen).__name__ == "ErrorScreen":
-            await pilot.press("escape")
-            await pilot.pause()
-        await pilot.press("3")
-        await pilot.pause(0.3)
-        table = app.screen.query_one(CategoryTable)
+        table = await _run_then_categories(pilot, app)
         assert table.row_count > 0
         assert table.shown_columns[-1] == "call" and {"arm", "category", "speedup"} <= set(table.shown_columns)
         assert table.virtual_size.width <= table.scrollable_content_region.width, table.virtual_size
@@ -116,15 +121,7 @@ async def test_at_80x24_the_per_category_view_shows_its_last_column_whole(tmp_pa
     # wide, nothing gives way
     app = LabApp(str(path), registry=fake_registry(), runs_dir=tmp_path / "runs")
     async with app.run_test(size=(160, 40)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
-        await pilot.press("s")
-        await run_finished(pilot)
-        while type(app.screen).__name__ == "ErrorScreen":
-            await pilot.press("escape")
-            await pilot.pause()
-        await pilot.press("3")
-        await pilot.pause(0.3)
-        assert app.screen.query_one(CategoryTable).shown_columns == [
+        assert (await _run_then_categories(pilot, app)).shown_columns == [
             "arm", "category", "prompts", "accept", "mean_len", "speedup", "interval", "call"]
 
 
